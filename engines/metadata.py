@@ -1,0 +1,148 @@
+"""Runner metadata derived from a SchedulerOutput, in one place, as a model runner does.
+
+Both executors (the symbolic one in `sim/`, the tensor one in `gpu/`) read a step only
+through this metadata, so a bug here or in the scheduler shows up in both.
+
+Layout of one step with three requests (block_size 4)::
+
+    request         A (prefill chunk)      B (decode)   C (last prefill chunk)
+    num_computed    4                      9            8
+    num_scheduled   3                      1            2
+    flattened rows  0   1   2              3            4   5
+    positions       4   5   6              9            8   9
+    query_start_loc [0,                    3,           4,        6]
+    seq_lens        7                      10           10
+    block_table     A: [7, 2]              B: [3, 5, 1] C: [4, 6, 8]
+    slot_mapping    2*4+0 2*4+1 2*4+2      1*4+1        8*4+0 8*4+1
+    logits_indices  (A does not sample)    3            5          -> [3, 5]
+
+`positions[t]` is an index (0-based) into the request's tokens; `seq_lens[i]` is a count:
+the attention key length of request i = num_computed_tokens + num_scheduled_tokens.
+Row r of request i attends keys 0 .. r - query_start_loc[i] + seq_lens[i] - query_len[i]
+(causal, bottom-right aligned: the last query row sees every key).
+A slot is `block_id * block_size + offset`. Padding in `block_table_array` is -1.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from schedcheck.engines.protocol import SchedulerOutput
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class RunnerMetadata:
+    """Attention metadata of one step (vLLM: CommonAttentionMetadata + input batch)."""
+
+    output: SchedulerOutput
+    block_size: int
+    req_ids: tuple[str, ...]
+    num_computed_tokens: IntArray  # (B,) counts
+    query_start_loc: IntArray  # (B+1,) indices into the flattened rows
+    seq_lens: IntArray  # (B,) counts: attention key length per request
+    positions: IntArray  # (T,) indices into each request's tokens
+    input_ids: IntArray  # (T,)
+    slot_mapping: IntArray  # (T,) where each row's K/V is written
+    logits_indices: IntArray  # (S,) flattened row that samples, in batch order
+    sampling_req_ids: tuple[str, ...]  # (S,) the request of each logits row
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.req_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        """Count of flattened rows T (total scheduled tokens)."""
+        return int(self.positions.size)
+
+    @property
+    def query_lens(self) -> IntArray:
+        return np.diff(self.query_start_loc)
+
+    @functools.cached_property
+    def block_table_array(self) -> IntArray:
+        """(B, max_blocks) block ids, padded with -1; built only when asked for."""
+        tables = [r.block_table for r in self.output.scheduled]
+        width = max((len(t) for t in tables), default=0)
+        out = np.full((len(tables), width), -1, dtype=np.int64)
+        for i, table in enumerate(tables):
+            out[i, : len(table)] = table
+        return out
+
+
+def build_metadata(
+    output: SchedulerOutput, block_size: int, mutant: str | None = None
+) -> RunnerMetadata:
+    """Derive the runner metadata of one step; `mutant` re-creates runner bug classes."""
+    assert block_size >= 1
+    reqs = output.scheduled
+    num_reqs = len(reqs)
+    num_computed = np.fromiter((r.num_computed_tokens for r in reqs), np.int64, num_reqs)
+    query_lens = np.fromiter((r.num_scheduled_tokens for r in reqs), np.int64, num_reqs)
+    assert (query_lens >= 1).all(), "every scheduled request runs at least one token"
+    query_start_loc = np.zeros(num_reqs + 1, dtype=np.int64)
+    np.cumsum(query_lens, out=query_start_loc[1:])
+    seq_lens = num_computed + query_lens
+    if mutant == "seq-len-full-prompt":  # nano-vllm 25794a1: key length = whole prompt
+        seq_lens = np.fromiter(
+            (max(r.num_prompt_tokens, r.num_end_tokens) for r in reqs), np.int64, num_reqs
+        )
+    row_req = np.repeat(np.arange(num_reqs, dtype=np.int64), query_lens)
+    positions = num_computed[row_req] + (np.arange(row_req.size) - query_start_loc[row_req])
+    slot_base = positions
+    if mutant == "slot-mapping-from-zero":  # vllm#36580: slots of a chunk start at 0
+        slot_base = positions - num_computed[row_req]
+    slot_mapping = _slots(reqs, row_req, slot_base, block_size)
+    input_ids = (
+        np.concatenate([r.token_ids for r in reqs]) if reqs else np.zeros(0, dtype=np.int64)
+    )
+    sampling = [i for i, r in enumerate(reqs) if r.samples]
+    logits_indices = query_start_loc[1:][sampling] - 1 if sampling else np.zeros(0, np.int64)
+    return RunnerMetadata(
+        output=output,
+        block_size=block_size,
+        req_ids=tuple(r.request_id for r in reqs),
+        num_computed_tokens=num_computed,
+        query_start_loc=query_start_loc,
+        seq_lens=seq_lens,
+        positions=positions,
+        input_ids=input_ids.astype(np.int64, copy=False),
+        slot_mapping=slot_mapping,
+        logits_indices=logits_indices.astype(np.int64, copy=False),
+        sampling_req_ids=tuple(reqs[i].request_id for i in sampling),
+    )
+
+
+def _slots(reqs, row_req: IntArray, positions: IntArray, block_size: int) -> IntArray:
+    """slot_mapping; only the block-table entries that the chunks touch are gathered.
+
+    A position whose logical block lies past the end of the block table gets slot -1
+    (the symbolic executor reports it as an out-of-bounds block-table access).
+    """
+    if row_req.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    logical = positions // block_size
+    first = np.zeros(len(reqs), dtype=np.int64)
+    pieces: list[tuple[int, ...]] = []
+    offsets = np.zeros(len(reqs), dtype=np.int64)
+    total = 0
+    starts = np.searchsorted(row_req, np.arange(len(reqs)))
+    ends = np.searchsorted(row_req, np.arange(len(reqs)), side="right")
+    for i, req in enumerate(reqs):
+        lo = int(logical[starts[i] : ends[i]].min())
+        hi = int(logical[starts[i] : ends[i]].max()) + 1
+        first[i] = lo
+        piece = req.block_table[lo:hi]
+        piece = piece + (-1,) * (hi - lo - len(piece))  # past the table end: -1
+        pieces.append(piece)
+        offsets[i] = total
+        total += len(piece)
+    gathered = np.fromiter((b for p in pieces for b in p), np.int64, total)
+    block_ids = gathered[offsets[row_req] + logical - first[row_req]]
+    return np.where(block_ids >= 0, block_ids * block_size + positions % block_size, -1)

@@ -1,0 +1,190 @@
+"""The one protocol every engine under test implements, and its boundary objects.
+
+An engine under test is a scheduler plus a KV-cache block manager, driven step by step
+with no model: the simulator adds and aborts requests, calls `schedule()`, derives the
+runner metadata from the returned `SchedulerOutput` (see `metadata.py`), runs an
+executor, and feeds the sampled tokens back through `update_from_output()`.
+
+Names follow vLLM v1 (`vllm/v1/core/sched/output.py`) where we model vLLM.
+
+Token layout of one scheduled request in one step::
+
+    request tokens:  | computed (KV written) | this step's chunk  | not yet scheduled |
+                     0            num_computed_tokens             |                   num_tokens
+                                             |<- num_scheduled ->|
+    block_table:     [b0][b1][b2]...  covers at least num_computed_tokens + num_scheduled_tokens
+
+`num_computed_tokens` counts tokens whose KV is in the cache *before* the step, including
+prefix-cache hits; `num_scheduled_tokens` counts the tokens run this step; `num_tokens` is the
+number of tokens the request knows (prompt + emitted outputs) when the step is scheduled. The
+request samples a token this step iff its chunk reaches `num_tokens`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+TokenArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    """A request as handed to an engine: what a serving frontend would pass."""
+
+    request_id: str
+    prompt_token_ids: TokenArray  # int64, read-only
+    max_tokens: int  # tokens to generate; EOS is ignored
+    arrival_time_s: float = 0.0
+    priority: int = 0  # lower value = more important (vLLM's convention)
+    cache_salt: str | None = None  # an extra key of the block hash (vLLM's cache_salt)
+
+    def __post_init__(self) -> None:
+        assert self.prompt_token_ids.ndim == 1, "prompt_token_ids must be 1-D"
+        assert self.prompt_token_ids.size >= 1, "a prompt has at least one token"
+        assert self.max_tokens >= 1, "max_tokens >= 1"
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return int(self.prompt_token_ids.size)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledRequest:
+    """One request's share of one step (vLLM: NewRequestData / CachedRequestData)."""
+
+    request_id: str
+    num_computed_tokens: int  # before this step, prefix-cache hits included
+    num_scheduled_tokens: int  # tokens run this step (>= 1)
+    num_tokens: int  # tokens the request knows now: prompt + emitted outputs
+    num_prompt_tokens: int
+    token_ids: TokenArray  # the chunk: tokens [num_computed_tokens, +num_scheduled_tokens)
+    block_table: tuple[int, ...]  # physical block ids, logical block i -> block_table[i]
+    num_cached_tokens: int = 0  # prefix-cache hit length granted at (re)admission, else 0
+
+    @property
+    def num_end_tokens(self) -> int:
+        """Count of tokens with KV once this step ran: num_computed + num_scheduled."""
+        return self.num_computed_tokens + self.num_scheduled_tokens
+
+    @property
+    def samples(self) -> bool:
+        """True iff this step produces a token for the request (its chunk reaches num_tokens)."""
+        return self.num_end_tokens == self.num_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerOutput:
+    """Everything one step runs; pure data, JSON-serializable (see `schedule_io.py`)."""
+
+    step: int
+    scheduled: tuple[ScheduledRequest, ...]  # in batch order
+    preempted_req_ids: tuple[str, ...] = ()  # preempted while scheduling this step
+    finished_req_ids: tuple[str, ...] = ()  # finished or aborted since the previous step
+    rejected_req_ids: tuple[str, ...] = ()  # refused for good (can never fit), with reasons
+    rejected_reasons: tuple[str, ...] = ()
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return sum(r.num_scheduled_tokens for r in self.scheduled)
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedRequest:
+    request_id: str
+    output_token_ids: tuple[int, ...]
+    reason: str  # "length", "abort" or "rejected: ..."
+
+
+@runtime_checkable
+class KVSnapshot(Protocol):
+    """A read-only view of a block manager's state after a step, for the invariants.
+
+    Methods rather than fields so that an engine can answer from its own structures without
+    copying them every step; callers must not mutate what they get and must not keep it
+    across a step.
+    """
+
+    @property
+    def block_size(self) -> int: ...
+
+    @property
+    def num_blocks(self) -> int: ...
+
+    def ref_cnt(self) -> npt.NDArray[np.int64]:
+        """(num_blocks,) reference count of every block id."""
+        ...
+
+    def free_block_ids(self) -> Sequence[int]:
+        """The free queue in eviction order (first = evicted first)."""
+        ...
+
+    def cached_blocks(self) -> Mapping[int, bytes]:
+        """block id -> block hash, for every block whose content is in the prefix cache."""
+        ...
+
+    def block_tables(self) -> Mapping[str, Sequence[int]]:
+        """request id -> block ids, for every request that holds blocks."""
+        ...
+
+    def num_computed_tokens(self) -> Mapping[str, int]:
+        """request id -> the KV manager's own count of computed tokens (vllm#11186)."""
+        ...
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A scheduler + KV-cache manager under test."""
+
+    name: str
+
+    def add_request(self, request: EngineRequest) -> None: ...
+
+    def abort_request(self, request_id: str) -> None:
+        """Abort a waiting or running request; unknown or finished ids are ignored."""
+        ...
+
+    def schedule(self) -> SchedulerOutput: ...
+
+    def update_from_output(
+        self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
+    ) -> list[FinishedRequest]:
+        """Apply a step's results; `sampled_token_ids` has one token per sampling request."""
+        ...
+
+    def kv_snapshot(self) -> KVSnapshot: ...
+
+    def has_unfinished_requests(self) -> bool: ...
+
+    def waiting_reasons(self) -> Mapping[str, str]:
+        """request id -> why it is not running now (for liveness reports)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """The engine options every engine understands (vLLM's names)."""
+
+    block_size: int = 16
+    num_gpu_blocks: int = 27_000
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    max_model_len: int = 131_072
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0  # 0 = off
+    block_manager: str = "hashed"  # reference engine: hashed | radix; vLLM v0: v1 | v2
+    mutant: str | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        assert self.block_size >= 1
+        assert self.num_gpu_blocks >= 1
+        assert self.max_num_batched_tokens >= 1
+        assert self.max_num_seqs >= 1
+        assert self.max_model_len >= 1
+        assert self.long_prefill_token_threshold >= 0

@@ -1,0 +1,46 @@
+"""Engines by name, or by an import path `package.module:factory` for users' own engines.
+
+A factory takes an `EngineConfig` and returns an object implementing `protocol.Engine`.
+Built-in engines are imported lazily, so the vLLM adapters cost nothing unless asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from schedcheck.engines.protocol import Engine, EngineConfig
+
+EngineFactory = Callable[[EngineConfig], Engine]
+
+BUILTIN_ENGINES: dict[str, str] = {
+    "reference": "schedcheck.engines.reference.engine:make_engine",
+    "vllm-v1": "schedcheck.engines.vllm_v1:make_engine",
+    "vllm-v0": "schedcheck.engines.vllm_v0:make_engine",
+}
+
+
+class EngineLoadError(ValueError):
+    """The engine name or import path does not name a usable factory."""
+
+
+def resolve_factory(name: str) -> EngineFactory:
+    path = BUILTIN_ENGINES.get(name, name)
+    if ":" not in path:
+        known = ", ".join(sorted(BUILTIN_ENGINES))
+        raise EngineLoadError(
+            f"unknown engine {name!r}: use one of {known} or 'package.module:factory'"
+        )
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EngineLoadError(f"engine {name!r}: cannot import {module_name}: {exc}") from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise EngineLoadError(f"engine {name!r}: {module_name} has no callable {attr!r}")
+    return factory
+
+
+def make_engine(name: str, config: EngineConfig) -> Engine:
+    return resolve_factory(name)(config)

@@ -1,0 +1,133 @@
+"""The schedule (the sequence of SchedulerOutputs of a run): JSON lines and fingerprint.
+
+The fingerprint is SHA-256 over a canonical binary encoding of every step, so the same
+trace + config + seed + code gives the same fingerprint in any process, whatever
+PYTHONHASHSEED is. Integers are encoded little-endian int64; strings as UTF-8 with a
+length prefix; sequences with a length prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+
+
+class Fingerprint:
+    """Incremental SHA-256 of a schedule; feed every step with `update`."""
+
+    def __init__(self) -> None:
+        self._sha = hashlib.sha256()
+        self.num_steps = 0
+
+    def update(self, output: SchedulerOutput) -> None:
+        sha = self._sha
+        sha.update(_ints(output.step, len(output.scheduled)))
+        for req in output.scheduled:
+            sha.update(_str(req.request_id))
+            sha.update(
+                _ints(
+                    req.num_computed_tokens,
+                    req.num_scheduled_tokens,
+                    req.num_tokens,
+                    req.num_prompt_tokens,
+                    req.num_cached_tokens,
+                    len(req.block_table),
+                )
+            )
+            sha.update(np.ascontiguousarray(req.token_ids, dtype="<i8").tobytes())
+            sha.update(np.asarray(req.block_table, dtype="<i8").tobytes())
+        for ids in (output.preempted_req_ids, output.finished_req_ids, output.rejected_req_ids):
+            sha.update(_ints(len(ids)))
+            for rid in ids:
+                sha.update(_str(rid))
+        self.num_steps += 1
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
+def fingerprint(outputs: Iterable[SchedulerOutput]) -> str:
+    fp = Fingerprint()
+    for output in outputs:
+        fp.update(output)
+    return fp.hexdigest()
+
+
+def _ints(*values: int) -> bytes:
+    return np.asarray(values, dtype="<i8").tobytes()
+
+
+def _str(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    return _ints(len(raw)) + raw
+
+
+def output_to_json(output: SchedulerOutput) -> dict[str, Any]:
+    return {
+        "step": output.step,
+        "scheduled": [
+            {
+                "request_id": r.request_id,
+                "num_computed_tokens": r.num_computed_tokens,
+                "num_scheduled_tokens": r.num_scheduled_tokens,
+                "num_tokens": r.num_tokens,
+                "num_prompt_tokens": r.num_prompt_tokens,
+                "num_cached_tokens": r.num_cached_tokens,
+                "token_ids": r.token_ids.tolist(),
+                "block_table": list(r.block_table),
+            }
+            for r in output.scheduled
+        ],
+        "preempted_req_ids": list(output.preempted_req_ids),
+        "finished_req_ids": list(output.finished_req_ids),
+        "rejected_req_ids": list(output.rejected_req_ids),
+        "rejected_reasons": list(output.rejected_reasons),
+    }
+
+
+def output_from_json(obj: dict[str, Any]) -> SchedulerOutput:
+    scheduled = tuple(
+        ScheduledRequest(
+            request_id=str(r["request_id"]),
+            num_computed_tokens=int(r["num_computed_tokens"]),
+            num_scheduled_tokens=int(r["num_scheduled_tokens"]),
+            num_tokens=int(r["num_tokens"]),
+            num_prompt_tokens=int(r["num_prompt_tokens"]),
+            num_cached_tokens=int(r.get("num_cached_tokens", 0)),
+            token_ids=_readonly(np.asarray(r["token_ids"], dtype=np.int64)),
+            block_table=tuple(int(b) for b in r["block_table"]),
+        )
+        for r in obj["scheduled"]
+    )
+    return SchedulerOutput(
+        step=int(obj["step"]),
+        scheduled=scheduled,
+        preempted_req_ids=tuple(obj.get("preempted_req_ids", ())),
+        finished_req_ids=tuple(obj.get("finished_req_ids", ())),
+        rejected_req_ids=tuple(obj.get("rejected_req_ids", ())),
+        rejected_reasons=tuple(obj.get("rejected_reasons", ())),
+    )
+
+
+def write_schedule(path: str, outputs: Iterable[SchedulerOutput]) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        for output in outputs:
+            fh.write(json.dumps(output_to_json(output), separators=(",", ":")) + "\n")
+
+
+def read_schedule(path: str) -> Iterator[SchedulerOutput]:
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield output_from_json(json.loads(line))
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array

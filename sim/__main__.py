@@ -1,0 +1,5 @@
+import sys
+
+from schedcheck.sim.cli import main
+
+sys.exit(main())

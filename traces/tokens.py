@@ -1,0 +1,44 @@
+"""Deterministic expansion of Mooncake-style hash ids into token ids.
+
+Each hash id names one block of `hash_block_size` prompt tokens. Token j of the block of
+hash id h is `mix64(h * 2**20 + j) % (vocab_size - FIRST_TOKEN_ID) + FIRST_TOKEN_ID`, a fixed
+integer mix (no Python `hash()`), so the same id gives the same tokens wherever it
+appears, in every process; shared ids mean a shared prefix. Vectorized with numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+DEFAULT_VOCAB_SIZE = 32_000
+FIRST_TOKEN_ID = 3  # 0..2 are left to special tokens (pad, bos, eos)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def mix64(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """SplitMix64's finalizer, elementwise; wraps modulo 2**64."""
+    with np.errstate(over="ignore"):
+        z = values + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))
+
+
+def expand_hash_ids(
+    hash_ids: npt.ArrayLike,
+    hash_block_size: int,
+    input_length: int,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+) -> npt.NDArray[np.int64]:
+    """Token ids of a prompt given as hash ids; the last block is cut to `input_length`."""
+    ids = np.asarray(hash_ids, dtype=np.uint64)
+    assert hash_block_size >= 1
+    assert 1 <= input_length <= ids.size * hash_block_size
+    assert vocab_size > FIRST_TOKEN_ID
+    offsets = np.arange(hash_block_size, dtype=np.uint64)
+    keys = (ids[:, None] << np.uint64(20)) + offsets[None, :]
+    tokens = mix64(keys.ravel()[:input_length]) % np.uint64(vocab_size - FIRST_TOKEN_ID)
+    return (tokens + np.uint64(FIRST_TOKEN_ID)).astype(np.int64)
