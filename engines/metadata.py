@@ -26,6 +26,7 @@ A slot is `block_id * block_size + offset`. Padding in `block_table_array` is -1
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,7 +99,7 @@ def build_metadata(
     slot_base = positions
     if mutant == "slot-mapping-from-zero":  # vllm#36580: slots of a chunk start at 0
         slot_base = positions - num_computed[row_req]
-    slot_mapping = _slots(reqs, row_req, slot_base, block_size)
+    slot_mapping = gather_slots([r.block_table for r in reqs], row_req, slot_base, block_size)
     input_ids = (
         np.concatenate([r.token_ids for r in reqs]) if reqs else np.zeros(0, dtype=np.int64)
     )
@@ -119,30 +120,34 @@ def build_metadata(
     )
 
 
-def _slots(reqs, row_req: IntArray, positions: IntArray, block_size: int) -> IntArray:
-    """slot_mapping; only the block-table entries that the chunks touch are gathered.
+def gather_slots(
+    block_tables: Sequence[tuple[int, ...]], row_req: IntArray, positions: IntArray, block_size: int
+) -> IntArray:
+    """The slot holding `positions[r]` of request `row_req[r]`, through its block table.
 
-    A position whose logical block lies past the end of the block table gets slot -1
-    (the symbolic executor reports it as an out-of-bounds block-table access).
+    `row_req` is sorted (rows grouped by request, as in a batch) and every request in
+    `block_tables` has at least one row. Only the block-table entries the positions touch
+    are gathered. A position whose logical block lies past the end of its block table gets
+    slot -1 (an out-of-bounds block-table access).
     """
     if row_req.size == 0:
         return np.zeros(0, dtype=np.int64)
+    num_reqs = len(block_tables)
     logical = positions // block_size
-    first = np.zeros(len(reqs), dtype=np.int64)
+    starts = np.searchsorted(row_req, np.arange(num_reqs))
+    ends = np.searchsorted(row_req, np.arange(num_reqs), side="right")
+    first = np.minimum.reduceat(logical, starts)
+    last = np.maximum.reduceat(logical, starts)
+    assert (ends > starts).all(), "every request has at least one row"
     pieces: list[tuple[int, ...]] = []
-    offsets = np.zeros(len(reqs), dtype=np.int64)
+    offsets = np.zeros(num_reqs, dtype=np.int64)
     total = 0
-    starts = np.searchsorted(row_req, np.arange(len(reqs)))
-    ends = np.searchsorted(row_req, np.arange(len(reqs)), side="right")
-    for i, req in enumerate(reqs):
-        lo = int(logical[starts[i] : ends[i]].min())
-        hi = int(logical[starts[i] : ends[i]].max()) + 1
-        first[i] = lo
-        piece = req.block_table[lo:hi]
-        piece = piece + (-1,) * (hi - lo - len(piece))  # past the table end: -1
-        pieces.append(piece)
+    for i, table in enumerate(block_tables):  # bounded: num_reqs
+        lo, hi = int(first[i]), int(last[i]) + 1
+        piece = table[lo:hi]
+        pieces.append(piece + (-1,) * (hi - lo - len(piece)))  # past the table end: -1
         offsets[i] = total
-        total += len(piece)
+        total += hi - lo
     gathered = np.fromiter((b for p in pieces for b in p), np.int64, total)
     block_ids = gathered[offsets[row_req] + logical - first[row_req]]
     return np.where(block_ids >= 0, block_ids * block_size + positions % block_size, -1)

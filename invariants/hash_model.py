@@ -1,0 +1,77 @@
+"""The hash model: what the KV entry of each position *is*, and what a model would sample.
+
+The KV entry of position p of a request is identified by a 64-bit hash of its tokens
+[0..p] (and nothing else, so two requests with the same prefix share identities, exactly
+as real KV entries are shareable):
+
+    identity(p) = (term(0, t_0) + term(1, t_1) + ... + term(p, t_p)) mod 2**64
+    term(i, t)  = mix64((t << 32) | i)
+
+A prefix sum of a fixed integer mix (SplitMix64's finalizer): vectorized with numpy
+cumsum, incremental for appended tokens, and the same in every process. Identity 0 means
+"never written" (an identity is 0 with probability 2**-64).
+
+The sampled token after position p is `sample_token(identity(p))`, so the unchunked,
+uncached run of a request alone is a pure function of its prompt (`unchunked_outputs`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE, FIRST_TOKEN_ID, mix64
+
+U64 = npt.NDArray[np.uint64]
+I64 = npt.NDArray[np.int64]
+SAMPLE_SALT = np.uint64(0x5DEECE66D1B2C3A5)
+POISON = np.uint64(0xA5A5_0000_5A5A_FFFF)  # xor-ed into entries computed from bad reads
+
+
+def terms(positions: I64, tokens: I64) -> U64:
+    """term(i, t) elementwise; positions and tokens are equal-length int arrays."""
+    keys = (tokens.astype(np.uint64) << np.uint64(32)) | positions.astype(np.uint64)
+    return mix64(keys)
+
+
+def identities(tokens: I64, start_identity: np.uint64 = np.uint64(0), start_pos: int = 0) -> U64:
+    """identity(start_pos + k) for each k, given identity(start_pos - 1) = start_identity."""
+    positions = np.arange(start_pos, start_pos + tokens.size, dtype=np.int64)
+    out = terms(positions, tokens)
+    with np.errstate(over="ignore"):
+        out[0:1] += start_identity
+        return np.cumsum(out, dtype=np.uint64)
+
+
+def sample_tokens(identity: U64, vocab_size: int = DEFAULT_VOCAB_SIZE) -> I64:
+    """The token a model samples after the position whose KV identity is given."""
+    span = np.uint64(vocab_size - FIRST_TOKEN_ID)
+    return (mix64(identity ^ SAMPLE_SALT) % span).astype(np.int64) + FIRST_TOKEN_ID
+
+
+def unchunked_outputs(prompt: I64, num_outputs: int, vocab_size: int = DEFAULT_VOCAB_SIZE) -> I64:
+    """The outputs of the request run alone: whole prompt in one forward, no cache."""
+    assert prompt.size >= 1 and num_outputs >= 0
+    out = np.zeros(num_outputs, dtype=np.int64)
+    last = identities(prompt)[-1:]
+    for k in range(num_outputs):  # bounded: num_outputs
+        out[k] = sample_tokens(last, vocab_size)[0]
+        pos = np.array([prompt.size + k], dtype=np.int64)
+        with np.errstate(over="ignore"):
+            last = last + terms(pos, out[k : k + 1])
+    return out
+
+
+def outputs_consistent(prompt: I64, outputs: I64, vocab_size: int = DEFAULT_VOCAB_SIZE) -> int:
+    """Index of the first output that differs from the unchunked run, or -1 if none.
+
+    Vectorized: output k must be the sample after identity(len(prompt) + k - 1) of the
+    sequence prompt + outputs, which holds iff it equals the unchunked output k given that
+    every earlier output matched.
+    """
+    if outputs.size == 0:
+        return -1
+    ids = identities(np.concatenate([prompt, outputs[:-1]]))
+    expected = sample_tokens(ids[prompt.size - 1 :], vocab_size)
+    bad = np.flatnonzero(expected != outputs)
+    return int(bad[0]) if bad.size else -1
