@@ -35,7 +35,7 @@ class LengthSpec:
         assert self.kind != "fixed" or self.low == self.high, "fixed: low == high"
         assert self.block_size >= 2, "block_size >= 2 (so k * block_size - 1 >= 1)"
         if self.kind == "boundary":
-            assert self._k_range()[0] <= self._k_range()[1], (
+            assert LengthSpec.boundary_possible(self.low, self.high, self.block_size), (
                 f"no k*{self.block_size}+-1 in [{self.low}, {self.high}]"
             )
 
@@ -50,6 +50,14 @@ class LengthSpec:
     @staticmethod
     def boundary(low: int, high: int, block_size: int) -> LengthSpec:
         return LengthSpec("boundary", low, high, block_size)
+
+    @staticmethod
+    def boundary_possible(low: int, high: int, block_size: int) -> bool:
+        """True iff some k * block_size + d (k >= 1, d in -1..1) lies in [low, high]."""
+        if block_size < 2 or low > high:
+            return False
+        k_min, k_max = _k_range(low, high, block_size)
+        return k_min <= k_max
 
     def sample(self, rng: np.random.Generator, count: int) -> npt.NDArray[np.int64]:
         """`count` lengths drawn from `rng` (fixed draws nothing)."""
@@ -66,15 +74,15 @@ class LengthSpec:
 
     def _sample_boundary(self, rng: np.random.Generator, count: int) -> npt.NDArray[np.int64]:
         """Uniform over the valid (k, d) pairs: k in the k range, d in {-1, 0, +1}."""
-        k_min, k_max = self._k_range()
+        k_min, k_max = _k_range(self.low, self.high, self.block_size)
         candidates = np.arange(k_min, k_max + 1, dtype=np.int64)[:, None] * self.block_size
         values = (candidates + np.array([-1, 0, 1], dtype=np.int64)[None, :]).ravel()
         values = values[(values >= self.low) & (values <= self.high)]
         return rng.choice(values, size=count)
 
-    def _k_range(self) -> tuple[int, int]:
-        """The k with some k*B+d (d in -1..1) in [low, high]; k >= 1."""
-        size = self.block_size
-        k_min = max(1, -(-(self.low - 1) // size))  # ceil((low - 1) / B)
-        k_max = (self.high + 1) // size
-        return k_min, k_max
+
+def _k_range(low: int, high: int, block_size: int) -> tuple[int, int]:
+    """The k >= 1 with some k * block_size + d (d in -1..1) in [low, high]."""
+    k_min = max(1, -(-(low - 1) // block_size))  # ceil((low - 1) / B)
+    k_max = (high + 1) // block_size
+    return k_min, k_max
