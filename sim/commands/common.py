@@ -18,7 +18,6 @@ import functools
 import math
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
@@ -139,14 +138,14 @@ def write_trace_output(path: str, requests: Iterable[TraceRequest]) -> int:
     """Write a trace to `path` ("-": stdout); a file appears only once complete."""
     if path == "-":
         return write_trace(sys.stdout, requests)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, temp_path = tempfile.mkstemp(prefix=".trace-", suffix=".tmp", dir=folder)
+    temp_path = f"{path}.tmp-{os.getpid()}"  # beside the target, so os.replace is atomic
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with open(temp_path, "x", encoding="utf-8") as fh:
             count = write_trace(fh, requests)
         os.replace(temp_path, path)
     except BaseException:
-        os.unlink(temp_path)
+        if os.path.exists(temp_path):
+            os.unlink(temp_path)
         raise
     return count
 
