@@ -1,0 +1,132 @@
+"""What both vLLM adapters need and no vLLM version owns: environment, a tiny local model
+config, the frontend's prompt-length check, the runner-side block tables, chunk tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from schedcheck.engines.protocol import EngineRequest, TokenArray
+
+TINY_VOCAB_SIZE = 1 << 20  # token ids are never embedded; only metadata reads this
+EOS_TOKEN_ID = 2  # every request sets ignore_eos, so EOS never stops one
+
+
+def prepare_environment() -> None:
+    """Keep vLLM and transformers off the network and quiet; call before importing vLLM."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+
+
+def write_tiny_model_dir(max_model_len: int) -> str:
+    """A temp directory holding a tiny Llama `config.json`, so vLLM's ModelConfig resolves
+    a model without the hub. Nothing is loaded or run from it."""
+    assert max_model_len >= 1
+    path = tempfile.mkdtemp(prefix="schedcheck_vllm_model_")
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "vocab_size": TINY_VOCAB_SIZE,
+        "max_position_embeddings": max_model_len,
+        "rms_norm_eps": 1e-5,
+        "bos_token_id": 1,
+        "eos_token_id": EOS_TOKEN_ID,
+        "torch_dtype": "float32",
+    }
+    with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    return path
+
+
+def frontend_rejection(request: EngineRequest, max_model_len: int) -> str | None:
+    """The reason vLLM's frontend refuses a prompt before it reaches the scheduler, or None.
+
+    Both engine generations refuse a decoder prompt that leaves no room for one output
+    token (v1: `InputProcessor._validate_model_input`; v0: `LLMEngine._validate_model_inputs`
+    and the scheduler's "too long" ignore path, which this check pre-empts).
+    """
+    n = request.num_prompt_tokens
+    if n >= max_model_len:
+        return (
+            f"prompt (length {n}) plus at least one output token is longer than "
+            f"max_model_len {max_model_len}"
+        )
+    return None
+
+
+class RunnerBlockTables:
+    """Block tables as the model runner keeps them: set when a request is (re)scheduled
+    from scratch, appended with each step's new block ids, dropped when it finishes.
+
+    ScheduledRequest.block_table is read from here, so what the shadow-KV oracle checks is
+    the table the real runner would hand to attention, not the manager's own list (the KV
+    snapshot exposes that one; an invariant can compare the two). Tuples are cached per
+    request and rebuilt only when the table changes.
+    """
+
+    def __init__(self) -> None:
+        self._lists: dict[str, list[int]] = {}
+        self._tuples: dict[str, tuple[int, ...]] = {}
+
+    def set(self, request_id: str, block_ids: Sequence[int]) -> None:
+        self._lists[request_id] = list(block_ids)
+        self._tuples.pop(request_id, None)
+
+    def extend(self, request_id: str, block_ids: Sequence[int]) -> None:
+        if block_ids:
+            self._lists[request_id].extend(block_ids)
+            self._tuples.pop(request_id, None)
+
+    def drop(self, request_ids: Iterable[str]) -> None:
+        for request_id in request_ids:
+            self._lists.pop(request_id, None)
+            self._tuples.pop(request_id, None)
+
+    def table(self, request_id: str) -> tuple[int, ...]:
+        cached = self._tuples.get(request_id)
+        if cached is None:
+            cached = self._tuples[request_id] = tuple(self._lists[request_id])
+        return cached
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._lists
+
+
+def chunk_token_ids(
+    prompt: TokenArray, output_token_ids: Sequence[int], start: int, stop: int
+) -> TokenArray:
+    """Tokens [start, stop) of prompt + outputs, int64 and read-only.
+
+    A chunk inside the prompt is a view of the (read-only) prompt array; otherwise the
+    output part is copied. `output_token_ids` is the engine's own list of emitted tokens.
+    """
+    n_prompt = int(prompt.size)
+    assert 0 <= start < stop <= n_prompt + len(output_token_ids), (start, stop)
+    if stop <= n_prompt:
+        return prompt[start:stop]
+    tail = np.asarray(output_token_ids[max(start - n_prompt, 0) : stop - n_prompt], np.int64)
+    out = tail if start >= n_prompt else np.concatenate([prompt[start:], tail])
+    out.flags.writeable = False
+    return out
+
+
+def read_only_prompt(prompt: TokenArray) -> TokenArray:
+    """The prompt as an int64 array that no one can write (a view when it already is)."""
+    arr = np.asarray(prompt, dtype=np.int64)
+    if arr.flags.writeable:
+        arr = arr.copy()
+        arr.flags.writeable = False
+    return arr

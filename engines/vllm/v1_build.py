@@ -1,0 +1,109 @@
+"""Construct vLLM 0.33's real v1 `Scheduler` (with its `KVCacheManager` and `BlockPool`) on a
+CPU, with no model, no tokenizer and no hub: what `EngineCore.__init__` would build, minus
+the executor. Imports vLLM; import it only from the vllm-v1 adapter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from schedcheck.engines.protocol import EngineConfig
+from schedcheck.engines.vllm.common import prepare_environment, write_tiny_model_dir
+
+prepare_environment()
+
+import torch  # noqa: E402
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    DeviceConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+)
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+HASH_ALGO = "sha256"  # vLLM's default prefix_caching_hash_algo; cryptographic, seeded fixed
+LAYER_NAME = "model.layers.0.self_attn.attn"
+
+
+@dataclass(frozen=True)
+class BuiltScheduler:
+    scheduler: Scheduler
+    block_hasher: Any  # Callable[[Request], list[BlockHash]]
+    model_dir: str
+
+
+def build_scheduler(config: EngineConfig) -> BuiltScheduler:
+    """The scheduler, and the block hasher every Request must carry (as EngineCore passes).
+
+    One KV-cache group (FullAttentionSpec) with `config.num_gpu_blocks` blocks, of which
+    vLLM itself takes block 0 as its null block.
+    """
+    model_dir = write_tiny_model_dir(config.max_model_len)
+    vllm_config = _vllm_config(config, model_dir)
+    kv_cache_config = KVCacheConfig(
+        num_blocks=config.num_gpu_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec([LAYER_NAME], _attention_spec(config.block_size))],
+    )
+    scheduler = Scheduler(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=config.block_size,
+        hash_block_size=config.block_size,
+        log_stats=False,
+    )
+    hash_fn = get_hash_fn_by_name(HASH_ALGO)
+    init_none_hash(hash_fn)
+    hasher = get_request_block_hasher(config.block_size, hash_fn)
+    return BuiltScheduler(scheduler=scheduler, block_hasher=hasher, model_dir=model_dir)
+
+
+def _attention_spec(block_size: int) -> FullAttentionSpec:
+    return FullAttentionSpec(
+        block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+    )
+
+
+def _vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
+    model_config = ModelConfig(
+        model=model_dir,
+        skip_tokenizer_init=True,
+        dtype="float32",
+        max_model_len=config.max_model_len,
+        seed=0,
+    )
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_model_len=config.max_model_len,
+        enable_chunked_prefill=config.enable_chunked_prefill,
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
+        is_encoder_decoder=False,
+        async_scheduling=False,
+        policy=config.extra.get("policy", "fcfs"),
+    )
+    cache_config = CacheConfig(
+        block_size=config.block_size,
+        enable_prefix_caching=config.enable_prefix_caching,
+        prefix_caching_hash_algo=HASH_ALGO,
+        cache_dtype="auto",
+    )
+    vllm_config = VllmConfig(
+        model_config=model_config,
+        scheduler_config=scheduler_config,
+        cache_config=cache_config,
+        device_config=DeviceConfig(device="cpu"),
+    )
+    vllm_config.cache_config.num_gpu_blocks = config.num_gpu_blocks
+    return vllm_config

@@ -1,0 +1,95 @@
+"""A KVSnapshot read straight from vLLM v1's own `BlockPool` and KV-cache manager.
+
+Nothing is copied at construction: each method walks vLLM's structures when called, so a
+snapshot costs nothing for a step whose invariants do not ask, and it must not outlive the
+step (the protocol's rule).
+
+The null block. vLLM's BlockPool pops block 0 off the free queue at start-up and keeps it
+as `null_block`, a placeholder for table entries that hold no KV (sliding-window and Mamba
+groups); its ref_cnt is "not maintained" (block_pool.py), i.e. stays 0. With the one
+full-attention group we build, no request's table ever holds it. This snapshot reports it
+as vLLM's own accounting does (`reset_prefix_cache`: "the null block is always marked as
+used"): ref_cnt 1, never free, never cached, in no block table, and lists it in
+`reserved_block_ids()`. Invariants should therefore check
+    free + used == num_blocks, with used = {b : ref_cnt[b] > 0}, and
+    ref_cnt[b] == count of b over block_tables()  for every b not in reserved_block_ids().
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+from vllm.v1.core.kv_cache_utils import get_block_hash
+from vllm.v1.core.sched.scheduler import Scheduler
+
+NULL_BLOCK_REF_CNT = 1  # reported for vLLM's null block: held by the pool itself
+
+
+class V1KVSnapshot:
+    """KVSnapshot over one vLLM v1 scheduler (group 0, the only KV-cache group)."""
+
+    def __init__(self, scheduler: Scheduler, block_size: int) -> None:
+        self._scheduler = scheduler
+        self._pool = scheduler.kv_cache_manager.block_pool
+        self._manager = scheduler.kv_cache_manager.coordinator.single_type_managers[0]
+        self._block_size = block_size
+
+    @property
+    def block_size(self) -> int:
+        return self._block_size
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self._pool.num_gpu_blocks)
+
+    def reserved_block_ids(self) -> tuple[int, ...]:
+        """Blocks the engine holds for itself, in no request's table: vLLM's null block."""
+        return (int(self._pool.null_block.block_id),)
+
+    def ref_cnt(self) -> npt.NDArray[np.int64]:
+        blocks = self._pool.blocks
+        out = np.fromiter((b.ref_cnt for b in blocks), np.int64, len(blocks))
+        null_id = self._pool.null_block.block_id
+        assert out[null_id] == 0, "vLLM's null block ref_cnt is not maintained (stays 0)"
+        out[null_id] = NULL_BLOCK_REF_CNT
+        return out
+
+    def free_block_ids(self) -> Sequence[int]:
+        """vLLM's free_block_queue, head first (the head is evicted / reused first)."""
+        return [b.block_id for b in self._pool.free_block_queue.get_all_free_blocks()]
+
+    def cached_blocks(self) -> Mapping[int, bytes]:
+        """block id -> vLLM's BlockHash (bytes, group id stripped), in block-id order."""
+        return {
+            b.block_id: bytes(get_block_hash(b.block_hash))
+            for b in self._pool.blocks
+            if b.block_hash is not None
+        }
+
+    def block_tables(self) -> Mapping[str, Sequence[int]]:
+        """The manager's own req_to_blocks (not the runner's copy), in its dict order."""
+        return {
+            req_id: [b.block_id for b in blocks]
+            for req_id, blocks in self._manager.req_to_blocks.items()
+            if blocks
+        }
+
+    def num_computed_tokens(self) -> Mapping[str, int]:
+        """request id -> Request.num_computed_tokens, for every request holding blocks.
+
+        vLLM v1 keeps no separate count in the KV manager: `allocate_slots` reads the
+        Request's own num_computed_tokens, which `schedule()` has already advanced by the
+        step's scheduled tokens. `num_cached_blocks()` is the manager's own count.
+        """
+        requests = self._scheduler.requests
+        return {
+            req_id: int(requests[req_id].num_computed_tokens)
+            for req_id, blocks in self._manager.req_to_blocks.items()
+            if blocks
+        }
+
+    def num_cached_blocks(self) -> Mapping[str, int]:
+        """request id -> the manager's num_cached_block: leading blocks whose hash it cached."""
+        return dict(self._manager.num_cached_block)

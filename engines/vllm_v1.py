@@ -1,0 +1,251 @@
+"""Engine under test: vLLM 0.33's real v1 Scheduler + KVCacheManager, driven with no model.
+
+The adapter owns no scheduling logic. Each step:
+
+    schedule():            vLLM Scheduler.schedule()  -> vLLM SchedulerOutput
+                           mapped here, as the v1 model runner (`_update_states`) reads it:
+                             scheduled_new_reqs      -> block table set from block_ids[0]
+                             scheduled_cached_reqs   -> resumed: table replaced by
+                                                        new_block_ids[0]; running: appended
+                             num_scheduled_tokens    -> batch order and chunk sizes
+                             num_computed_tokens     -> the chunk's first position
+                             finished_req_ids        -> runner forgets the request
+    update_from_output():  our sampled tokens -> a ModelRunnerOutput (one token for each
+                           request whose chunk reaches num_tokens, none for a partial
+                           prefill chunk) -> Scheduler.update_from_output()
+    abort_request():       Scheduler.finish_requests(id, RequestStatus.FINISHED_ABORTED)
+    kv_snapshot():         vLLM's own BlockPool / manager state (see vllm/v1_snapshot.py,
+                           which also says how the null block, block 0, is reported)
+
+Token layout of one request in one step (vLLM's `num_computed_tokens` is read from the
+scheduler output, i.e. before `_update_after_schedule` advances it)::
+
+    | computed (KV in cache)        | chunk: num_scheduled_tokens | rest |
+    0                num_computed_tokens                  +num_scheduled   num_tokens
+
+An exception raised inside vLLM propagates unchanged out of the method that called it;
+the simulator turns it into an `engine-crash` finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from schedcheck.engines.protocol import (
+    EngineConfig,
+    EngineRequest,
+    FinishedRequest,
+    KVSnapshot,
+    ScheduledRequest,
+    SchedulerOutput,
+)
+from schedcheck.engines.vllm.common import (
+    RunnerBlockTables,
+    chunk_token_ids,
+    frontend_rejection,
+    read_only_prompt,
+)
+from schedcheck.engines.vllm.v1_build import build_scheduler
+from schedcheck.engines.vllm.v1_snapshot import V1KVSnapshot
+
+from vllm.sampling_params import SamplingParams  # isort: skip
+from vllm.v1.core.sched.output import SchedulerOutput as VllmSchedulerOutput  # isort: skip
+from vllm.v1.outputs import ModelRunnerOutput  # isort: skip
+from vllm.v1.request import Request, RequestStatus  # isort: skip
+
+ENGINE_NAME = "vllm-v1"
+
+
+class VllmV1Engine:
+    """The Engine protocol over one vLLM v1 Scheduler."""
+
+    name = ENGINE_NAME
+
+    def __init__(self, config: EngineConfig) -> None:
+        assert config.block_manager in ("hashed", "v1"), (
+            f"vllm-v1 has one KV-cache manager; block_manager={config.block_manager!r}"
+        )
+        built = build_scheduler(config)
+        self.config = config
+        self.scheduler = built.scheduler
+        self._block_hasher = built.block_hasher
+        self._prompts: dict[str, object] = {}  # request id -> read-only int64 prompt
+        self._live: dict[str, Request] = {}  # ids added and not yet reported finished
+        self._tables = RunnerBlockTables()
+        self._step = 0
+        self._last: tuple[SchedulerOutput, VllmSchedulerOutput] | None = None
+        self._pending_finished: list[FinishedRequest] = []  # aborts, rejections
+        self._rejected: list[tuple[str, str]] = []  # (id, reason) for the next step
+
+    # ------------------------------------------------------------------ requests --
+    def add_request(self, request: EngineRequest) -> None:
+        rid = request.request_id
+        assert rid not in self._live and rid not in self._prompts, f"duplicate id {rid}"
+        reason = frontend_rejection(request, self.config.max_model_len)
+        if reason is not None:
+            self._rejected.append((rid, reason))
+            return
+        prompt = read_only_prompt(request.prompt_token_ids)
+        vllm_request = Request(
+            request_id=rid,
+            prompt_token_ids=prompt.tolist(),
+            sampling_params=SamplingParams(max_tokens=request.max_tokens, ignore_eos=True),
+            pooling_params=None,
+            arrival_time=request.arrival_time_s,
+            priority=request.priority,
+            cache_salt=request.cache_salt,
+            block_hasher=self._block_hasher,
+        )
+        self.scheduler.add_request(vllm_request)
+        self._prompts[rid] = prompt
+        self._live[rid] = vllm_request
+
+    def abort_request(self, request_id: str) -> None:
+        """vLLM's own abort path; the abort is reported by the next update_from_output."""
+        request = self._live.get(request_id)
+        if request is None or request.is_finished():
+            return
+        aborted = self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
+        assert [r.request_id for r in aborted] == [request_id]
+        self._report_finished(request, "abort")
+
+    # ---------------------------------------------------------------------- step --
+    def schedule(self) -> SchedulerOutput:
+        assert self._last is None, "schedule() twice without update_from_output()"
+        vllm_output = self.scheduler.schedule()
+        output = self._map_output(vllm_output)
+        self._last = (output, vllm_output)
+        return output
+
+    def update_from_output(
+        self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
+    ) -> list[FinishedRequest]:
+        assert self._last is not None and self._last[0] is output, "not the last step"
+        vllm_output = self._last[1]
+        self._last = None
+        runner_output = self._runner_output(output, sampled_token_ids)
+        engine_outputs = self.scheduler.update_from_output(vllm_output, runner_output)
+        for outputs in engine_outputs.values():
+            for out in outputs.outputs:
+                if out.finish_reason is not None:
+                    self._report_finished(self._live[out.request_id], str(out.finish_reason))
+        finished, self._pending_finished = self._pending_finished, []
+        return finished
+
+    # ----------------------------------------------------------------- inspection --
+    def kv_snapshot(self) -> KVSnapshot:
+        return V1KVSnapshot(self.scheduler, self.config.block_size)
+
+    def has_unfinished_requests(self) -> bool:
+        return (
+            self.scheduler.has_unfinished_requests()
+            or bool(self._rejected)
+            or bool(self._pending_finished)
+        )
+
+    def waiting_reasons(self) -> Mapping[str, str]:
+        """Every live request not in vLLM's running queue, with its status and the pool."""
+        free = self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+        running = {id(r) for r in self.scheduler.running}
+        return {
+            rid: f"{r.status.name}: {len(self.scheduler.running)} running, {free} free blocks"
+            for rid, r in self._live.items()
+            if id(r) not in running and not r.is_finished()
+        }
+
+    # ------------------------------------------------------------------- mapping --
+    def _map_output(self, so: VllmSchedulerOutput) -> SchedulerOutput:
+        """Our SchedulerOutput from vLLM's, in vLLM's batch order (num_scheduled_tokens)."""
+        self._step += 1
+        self._tables.drop(so.finished_req_ids)
+        computed, admitted = self._update_tables(so)
+        scheduled = tuple(
+            self._scheduled_request(rid, n, computed[rid], rid in admitted)
+            for rid, n in so.num_scheduled_tokens.items()
+        )
+        rejected, self._rejected = self._rejected, []
+        for rid, reason in rejected:
+            self._pending_finished.append(FinishedRequest(rid, (), f"rejected: {reason}"))
+        return SchedulerOutput(
+            step=self._step,
+            scheduled=scheduled,
+            preempted_req_ids=tuple(sorted(so.preempted_req_ids or ())),
+            finished_req_ids=tuple(sorted(so.finished_req_ids)),
+            rejected_req_ids=tuple(rid for rid, _ in rejected),
+            rejected_reasons=tuple(reason for _, reason in rejected),
+        )
+
+    def _update_tables(self, so: VllmSchedulerOutput) -> tuple[dict[str, int], set[str]]:
+        """Apply the step's block ids to the runner tables, as `_update_states` does.
+
+        Returns request id -> num_computed_tokens before the step, and the ids (re)admitted
+        this step (new or resumed), whose num_computed_tokens is their prefix-cache hit.
+        """
+        computed: dict[str, int] = {}
+        for new in so.scheduled_new_reqs:
+            self._tables.set(new.req_id, new.block_ids[0])
+            computed[new.req_id] = new.num_computed_tokens
+        admitted = set(computed)
+        cached = so.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            block_ids = cached.new_block_ids[i]
+            if rid in cached.resumed_req_ids:
+                assert block_ids is not None, f"resumed {rid} without a block table"
+                self._tables.set(rid, block_ids[0])
+                admitted.add(rid)
+            elif block_ids is not None:
+                self._tables.extend(rid, block_ids[0])
+            computed[rid] = cached.num_computed_tokens[i]
+        return computed, admitted
+
+    def _scheduled_request(
+        self, rid: str, num_scheduled: int, num_computed: int, admitted: bool
+    ) -> ScheduledRequest:
+        request = self._live[rid]
+        # schedule() has already advanced the request by this step's tokens
+        assert request.num_computed_tokens == num_computed + num_scheduled, rid
+        end = num_computed + num_scheduled
+        return ScheduledRequest(
+            request_id=rid,
+            num_computed_tokens=num_computed,
+            num_scheduled_tokens=num_scheduled,
+            num_tokens=request.num_tokens,
+            num_prompt_tokens=request.num_prompt_tokens,
+            token_ids=chunk_token_ids(
+                self._prompts[rid], request.output_token_ids, num_computed, end
+            ),
+            block_table=self._tables.table(rid),
+            num_cached_tokens=num_computed if admitted else 0,
+        )
+
+    def _runner_output(
+        self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
+    ) -> ModelRunnerOutput:
+        """One token for each sampling request, none for a partial prefill chunk."""
+        req_ids = [r.request_id for r in output.scheduled]
+        sampled: list[list[int]] = []
+        for r in output.scheduled:
+            token = sampled_token_ids.get(r.request_id)
+            assert (token is not None) <= r.samples, f"{r.request_id}: token but no sampling"
+            assert token is not None or not r.samples or r.request_id not in self._live, (
+                f"{r.request_id}: its chunk reaches num_tokens but no token was sampled"
+            )
+            sampled.append([] if token is None else [int(token)])
+        return ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+        )
+
+    def _report_finished(self, request: Request, reason: str) -> None:
+        rid = request.request_id
+        self._live.pop(rid)
+        self._prompts.pop(rid)
+        self._pending_finished.append(
+            FinishedRequest(rid, tuple(int(t) for t in request.output_token_ids), reason)
+        )
+
+
+def make_engine(config: EngineConfig) -> VllmV1Engine:
+    """Factory named in the engine registry ("vllm-v1")."""
+    return VllmV1Engine(config)
