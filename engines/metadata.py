@@ -67,6 +67,11 @@ class RunnerMetadata:
         return np.diff(self.query_start_loc)
 
     @functools.cached_property
+    def row_req(self) -> IntArray:
+        """(T,) the batch index of the request each flattened row belongs to."""
+        return np.repeat(np.arange(self.num_reqs, dtype=np.int64), self.query_lens)
+
+    @functools.cached_property
     def block_table_array(self) -> IntArray:
         """(B, max_blocks) block ids, padded with -1; built only when asked for."""
         tables = [r.block_table for r in self.output.scheduled]

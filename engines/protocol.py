@@ -170,7 +170,7 @@ class EngineConfig:
     """The engine options every engine understands (vLLM's names)."""
 
     block_size: int = 16
-    num_gpu_blocks: int = 27_000
+    num_gpu_blocks: int = 27_136  # Llama-3.1-8B on one H100 80GB (sim/deployment.py)
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     max_model_len: int = 131_072

@@ -1,0 +1,120 @@
+"""Token accounting: every step runs each request's next tokens, once, within the budget.
+
+Properties (each checked every step):
+- budget: the step's scheduled tokens total at most max_num_batched_tokens, and at most
+  max_num_seqs requests run; no request appears twice;
+- range: 0 <= num_computed_tokens, num_scheduled_tokens >= 1, and
+  num_computed_tokens + num_scheduled_tokens <= num_tokens, so at least one token of a fully
+  cached prompt is still computed (vllm#7753: logits are needed);
+- chunk: the chunk holds exactly num_scheduled_tokens token ids;
+- contiguity: a request's chunks follow each other with no gap or overlap; only a
+  (re)admission (first schedule, or after a preemption) may start elsewhere, and then at
+  its prefix-cache hit length (num_cached_tokens);
+- blocks: the block table holds at least cdiv(num_computed + num_scheduled, block_size)
+  blocks (vllm#7380: off by one at exact multiples);
+- knowledge: num_tokens equals the tokens the request really has (prompt + outputs);
+- agreement: after the update, the KV manager's num_computed_tokens equals the
+  scheduler's (vllm#11186).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from schedcheck.engines.protocol import EngineConfig, SchedulerOutput
+from schedcheck.invariants.violation import Violation
+
+
+class AccountingChecker:
+    """Holds, per running request, where its next chunk must start."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.next_start: dict[str, int] = {}  # request id -> num_computed after its last step
+
+    def check_step(
+        self, output: SchedulerOutput, known_num_tokens: Mapping[str, int]
+    ) -> list[Violation]:
+        cfg = self.config
+        step = output.step
+        out: list[Violation] = []
+        for rid in output.preempted_req_ids + output.finished_req_ids:
+            self.next_start.pop(rid, None)
+        total = output.total_num_scheduled_tokens
+        if total > cfg.max_num_batched_tokens:
+            out.append(Violation("accounting.budget", step,
+                                 f"{total} tokens scheduled, max_num_batched_tokens is "
+                                 f"{cfg.max_num_batched_tokens}",
+                                 expected=f"<= {cfg.max_num_batched_tokens}", found=str(total)))  # fmt: skip
+        if len(output.scheduled) > cfg.max_num_seqs:
+            out.append(Violation("accounting.max-num-seqs", step,
+                                 f"{len(output.scheduled)} requests run, max_num_seqs is "
+                                 f"{cfg.max_num_seqs}"))  # fmt: skip
+        seen: set[str] = set()
+        for req in output.scheduled:
+            if req.request_id in seen:
+                out.append(Violation("accounting.duplicate", step, "scheduled twice in one step",
+                                     request_id=req.request_id))  # fmt: skip
+            seen.add(req.request_id)
+            out.extend(self._check_request(step, req, known_num_tokens.get(req.request_id)))
+        return out
+
+    def _check_request(self, step: int, req, known: int | None) -> list[Violation]:
+        rid, bs = req.request_id, self.config.block_size
+        ncomp, nsched, end = req.num_computed_tokens, req.num_scheduled_tokens, req.num_end_tokens
+        out: list[Violation] = []
+
+        def bad(invariant: str, message: str, **kw) -> None:
+            out.append(Violation(invariant, step, message, request_id=rid, **kw))
+
+        if ncomp < 0 or nsched < 1:
+            bad("accounting.range", f"num_computed_tokens {ncomp}, num_scheduled_tokens {nsched}")
+        if end > req.num_tokens:
+            bad("accounting.range",
+                f"runs tokens up to {end}, the request has {req.num_tokens} (num_computed_tokens "
+                f"{ncomp} + num_scheduled_tokens {nsched})", position=req.num_tokens)  # fmt: skip
+        if ncomp >= req.num_tokens:
+            bad("accounting.full-hit-cap",
+                f"num_computed_tokens {ncomp} covers all {req.num_tokens} tokens: at least one "
+                "must still be computed (vllm#7753)", position=ncomp)  # fmt: skip
+        if req.token_ids.size != nsched:
+            bad("accounting.chunk",
+                f"chunk holds {req.token_ids.size} token ids for {nsched} scheduled tokens")
+        if known is not None and known != req.num_tokens:
+            bad("accounting.num-tokens",
+                f"scheduled with num_tokens {req.num_tokens}, the request has {known} tokens",
+                expected=str(known), found=str(req.num_tokens))  # fmt: skip
+        need = -(-end // bs)
+        if len(req.block_table) < need:
+            bad("accounting.block-table-short",
+                f"block table holds {len(req.block_table)} blocks, tokens up to {end} need {need}",
+                position=end - 1, expected=f">= {need} blocks",
+                found=f"{len(req.block_table)} blocks")  # fmt: skip
+        start = self.next_start.get(rid)
+        if start is None:
+            if ncomp != req.num_cached_tokens:
+                bad("accounting.admission",
+                    f"admitted at num_computed_tokens {ncomp}, but its prefix-cache hit is "
+                    f"{req.num_cached_tokens} tokens", position=ncomp)  # fmt: skip
+        elif ncomp != start:
+            kind = "gap" if ncomp > start else "overlap"
+            bad("accounting.contiguity",
+                f"chunk starts at {ncomp}, the previous one ended at {start} ({kind})",
+                position=min(ncomp, start), expected=str(start), found=str(ncomp))  # fmt: skip
+        self.next_start[rid] = end
+        return out
+
+    def check_agreement(self, step: int, manager_computed: Mapping[str, int]) -> list[Violation]:
+        """After the update: the KV manager counts the same computed tokens as the scheduler."""
+        out = []
+        for rid, start in self.next_start.items():
+            have = manager_computed.get(rid)
+            if have is not None and have != start:
+                out.append(Violation("accounting.manager-agreement", step,
+                                     f"scheduler has num_computed_tokens {start}, the KV manager "
+                                     f"{have}", request_id=rid, expected=str(start),
+                                     found=str(have)))  # fmt: skip
+        return out
+
+    def forget(self, request_id: str) -> None:
+        self.next_start.pop(request_id, None)

@@ -1,0 +1,142 @@
+"""Block pool: every block is accounted for exactly once, and cached blocks hold their hash.
+
+Properties:
+- ref-cnt: a block's ref_cnt equals the number of live block tables that hold it;
+- free-queue: the free queue names each block at most once, and only blocks with
+  ref_cnt 0 (a referenced block is never evicted); every block with ref_cnt 0 is in the
+  free queue or in the prefix cache (no block is lost);
+- owners: only live requests hold block tables (a finished or aborted request holds none);
+- cached-content: a cached block was fully written, and equal block hashes always name
+  equal content: the hash model's identity of the block's last slot, which covers the
+  block's tokens *and* every token before it (vllm#12621: a hash without its parent);
+- no leak: once every request has finished, no block is referenced.
+
+Blocks an engine reserves for itself (vLLM's null block) are named by the snapshot's
+optional `reserved_block_ids` and are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+import numpy as np
+
+from schedcheck.engines.protocol import KVSnapshot
+from schedcheck.invariants.violation import Violation
+
+BlockContents = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+class BlockPoolChecker:
+    """Keeps the content each block hash has named so far (hash -> identity)."""
+
+    def __init__(self) -> None:
+        self.content_of_hash: dict[bytes, int] = {}
+
+    def check(
+        self,
+        step: int,
+        snapshot: KVSnapshot,
+        live_request_ids: Collection[str],
+        block_contents: BlockContents,
+    ) -> list[Violation]:
+        out: list[Violation] = []
+        reserved = np.asarray(getattr(snapshot, "reserved_block_ids", ()), dtype=np.int64)
+        tables = snapshot.block_tables()
+        out.extend(_check_owners(step, tables, live_request_ids))
+        ref_cnt = np.asarray(snapshot.ref_cnt(), dtype=np.int64)
+        held = _count_holders(tables, snapshot.num_blocks)
+        out.extend(_check_ref_cnt(step, ref_cnt, held, reserved))
+        cached = snapshot.cached_blocks()
+        out.extend(_check_free_queue(step, snapshot.free_block_ids(), ref_cnt, cached, reserved))
+        out.extend(self._check_cached(step, cached, block_contents))
+        return out
+
+    def _check_cached(
+        self, step: int, cached, block_contents: BlockContents
+    ) -> list[Violation]:
+        if not cached:
+            return []
+        block_ids = np.fromiter(sorted(cached), np.int64, len(cached))
+        identity, complete = block_contents(block_ids)
+        out: list[Violation] = []
+        for b in block_ids[~complete][:1]:
+            out.append(Violation("block-pool.cached-unwritten", step,
+                                 f"block {int(b)} is in the prefix cache but not all of its slots "
+                                 "were written", block=int(b)))  # fmt: skip
+        seen = self.content_of_hash
+        for b, ident in zip(block_ids[complete].tolist(), identity[complete].tolist(), strict=True):
+            h = cached[b]
+            first = seen.setdefault(h, ident)
+            if first != ident:
+                out.append(Violation("block-pool.hash-content", step,
+                                     f"block {b}'s hash {h.hex()[:16]} named other content "
+                                     "before: equal hash, different tokens or parents",
+                                     block=b, expected=f"identity {first:#x}",
+                                     found=f"identity {ident:#x}"))  # fmt: skip
+                break
+        return out
+
+
+def _count_holders(tables, num_blocks: int) -> np.ndarray:
+    if not tables:
+        return np.zeros(num_blocks, dtype=np.int64)
+    flat = np.fromiter((b for t in tables.values() for b in t), np.int64)
+    flat = flat[(flat >= 0) & (flat < num_blocks)]
+    return np.bincount(flat, minlength=num_blocks)
+
+
+def _check_owners(step: int, tables, live) -> list[Violation]:
+    stale = [rid for rid in tables if rid not in live and len(tables[rid]) > 0]
+    return [
+        Violation("block-pool.owner", step, "holds blocks but is not a live request",
+                  request_id=rid, found=f"{len(tables[rid])} blocks")  # fmt: skip
+        for rid in stale[:1]
+    ]
+
+
+def _check_ref_cnt(step: int, ref_cnt, held, reserved) -> list[Violation]:
+    diff = ref_cnt != held
+    diff[reserved] = False
+    return [
+        Violation("block-pool.ref-cnt", step,
+                  f"block {int(b)} has ref_cnt {int(ref_cnt[b])} but {int(held[b])} block tables "
+                  "hold it", block=int(b), expected=str(int(held[b])),
+                  found=str(int(ref_cnt[b])))  # fmt: skip
+        for b in np.flatnonzero(diff)[:1]
+    ]
+
+
+def _check_free_queue(step: int, free_ids, ref_cnt, cached, reserved) -> list[Violation]:
+    out: list[Violation] = []
+    free = np.fromiter(free_ids, np.int64)
+    counts = np.bincount(free, minlength=ref_cnt.size) if free.size else np.zeros_like(ref_cnt)
+    for b in np.flatnonzero(counts > 1)[:1]:
+        out.append(Violation("block-pool.free-queue", step,
+                             f"block {int(b)} is in the free queue {int(counts[b])} times",
+                             block=int(b)))  # fmt: skip
+    for b in np.flatnonzero((counts > 0) & (ref_cnt > 0))[:1]:
+        out.append(Violation("block-pool.free-queue", step,
+                             f"block {int(b)} is in the free queue with ref_cnt {int(ref_cnt[b])}: "
+                             "a referenced block could be evicted", block=int(b)))  # fmt: skip
+    lost = (counts == 0) & (ref_cnt == 0)
+    lost[reserved] = False
+    if cached:
+        lost[np.fromiter(cached, np.int64, len(cached))] = False
+    for b in np.flatnonzero(lost)[:1]:
+        out.append(Violation("block-pool.leak", step,
+                             f"block {int(b)} has ref_cnt 0 but is neither free nor cached: "
+                             "it can never be allocated again", block=int(b)))  # fmt: skip
+    return out
+
+
+def check_no_leak(step: int, snapshot: KVSnapshot) -> list[Violation]:
+    """Once every request finished, no block is referenced (sglang#1858)."""
+    ref_cnt = np.asarray(snapshot.ref_cnt(), dtype=np.int64).copy()
+    ref_cnt[np.asarray(getattr(snapshot, "reserved_block_ids", ()), dtype=np.int64)] = 0
+    return [
+        Violation("block-pool.leak", step,
+                  f"every request finished, block {int(b)} still has ref_cnt {int(ref_cnt[b])}",
+                  block=int(b))  # fmt: skip
+        for b in np.flatnonzero(ref_cnt != 0)[:1]
+    ]

@@ -1,0 +1,58 @@
+"""Outputs: what a finished request returns is what it would return alone, unchunked.
+
+Properties, checked when a request finishes:
+- returned: the engine returns exactly the tokens the executor sampled for the request;
+- length: a request that finished for "length" has exactly max_tokens outputs;
+- unchunked: those tokens equal the run of the request alone, its whole prompt in one
+  forward, no cache (the hash model makes that run a pure function of the prompt).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from schedcheck.engines.protocol import FinishedRequest
+from schedcheck.invariants import hash_model
+from schedcheck.invariants.violation import Violation
+
+
+def check_finished(
+    step: int,
+    finished: FinishedRequest,
+    prompt: np.ndarray,
+    sampled: np.ndarray,
+    max_tokens: int,
+    vocab_size: int,
+) -> list[Violation]:
+    rid = finished.request_id
+    returned = np.asarray(finished.output_token_ids, dtype=np.int64)
+    out: list[Violation] = []
+    if returned.size != sampled.size or not np.array_equal(returned, sampled):
+        k = _first_difference(returned, sampled)
+        out.append(Violation("outputs.returned", step,
+                             f"returns {returned.size} tokens that differ from the {sampled.size} "
+                             f"sampled for it, first at output {k}", request_id=rid,
+                             position=prompt.size + k, expected=_show(sampled, k),
+                             found=_show(returned, k)))  # fmt: skip
+    if finished.reason == "length" and returned.size != max_tokens:
+        out.append(Violation("outputs.length", step,
+                             f"finished for length with {returned.size} outputs, max_tokens is "
+                             f"{max_tokens}", request_id=rid))  # fmt: skip
+    k = hash_model.outputs_consistent(prompt, sampled, vocab_size)
+    if k >= 0:
+        want = hash_model.unchunked_outputs(prompt, k + 1, vocab_size)
+        out.append(Violation("outputs.unchunked", step,
+                             f"output {k} differs from the request run alone, unchunked and "
+                             "uncached", request_id=rid, position=prompt.size + k,
+                             expected=str(int(want[k])), found=str(int(sampled[k]))))  # fmt: skip
+    return out
+
+
+def _first_difference(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(a.size, b.size)
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if diff.size else n
+
+
+def _show(tokens: np.ndarray, k: int) -> str:
+    return str(int(tokens[k])) if k < tokens.size else "end"

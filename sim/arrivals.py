@@ -1,0 +1,141 @@
+"""Arrivals and aborts: SimPy processes that feed the engine loop's inbox.
+
+Open-loop requests are released at `arrival_time_s`. A request with a predecessor
+(`traces/sessions.py`: its parent turn, or the previous request of its closed-loop session)
+is released `think_time_s` after the predecessor finished, and not before its
+`arrival_time_s`; a later turn's full prompt is its parent's full prompt + the parent's
+outputs + its own prompt. Aborts fire at `abort_time_s`.
+
+Nothing here touches the engine: releases and aborts go into the inbox, which the engine
+process drains at the next step boundary (as vLLM's engine core drains its input queue
+between steps), in the order they happened.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from schedcheck.traces.schema import TraceRequest
+from schedcheck.traces.sessions import PredecessorTracker
+from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    request: TraceRequest
+    prompt_token_ids: np.ndarray  # the full prompt (parent history included)
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    request_id: str
+
+
+class Arrivals:
+    """Releases the requests of a trace (streamed, in file order) into an inbox.
+
+    Memory: the TraceRequest and outputs of each finished request are kept (not its
+    materialized prompt), so a later turn can rebuild its history: a few KB per request.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        requests: Iterable[TraceRequest],
+        on_event: Callable[[], None],
+        vocab_size: int = DEFAULT_VOCAB_SIZE,
+    ) -> None:
+        self.env = env
+        self.inbox: deque[Release | Abort] = deque()
+        self.on_event = on_event
+        self.vocab_size = vocab_size
+        self.tracker = PredecessorTracker()
+        self.waiting_on: dict[str, list[TraceRequest]] = {}  # predecessor id -> successors
+        self.live: set[str] = set()  # released or waiting for a predecessor, not finished
+        self.requests: dict[str, TraceRequest] = {}  # every request read so far
+        self.outputs: dict[str, np.ndarray] = {}  # finished request id -> its outputs (int32)
+        self.finished_at_s: dict[str, float] = {}
+        self.num_timers = 0  # pending releases and aborts
+        self.streaming = True
+        self.released: list[TraceRequest] = []  # in release order (for bundles)
+        env.process(self._stream(iter(requests)))
+
+    @property
+    def done(self) -> bool:
+        """True when nothing more will ever be released or aborted."""
+        return not self.streaming and self.num_timers == 0 and not self.waiting_on
+
+    def _stream(self, requests: Iterator[TraceRequest]):
+        for request in requests:  # bounded by the trace
+            delay_s = request.arrival_time_s - self.env.now
+            if delay_s > 0:
+                yield self.env.timeout(delay_s)
+            self.requests[request.request_id] = request
+            predecessor = self.tracker.predecessor_id(request)
+            if predecessor in self.live:
+                self.waiting_on.setdefault(predecessor, []).append(request)
+                self.live.add(request.request_id)
+            elif predecessor in self.finished_at_s:
+                self.live.add(request.request_id)
+                self._release_after(request, self.finished_at_s[predecessor])
+            else:
+                self._release(request)
+        self.streaming = False
+        self.on_event()
+
+    def finished(self, request_id: str, output_token_ids: tuple[int, ...]) -> None:
+        """A request finished (or was aborted or rejected): release what waited for it."""
+        self.live.discard(request_id)
+        self.outputs[request_id] = np.asarray(output_token_ids, dtype=np.int32)
+        self.finished_at_s[request_id] = self.env.now
+        for successor in self.waiting_on.pop(request_id, []):
+            self._release_after(successor, self.env.now)
+
+    def full_prompt(self, request: TraceRequest) -> np.ndarray:
+        """Parent's full prompt + parent's outputs + own prompt (bounded by the turn depth)."""
+        parts = [request.own_prompt_tokens(self.vocab_size)]
+        parent_id = request.parent_request_id
+        for _ in range(len(self.requests)):  # bounded: a chain visits each request once
+            if parent_id is None or parent_id not in self.outputs:
+                break
+            parent = self.requests[parent_id]
+            parts.append(self.outputs[parent_id].astype(np.int64))
+            parts.append(parent.own_prompt_tokens(self.vocab_size))
+            parent_id = parent.parent_request_id
+        prompt = parts[0] if len(parts) == 1 else np.concatenate(parts[::-1])
+        prompt.flags.writeable = False
+        return prompt
+
+    def _release_after(self, request: TraceRequest, predecessor_finish_s: float) -> None:
+        release_s = max(request.arrival_time_s, predecessor_finish_s + request.think_time_s)
+        self._later(release_s, lambda: self._release(request))
+
+    def _release(self, request: TraceRequest) -> None:
+        self.live.add(request.request_id)
+        self.released.append(request)
+        self.inbox.append(Release(request, self.full_prompt(request)))
+        if request.abort_time_s is not None:
+            self._later(request.abort_time_s, lambda: self._abort(request.request_id))
+        self.on_event()
+
+    def _abort(self, request_id: str) -> None:
+        if request_id in self.live:
+            self.inbox.append(Abort(request_id))
+
+    def _later(self, when_s: float, action: Callable[[], None]) -> None:
+        self.num_timers += 1
+
+        def timer():
+            delay_s = when_s - self.env.now
+            if delay_s > 0:
+                yield self.env.timeout(delay_s)
+            self.num_timers -= 1
+            action()
+            self.on_event()
+
+        self.env.process(timer())

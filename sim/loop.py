@@ -1,0 +1,444 @@
+"""The engine loop: a trace through an engine under test on a SimPy clock, checked every step.
+
+One step, as a serving engine runs it::
+
+    drain inbox (arrivals, aborts) -> schedule() -> runner metadata -> executor
+        -> clock += step cost -> update_from_output() -> invariants
+
+Safety phase: every step is checked (token accounting, the shadow-KV reads of the
+executor, the block pool, outputs of finished requests). Liveness phase: once nothing more
+will arrive, every request must finish within a bound derived from the work left, else the
+run fails with the stuck requests and the engine's reasons (exit 3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import time
+import traceback
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import simpy
+
+from schedcheck.engines.metadata import build_metadata
+from schedcheck.engines.protocol import (
+    EngineConfig,
+    EngineRequest,
+    FinishedRequest,
+    SchedulerOutput,
+)
+from schedcheck.engines.registry import make_engine
+from schedcheck.engines.schedule_io import Fingerprint
+from schedcheck.invariants.accounting import AccountingChecker
+from schedcheck.invariants.block_pool import BlockPoolChecker, check_no_leak
+from schedcheck.invariants.outputs import check_finished
+from schedcheck.invariants.violation import Violation
+from schedcheck.sim.arrivals import Abort, Arrivals, Release
+from schedcheck.sim.cost_model import StepCostModel, profile
+from schedcheck.sim.symbolic import SymbolicExecutor
+from schedcheck.traces.schema import TraceRequest
+from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
+
+EXIT_CLEAN, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIVENESS = 0, 1, 2, 3
+TENSOR_EXECUTOR = "schedcheck.gpu.executor:make_executor"
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    seed: int = 0
+    steps_max: int = 10_000_000
+    stall_steps_max: int = 16  # consecutive steps that schedule nothing while work waits
+    liveness_steps_max: int = 0  # after the last arrival; 0 = derived from the work left
+    pool_check_interval_steps: int = 0  # 0 = every step up to 4096 blocks, sparser above
+    keep_going: bool = False  # go on after a violating step
+    record_schedule: bool = False  # keep every SchedulerOutput (for bundles)
+    check_invariants: bool = True
+    vocab_size: int = DEFAULT_VOCAB_SIZE
+    executor: str = "symbolic"  # or "tensor" (gpu/, loaded lazily)
+    executor_options: Mapping[str, Any] = field(default_factory=dict)
+    context_steps: int = 4  # steps of a request quoted in its violations
+    progress: bool = False
+
+
+@dataclass
+class RunResult:
+    engine: str
+    config: EngineConfig
+    options: SimOptions
+    cost: StepCostModel
+    requests: int = 0
+    finished: int = 0
+    aborted: int = 0
+    rejected: int = 0
+    steps: int = 0
+    sim_time_s: float = 0.0
+    wall_time_s: float = 0.0
+    violations: list[Violation] = field(default_factory=list)
+    stuck: dict[str, str] = field(default_factory=dict)  # liveness failure: id -> reason
+    fingerprint: str = ""
+    invariants_checked: int = 0
+    schedule: list[SchedulerOutput] = field(default_factory=list)
+    outputs: dict[str, list[int]] = field(default_factory=dict)
+    trace: list[TraceRequest] = field(default_factory=list)  # requests read, in file order
+
+    @property
+    def exit_code(self) -> int:
+        if self.violations:
+            return EXIT_VIOLATION
+        return EXIT_LIVENESS if self.stuck else EXIT_CLEAN
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "block_manager": self.config.block_manager,
+            "mutant": self.config.mutant,
+            "requests": self.requests,
+            "finished": self.finished,
+            "aborted": self.aborted,
+            "rejected": self.rejected,
+            "steps": self.steps,
+            "sim_time_s": round(self.sim_time_s, 6),
+            "wall_time_s": round(self.wall_time_s, 3),
+            "violations": [v.to_json() for v in self.violations],
+            "stuck": dict(self.stuck),
+            "fingerprint": self.fingerprint,
+            "invariants_checked": self.invariants_checked,
+            "exit_code": self.exit_code,
+        }
+
+
+class EngineCrash(Exception):
+    """The engine under test raised: a finding, not a harness failure."""
+
+    def __init__(self, where: str, exc: BaseException) -> None:
+        super().__init__(f"{where}: {type(exc).__name__}: {exc}")
+        self.where = where
+        self.trace = "".join(traceback.format_exception(exc))
+
+
+def run(
+    trace: Iterable[TraceRequest],
+    engine: str = "reference",
+    config: EngineConfig | None = None,
+    options: SimOptions | None = None,
+    cost: StepCostModel | None = None,
+) -> RunResult:
+    """Replay `trace` through engine `engine` (a name or `package.module:factory`)."""
+    return Simulation(trace, engine, config or EngineConfig(), options or SimOptions(),
+                      cost or profile("llama3-8b-h100")).run()  # fmt: skip
+
+
+class Simulation:
+    def __init__(
+        self,
+        trace: Iterable[TraceRequest],
+        engine: str,
+        config: EngineConfig,
+        options: SimOptions,
+        cost: StepCostModel,
+    ) -> None:
+        self.config, self.options, self.cost = config, options, cost
+        self.result = RunResult(engine, config, options, cost)
+        self.env = simpy.Environment()
+        self.engine = make_engine(engine, config)
+        self.executor = _make_executor(options, config)
+        self.wakeup = self.env.event()
+        self.arrivals = Arrivals(self.env, trace, self._wake, options.vocab_size)
+        self.accounting = AccountingChecker(config)
+        self.pool = BlockPoolChecker()
+        self.fingerprint = Fingerprint()
+        self.live: dict[str, EngineRequest] = {}
+        self.num_tokens: dict[str, int] = {}
+        self.sampled: dict[str, list[int]] = {}
+        self.history: dict[str, deque[tuple[int, ...]]] = {}
+        self.pool_interval = options.pool_check_interval_steps or _auto_interval(config)
+        self.liveness_deadline_step: int | None = None
+        self.empty_steps = 0
+        self.done = False
+        self.progress = _progress(options.progress)
+
+    # -- running ----------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        started = time.perf_counter()
+        proc = self.env.process(self._engine_process())
+        try:
+            self.env.run(until=proc)
+        finally:
+            if self.progress is not None:
+                self.progress.close()
+        res = self.result
+        res.wall_time_s = time.perf_counter() - started
+        res.sim_time_s = float(self.env.now)
+        res.fingerprint = self.fingerprint.hexdigest()
+        res.steps = self.fingerprint.num_steps
+        res.trace = list(self.arrivals.requests.values())
+        res.requests = len(self.arrivals.released)
+        res.invariants_checked += getattr(self.executor, "num_keys_checked", 0)
+        return res
+
+    def _wake(self) -> None:
+        if not self.wakeup.triggered:
+            self.wakeup.succeed()
+
+    def _sleep(self):
+        if self.wakeup.triggered:
+            self.wakeup = self.env.event()
+        yield self.wakeup
+
+    def _engine_process(self):
+        while not self.done:
+            try:
+                self._drain_inbox()
+                if not self.engine.has_unfinished_requests():
+                    if self.arrivals.done and not self.arrivals.inbox:
+                        self._finish_run()
+                        return
+                    yield from self._sleep()
+                    continue
+                if self._liveness_exceeded():
+                    return
+                output = self._call("schedule", self.engine.schedule)
+                if not output.scheduled:
+                    self._after_empty_step(output)
+                    if not self.done:
+                        yield from self._sleep_or_stall()
+                    continue
+                self.empty_steps = 0
+                yield from self._step(output)
+            except EngineCrash as crash:
+                self._violate([Violation("engine-crash", self.fingerprint.num_steps,
+                                         str(crash), found=crash.trace)])  # fmt: skip
+                self.done = True
+
+    def _step(self, output: SchedulerOutput):
+        cfg, opts = self.config, self.options
+        violations: list[Violation] = []
+        if opts.check_invariants:
+            violations += self.accounting.check_step(output, self.num_tokens)
+            self.result.invariants_checked += 3 + 7 * len(output.scheduled)
+        self._retire(output.finished_req_ids, "finished", None)
+        self._reject(output)
+        meta = build_metadata(output, cfg.block_size, cfg.mutant)
+        sampled = self.executor.execute(meta)
+        violations += getattr(self.executor, "violations", [])
+        self.result.invariants_checked += meta.num_tokens  # causal alignment of every row
+        self._record(output)
+        yield self.env.timeout(self.cost.step_time_us(meta) * 1e-6)
+        finished = self._call("update_from_output", self.engine.update_from_output, output, sampled)
+        for rid, token in sampled.items():
+            self.num_tokens[rid] += 1
+            self.sampled[rid].append(token)
+        if opts.check_invariants:
+            violations += self._after_update(output, finished)
+        self._violate(violations)
+        self._finish_requests(finished)
+
+    def _after_update(
+        self, output: SchedulerOutput, finished: list[FinishedRequest]
+    ) -> list[Violation]:
+        step = output.step
+        snapshot = self._call("kv_snapshot", self.engine.kv_snapshot)
+        for f in finished:
+            self.accounting.forget(f.request_id)
+        out = self.accounting.check_agreement(step, snapshot.num_computed_tokens())
+        for f in finished:
+            out += self._check_outputs(step, f)
+        if self.fingerprint.num_steps % self.pool_interval == 0:
+            live = set(self.live) - {f.request_id for f in finished}
+            out += self.pool.check(step, snapshot, live, self._block_contents)
+            self.result.invariants_checked += 3 * snapshot.num_blocks
+        return out
+
+    def _check_outputs(self, step: int, finished: FinishedRequest) -> list[Violation]:
+        request = self.live.get(finished.request_id)
+        if request is None or finished.reason != "length":
+            return []
+        self.result.invariants_checked += 3
+        sampled = np.asarray(self.sampled[finished.request_id], dtype=np.int64)
+        return check_finished(step, finished, request.prompt_token_ids, sampled,
+                              request.max_tokens, self.options.vocab_size)  # fmt: skip
+
+    def _after_empty_step(self, output: SchedulerOutput) -> None:
+        self._retire(output.finished_req_ids, "finished", None)
+        self._reject(output)
+        if output.rejected_req_ids or output.finished_req_ids:
+            self._record(output)
+            self.empty_steps = 0
+        else:
+            self.empty_steps += 1
+
+    def _sleep_or_stall(self):
+        """After a step that ran nothing: retry at once after progress, else wait or fail."""
+        if self.empty_steps == 0 or not self.engine.has_unfinished_requests():
+            return
+        nothing_pending = self.arrivals.done and not self.arrivals.inbox
+        if nothing_pending or self.empty_steps > self.options.stall_steps_max:
+            self._stuck("the engine schedules nothing while requests wait")
+            return
+        yield from self._sleep()
+
+    # -- requests in and out ----------------------------------------------------------------
+
+    def _drain_inbox(self) -> None:
+        inbox = self.arrivals.inbox
+        for _ in range(len(inbox)):  # bounded: what is queued now
+            item = inbox.popleft()
+            if isinstance(item, Release):
+                self._add(item)
+            elif isinstance(item, Abort) and item.request_id in self.live:
+                self._call("abort_request", self.engine.abort_request, item.request_id)
+                self._retire((item.request_id,), "aborted", None)
+        if self.arrivals.done and self.liveness_deadline_step is None:
+            self.liveness_deadline_step = self.fingerprint.num_steps + self._liveness_bound()
+
+    def _add(self, release: Release) -> None:
+        trace_req = release.request
+        request = EngineRequest(
+            request_id=trace_req.request_id,
+            prompt_token_ids=release.prompt_token_ids,
+            max_tokens=trace_req.output_length,
+            arrival_time_s=float(self.env.now),
+            priority=trace_req.priority,
+        )
+        self.live[request.request_id] = request
+        self.num_tokens[request.request_id] = request.num_prompt_tokens
+        self.sampled[request.request_id] = []
+        self.executor.add_request(request.request_id, request.prompt_token_ids)
+        self._call("add_request", self.engine.add_request, request)
+
+    def _finish_requests(self, finished: list[FinishedRequest]) -> None:
+        for f in finished:
+            self._retire((f.request_id,), "finished", f.output_token_ids)
+
+    def _reject(self, output: SchedulerOutput) -> None:
+        self._retire(output.rejected_req_ids, "rejected", None)
+
+    def _retire(self, request_ids: Iterable[str], how: str, outputs: tuple[int, ...] | None) -> None:
+        for rid in request_ids:
+            if self.live.pop(rid, None) is None:
+                continue
+            done = tuple(self.sampled.get(rid, ())) if outputs is None else tuple(outputs)
+            self.result.outputs[rid] = list(done)
+            if how == "finished":
+                self.result.finished += 1
+            elif how == "aborted":
+                self.result.aborted += 1
+            else:
+                self.result.rejected += 1
+            self.executor.finish_request(rid)
+            self.accounting.forget(rid)
+            self.num_tokens.pop(rid, None)
+            self.sampled.pop(rid, None)
+            self.history.pop(rid, None)
+            self.arrivals.finished(rid, done)
+        if self.progress is not None and self.fingerprint.num_steps % 64 == 0:
+            self.progress.n = self.result.finished + self.result.aborted + self.result.rejected
+            self.progress.set_postfix(sim_s=f"{self.env.now:.0f}", steps=self.fingerprint.num_steps,
+                                      refresh=False)  # fmt: skip
+            self.progress.refresh()
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def _record(self, output: SchedulerOutput) -> None:
+        self.fingerprint.update(output)
+        if self.options.record_schedule:
+            self.result.schedule.append(output)
+        keep = self.options.context_steps
+        for r in output.scheduled:
+            hist = self.history.get(r.request_id)
+            if hist is None:
+                hist = self.history[r.request_id] = deque(maxlen=keep)
+            hist.append((output.step, r.num_computed_tokens, r.num_scheduled_tokens, r.num_tokens,
+                         r.num_cached_tokens, len(r.block_table), *r.block_table[-3:]))  # fmt: skip
+        if self.fingerprint.num_steps >= self.options.steps_max:
+            self._stuck(f"steps_max {self.options.steps_max} reached")
+
+    def _violate(self, violations: list[Violation]) -> None:
+        if not violations:
+            return
+        now = float(self.env.now)
+        self.result.violations.extend(
+            dataclasses.replace(v, sim_time_s=now, context=self._context(v.request_id))
+            for v in violations
+        )
+        if not self.options.keep_going:
+            self.done = True
+
+    def _context(self, request_id: str) -> tuple[str, ...]:
+        lines = []
+        for step, ncomp, nsched, ntok, ncached, nblocks, *tail in self.history.get(request_id, ()):
+            lines.append(f"step {step}: num_computed_tokens {ncomp} + num_scheduled_tokens "
+                         f"{nsched} of num_tokens {ntok} (cached {ncached}); {nblocks} blocks, "
+                         f"last {list(tail)}")  # fmt: skip
+        return tuple(lines)
+
+    def _block_contents(self, block_ids: np.ndarray):
+        return self.executor.block_contents(block_ids)
+
+    def _call(self, where: str, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as exc:  # the engine under test raised: a finding
+            raise EngineCrash(where, exc) from exc
+
+    # -- liveness ---------------------------------------------------------------------------
+
+    def _liveness_bound(self) -> int:
+        if self.options.liveness_steps_max:
+            return self.options.liveness_steps_max
+        budget = self.config.max_num_batched_tokens
+        work = sum(
+            -(-(self.num_tokens[rid]) // budget) + req.max_tokens - len(self.sampled[rid])
+            for rid, req in self.live.items()
+        )
+        return 2 * work + 2 * len(self.live) + 1000
+
+    def _liveness_exceeded(self) -> bool:
+        deadline = self.liveness_deadline_step
+        if deadline is None or self.fingerprint.num_steps < deadline:
+            return False
+        self._stuck(f"not finished {deadline} steps after the last arrival")
+        return True
+
+    def _stuck(self, why: str) -> None:
+        reasons = self._call("waiting_reasons", self.engine.waiting_reasons)
+        self.result.stuck = {rid: reasons.get(rid, why) for rid in self.live}
+        self.result.stuck.setdefault("*", why)
+        self.done = True
+
+    def _finish_run(self) -> None:
+        self.done = True
+        if self.options.check_invariants:
+            snapshot = self._call("kv_snapshot", self.engine.kv_snapshot)
+            step = self.fingerprint.num_steps
+            violations = self.pool.check(step, snapshot, set(), self._block_contents)
+            self._violate(violations + check_no_leak(step, snapshot))
+
+
+def _make_executor(options: SimOptions, config: EngineConfig):
+    if options.executor == "symbolic":
+        return SymbolicExecutor(config.num_gpu_blocks, config.block_size, options.vocab_size)
+    if options.executor == "tensor":
+        module_name, _, attr = TENSOR_EXECUTOR.partition(":")
+        factory = getattr(importlib.import_module(module_name), attr)
+        return factory(block_size=config.block_size, num_blocks=config.num_gpu_blocks,
+                       **dict(options.executor_options))  # fmt: skip
+    raise ValueError(f"unknown executor {options.executor!r}: use symbolic or tensor")
+
+
+def _auto_interval(config: EngineConfig) -> int:
+    return 1 if config.num_gpu_blocks <= 4096 else min(64, config.num_gpu_blocks // 1024)
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(desc="replay", unit="req", leave=False, dynamic_ncols=True)

@@ -1,0 +1,381 @@
+"""The symbolic executor: a shadow KV cache that sees every misaligned read, on a CPU.
+
+Each step, for the metadata of that step (as a model runner would pass it to the kernels):
+
+1. every scheduled row writes the identity of its KV entry into `slot_mapping[row]`
+   (the identity the request expects at that position if the row's token is the request's
+   true token there, else a poisoned identity, which any later reader will notice);
+2. every key the attention kernel would read for that metadata is compared with the
+   identity the request expects at that key. With causal, bottom-right alignment, request i
+   reads keys 0 .. seq_lens[i] - 1 through its block table::
+
+       keys of request i:   0 ........... verified_len ............. seq_lens[i]-1
+                            | checked at earlier steps | checked now         |
+       slot of key j:       block_table[j // block_size] * block_size + j % block_size
+
+   Keys verified at an earlier step are not read again unless their block-table entry
+   changed or a later write changed their slot (incremental, so long contexts cost little);
+3. each sampling request gets `sample_token(identity of its last row)`, poisoned if any of
+   its reads were wrong, so a misalignment also changes the output tokens.
+
+The identities are those of `invariants/hash_model.py`: KV of position p = hash of the
+request's tokens [0..p]; two requests with the same prefix expect the same identities.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from schedcheck.engines.metadata import RunnerMetadata, gather_slots
+from schedcheck.invariants import hash_model
+from schedcheck.invariants.violation import Violation
+from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
+
+I64 = np.int64
+U64 = np.uint64
+
+
+@dataclass(slots=True)
+class _ShadowRequest:
+    """What the executor knows of one live request: its true tokens and what it verified."""
+
+    index: int  # into SymbolicExecutor.req_names
+    tokens: np.ndarray  # int64 buffer, [0, num_tokens) valid
+    ids: np.ndarray  # uint64 buffer: identity of each known position
+    num_tokens: int
+    verified_len: int = 0  # count of keys [0, verified_len) read and found right
+    verified_table: tuple[int, ...] = ()  # block table prefix covering those keys
+
+    def append(self, token: int) -> None:
+        if self.num_tokens == self.tokens.size:
+            self.tokens = np.concatenate([self.tokens, np.zeros_like(self.tokens)])
+            self.ids = np.concatenate([self.ids, np.zeros_like(self.ids)])
+        n = self.num_tokens
+        self.tokens[n] = token
+        prev = self.ids[n - 1] if n > 0 else U64(0)
+        term = hash_model.terms(np.array([n], I64), self.tokens[n : n + 1])
+        with np.errstate(over="ignore"):
+            self.ids[n] = prev + term[0]
+        self.num_tokens = n + 1
+
+
+class SymbolicExecutor:
+    """Shadow KV of `num_blocks * block_size` slots; implements engines/executor.Executor."""
+
+    def __init__(
+        self, num_blocks: int, block_size: int, vocab_size: int = DEFAULT_VOCAB_SIZE
+    ) -> None:
+        assert num_blocks >= 1 and block_size >= 1
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.num_slots = num_blocks * block_size
+        self.vocab_size = vocab_size
+        self.shadow = np.zeros(self.num_slots, dtype=U64)  # 0 = never written
+        self.writer_req = np.full(self.num_slots, -1, dtype=np.int32)
+        self.writer_pos = np.full(self.num_slots, -1, dtype=I64)
+        self.writer_step = np.full(self.num_slots, -1, dtype=I64)
+        self.verifiers = np.zeros(num_blocks, dtype=np.int32)  # live requests verifying a block
+        self.req_names: list[str] = []
+        self.requests: dict[str, _ShadowRequest] = {}
+        self.violations: list[Violation] = []  # of the last step
+        self.num_keys_checked = 0
+
+    # -- the Executor protocol ------------------------------------------------------------
+
+    def add_request(self, request_id: str, prompt_token_ids: np.ndarray) -> None:
+        assert request_id not in self.requests, f"request {request_id} added twice"
+        n = int(prompt_token_ids.size)
+        capacity = max(16, 2 * n)
+        tokens = np.zeros(capacity, dtype=I64)
+        tokens[:n] = prompt_token_ids
+        ids = np.zeros(capacity, dtype=U64)
+        ids[:n] = hash_model.identities(tokens[:n])
+        self.requests[request_id] = _ShadowRequest(len(self.req_names), tokens, ids, n)
+        self.req_names.append(request_id)
+
+    def finish_request(self, request_id: str) -> None:
+        req = self.requests.pop(request_id, None)
+        if req is not None:
+            self._unverify(req, 0)
+
+    def execute(self, meta: RunnerMetadata) -> dict[str, int]:
+        self.violations = []
+        step = meta.output.step
+        reqs = [self.requests.get(rid) for rid in meta.req_ids]
+        for rid, req in zip(meta.req_ids, reqs, strict=True):
+            if req is None:
+                self._violate("shadow-kv.unknown-request", step, rid, "scheduled but never added")
+        if any(r is None for r in reqs) or meta.num_reqs == 0:
+            return {}
+        known = [r for r in reqs if r is not None]
+        written = self._write(meta, known)
+        bad_reqs = self._check_alignment(meta) | self._read(meta, known)
+        return self._sample(meta, known, written, bad_reqs)
+
+    # -- step phases ------------------------------------------------------------------------
+
+    def _write(self, meta: RunnerMetadata, reqs: list[_ShadowRequest]) -> np.ndarray:
+        """Write every row's identity through slot_mapping; returns the identities written."""
+        step = meta.output.step
+        true_ids, true_tokens = self._rows_truth(meta, reqs)
+        written = np.where(true_tokens == meta.input_ids, true_ids, true_ids ^ hash_model.POISON)
+        row_req = meta.row_req
+        for r in np.flatnonzero(true_tokens != meta.input_ids)[:1]:
+            req = reqs[row_req[r]]
+            self._violate(
+                "accounting.chunk-tokens", step, self.req_names[req.index],
+                f"the chunk's token is {int(meta.input_ids[r])}, the request's token there is "
+                f"{int(true_tokens[r])}", position=int(meta.positions[r]),
+            )  # fmt: skip
+        slots = meta.slot_mapping
+        valid = (slots >= 0) & (slots < self.num_slots)
+        for r in np.flatnonzero(~valid)[:1]:
+            self._violate(
+                "shadow-kv.write-out-of-bounds", step, meta.req_ids[row_req[r]],
+                f"slot_mapping names slot {int(slots[r])}, outside the KV cache "
+                f"(0..{self.num_slots - 1}) or outside the block table",
+                position=int(meta.positions[r]), slot=int(slots[r]),
+            )  # fmt: skip
+        slots_ok = slots[valid]
+        old = self.shadow[slots_ok]
+        changed = (old != 0) & (old != written[valid])
+        self.shadow[slots_ok] = written[valid]
+        self.writer_req[slots_ok] = np.fromiter((r.index for r in reqs), np.int32, len(reqs))[
+            row_req[valid]
+        ]
+        self.writer_pos[slots_ok] = meta.positions[valid]
+        self.writer_step[slots_ok] = step
+        if changed.any():
+            self._invalidate_overwritten(meta, slots_ok[changed], row_req[valid][changed], reqs)
+        return written
+
+    def _check_alignment(self, meta: RunnerMetadata) -> set[int]:
+        """Row r must attend exactly keys 0..positions[r] (causal, bottom-right aligned)."""
+        row_req = meta.row_req
+        qsl = meta.query_start_loc
+        last_key = (
+            np.arange(meta.num_tokens)
+            - qsl[row_req]
+            + meta.seq_lens[row_req]
+            - meta.query_lens[row_req]
+        )
+        bad_rows = np.flatnonzero(last_key != meta.positions)
+        bad: set[int] = set()
+        for r in bad_rows:
+            i = int(row_req[r])
+            if i in bad:
+                continue
+            bad.add(i)
+            self._violate(
+                "shadow-kv.causal-alignment", meta.output.step, meta.req_ids[i],
+                f"the row of position {int(meta.positions[r])} attends keys 0..{int(last_key[r])}"
+                f" (seq_len {int(meta.seq_lens[i])}, query_len {int(meta.query_lens[i])}), "
+                f"it must attend keys 0..{int(meta.positions[r])}",
+                position=int(meta.positions[r]),
+                expected=f"key length {int(meta.positions[r]) + 1}",
+                found=f"key length {int(last_key[r]) + 1}",
+            )  # fmt: skip
+        return bad
+
+    def _read(self, meta: RunnerMetadata, reqs: list[_ShadowRequest]) -> set[int]:
+        """Check every key the kernel reads that was not verified before; returns bad reqs."""
+        tables = [r.block_table for r in meta.output.scheduled]
+        seq_lens = meta.seq_lens
+        lows = np.fromiter(
+            (self._revalidate(req, table) for req, table in zip(reqs, tables, strict=True)),
+            I64,
+            len(reqs),
+        )
+        highs = np.maximum(seq_lens, lows)
+        counts = highs - lows
+        todo = np.flatnonzero(counts > 0)
+        if todo.size == 0:
+            return set()
+        key_req = np.repeat(todo, counts[todo])
+        starts = np.zeros(todo.size + 1, dtype=I64)
+        np.cumsum(counts[todo], out=starts[1:])
+        keys = lows[key_req] + (np.arange(key_req.size) - starts[np.searchsorted(todo, key_req)])
+        slots = gather_slots([tables[i] for i in todo], np.searchsorted(todo, key_req), keys,
+                             self.block_size)  # fmt: skip
+        expected = np.concatenate([self._expected(reqs[i], lows[i], highs[i]) for i in todo])
+        in_cache = (slots >= 0) & (slots < self.num_slots)
+        found = np.where(in_cache, self.shadow[np.where(in_cache, slots, 0)], U64(0))
+        bad_keys = np.flatnonzero((found != expected) | ~in_cache | (expected == 0))
+        self.num_keys_checked += int(keys.size)
+        bad: set[int] = set()
+        for k in bad_keys:
+            i = int(key_req[k])
+            if i not in bad:
+                bad.add(i)
+                self._report_read(meta, reqs[i], int(keys[k]), int(slots[k]), found[k], expected[k])
+        for i in todo:
+            if int(i) not in bad:
+                self._verify(reqs[i], tables[i], int(highs[i]))
+        return bad
+
+    def _sample(
+        self,
+        meta: RunnerMetadata,
+        reqs: list[_ShadowRequest],
+        written: np.ndarray,
+        bad_reqs: set[int],
+    ) -> dict[str, int]:
+        index_of = {rid: i for i, rid in enumerate(meta.req_ids)}
+        out: dict[str, int] = {}
+        for rid, row in zip(meta.sampling_req_ids, meta.logits_indices, strict=True):
+            i = index_of[rid]
+            req = reqs[i]
+            identity = written[row : row + 1]
+            if i in bad_reqs:
+                identity = identity ^ hash_model.POISON
+            token = int(hash_model.sample_tokens(identity, self.vocab_size)[0])
+            position = int(meta.positions[row])
+            if position != req.num_tokens - 1:
+                self._violate(
+                    "accounting.sample-position", meta.output.step, rid,
+                    f"samples after position {position}, but the request knows "
+                    f"{req.num_tokens} tokens (it must sample after position "
+                    f"{req.num_tokens - 1})", position=position,
+                )  # fmt: skip
+                continue
+            req.append(token)
+            out[rid] = token
+        return out
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _rows_truth(
+        self, meta: RunnerMetadata, reqs: list[_ShadowRequest]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the identity and the token the request really has at that position."""
+        ids, tokens = [], []
+        for req, sched in zip(reqs, meta.output.scheduled, strict=True):
+            lo = sched.num_computed_tokens
+            hi = lo + sched.num_scheduled_tokens
+            known = min(max(hi, lo), req.num_tokens)
+            pad = hi - max(known, lo)
+            ids.append(req.ids[lo:known])
+            tokens.append(req.tokens[lo:known])
+            if pad > 0:  # positions the request does not have: no true token there
+                ids.append(np.zeros(pad, U64))
+                tokens.append(np.full(pad, -1, I64))
+        return np.concatenate(ids), np.concatenate(tokens)
+
+    def _expected(self, req: _ShadowRequest, lo: int, hi: int) -> np.ndarray:
+        known = min(hi, req.num_tokens)
+        if known >= hi:
+            return req.ids[lo:hi]
+        return np.concatenate([req.ids[lo:known], np.zeros(hi - max(known, lo), U64)])
+
+    def _revalidate(self, req: _ShadowRequest, table: tuple[int, ...]) -> int:
+        """Keys still verified: those whose block-table entries did not change."""
+        n = len(req.verified_table)
+        if n and table[:n] != req.verified_table:
+            same = next(
+                (k for k in range(n) if k >= len(table) or table[k] != req.verified_table[k]), n
+            )
+            self._unverify(req, same * self.block_size)
+        return req.verified_len
+
+    def _verify(self, req: _ShadowRequest, table: tuple[int, ...], verified_len: int) -> None:
+        old_blocks = len(req.verified_table)
+        new_blocks = -(-verified_len // self.block_size)
+        if new_blocks > old_blocks:
+            np.add.at(self.verifiers, np.asarray(table[old_blocks:new_blocks], I64), 1)
+            req.verified_table = table[:new_blocks]
+        req.verified_len = max(req.verified_len, verified_len)
+
+    def _unverify(self, req: _ShadowRequest, keep_len: int) -> None:
+        keep_blocks = keep_len // self.block_size
+        dropped = req.verified_table[keep_blocks:]
+        if dropped:
+            np.add.at(self.verifiers, np.asarray(dropped, I64), -1)
+        req.verified_table = req.verified_table[:keep_blocks]
+        req.verified_len = min(req.verified_len, keep_blocks * self.block_size)
+
+    def _invalidate_overwritten(
+        self,
+        meta: RunnerMetadata,
+        slots: np.ndarray,
+        row_reqs: np.ndarray,
+        reqs: list[_ShadowRequest],
+    ) -> None:
+        """A write changed a slot: any live request that had verified it must re-read it."""
+        blocks = slots // self.block_size
+        if not (self.verifiers[blocks] > 0).any():
+            return
+        for name, req in self.requests.items():  # rare path: only on overwrites of verified KV
+            table = np.asarray(req.verified_table, I64)
+            for slot, row_req in zip(slots.tolist(), row_reqs.tolist(), strict=True):
+                hits = np.flatnonzero(table == slot // self.block_size)
+                key = int(hits[0]) * self.block_size + slot % self.block_size if hits.size else -1
+                if 0 <= key < req.verified_len:
+                    writer = reqs[row_req]
+                    if writer is not req:
+                        self._violate(
+                            "block-pool.write-into-shared-block", meta.output.step,
+                            self.req_names[writer.index],
+                            f"writes slot {slot} of block {slot // self.block_size}, which holds "
+                            f"key {key} of live request {name}", slot=slot,
+                            block=slot // self.block_size,
+                        )  # fmt: skip
+                    self._unverify(req, key)
+                    table = table[: len(req.verified_table)]
+
+    def _report_read(
+        self,
+        meta: RunnerMetadata,
+        req: _ShadowRequest,
+        key: int,
+        slot: int,
+        found: np.uint64,
+        expected: np.uint64,
+    ) -> None:
+        name = self.req_names[req.index]
+        step = meta.output.step
+        block = slot // self.block_size if slot >= 0 else -1
+        want = f"the KV of {name} position {key}"
+        if slot < 0 or slot >= self.num_slots:
+            msg = f"reads key {key} past the end of its block table (an illegal memory access)"
+            self._violate("shadow-kv.block-table-out-of-bounds", step, name, msg, position=key,
+                          slot=slot, expected=want, found="no block")  # fmt: skip
+            return
+        if expected == 0:
+            got = self._describe(slot, found)
+            msg = f"reads key {key}, but the request has only {req.num_tokens} tokens"
+            self._violate("shadow-kv.read-past-tokens", step, name, msg, position=key,
+                          slot=slot, block=block, expected="no read", found=got)  # fmt: skip
+            return
+        got = self._describe(slot, found)
+        self._violate(
+            "shadow-kv.read", step, name, f"key {key} holds {got}, expected {want}",
+            position=key, slot=slot, block=block, expected=want, found=got,
+        )  # fmt: skip
+
+    def _describe(self, slot: int, found: np.uint64) -> str:
+        if found == 0:
+            return "nothing (never written)"
+        writer = int(self.writer_req[slot])
+        who = self.req_names[writer] if writer >= 0 else "?"
+        pos, step = int(self.writer_pos[slot]), int(self.writer_step[slot])
+        req = self.requests.get(who)
+        poisoned = req is not None and pos < req.num_tokens and req.ids[pos] ^ found == (
+            hash_model.POISON
+        )
+        what = "a KV entry computed from a wrong token" if poisoned else "the KV"
+        return f"{what} of {who} position {pos} (written at step {step})"
+
+    def _violate(self, invariant: str, step: int, request_id: str, message: str, **kw) -> None:
+        self.violations.append(Violation(invariant, step, message, request_id=request_id, **kw))
+
+    # -- views for the invariants -----------------------------------------------------------
+
+    def block_contents(self, block_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(identity at each block's last slot, whether all its slots were written)."""
+        base = block_ids.astype(I64) * self.block_size
+        slots = base[:, None] + np.arange(self.block_size, dtype=I64)[None, :]
+        content = self.shadow[slots]
+        return content[:, -1], (content != 0).all(axis=1)
+
