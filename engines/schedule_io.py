@@ -9,6 +9,7 @@ length prefix; sequences with a length prefix.
 from __future__ import annotations
 
 import hashlib
+from array import array
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -19,16 +20,27 @@ from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
 
 
 class Fingerprint:
-    """Incremental SHA-256 of a schedule; feed every step with `update`."""
+    """Incremental SHA-256 of a schedule; feed every step with `update`.
+
+    A block table is encoded as a delta against the same request's table at its previous
+    step when that one is a prefix of it (the common case: blocks appended), else whole;
+    the encoding stays a pure function of the sequence of steps.
+    """
 
     def __init__(self) -> None:
         self._sha = hashlib.sha256()
+        self._tables: dict[str, tuple[int, ...]] = {}
         self.num_steps = 0
 
     def update(self, output: SchedulerOutput) -> None:
         sha = self._sha
+        tables = self._tables
         sha.update(_ints(output.step, len(output.scheduled)))
         for req in output.scheduled:
+            table = req.block_table
+            prev = tables.get(req.request_id, ())
+            keep = len(prev) if len(prev) <= len(table) and table[: len(prev)] == prev else 0
+            tables[req.request_id] = table
             sha.update(_str(req.request_id))
             sha.update(
                 _ints(
@@ -37,15 +49,17 @@ class Fingerprint:
                     req.num_tokens,
                     req.num_prompt_tokens,
                     req.num_cached_tokens,
-                    len(req.block_table),
+                    len(table),
+                    keep,
                 )
             )
             sha.update(np.ascontiguousarray(req.token_ids, dtype="<i8").tobytes())
-            sha.update(np.asarray(req.block_table, dtype="<i8").tobytes())
+            sha.update(array("q", table[keep:]).tobytes())  # native order: little-endian here
         for ids in (output.preempted_req_ids, output.finished_req_ids, output.rejected_req_ids):
             sha.update(_ints(len(ids)))
             for rid in ids:
                 sha.update(_str(rid))
+                tables.pop(rid, None)
         self.num_steps += 1
 
     def hexdigest(self) -> str:

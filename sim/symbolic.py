@@ -35,6 +35,7 @@ from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
 
 I64 = np.int64
 U64 = np.uint64
+_MASK64 = (1 << 64) - 1
 
 
 @dataclass(slots=True)
@@ -48,16 +49,14 @@ class _ShadowRequest:
     verified_len: int = 0  # count of keys [0, verified_len) read and found right
     verified_table: tuple[int, ...] = ()  # block table prefix covering those keys
 
-    def append(self, token: int) -> None:
-        if self.num_tokens == self.tokens.size:
+    def append(self, token: int, term: int) -> None:
+        """Append a sampled token whose hash-model term (for its position) is `term`."""
+        n = self.num_tokens
+        if n == self.tokens.size:
             self.tokens = np.concatenate([self.tokens, np.zeros_like(self.tokens)])
             self.ids = np.concatenate([self.ids, np.zeros_like(self.ids)])
-        n = self.num_tokens
         self.tokens[n] = token
-        prev = self.ids[n - 1] if n > 0 else U64(0)
-        term = hash_model.terms(np.array([n], I64), self.tokens[n : n + 1])
-        with np.errstate(over="ignore"):
-            self.ids[n] = prev + term[0]
+        self.ids[n] = (int(self.ids[n - 1]) + term) & _MASK64
         self.num_tokens = n + 1
 
 
@@ -222,26 +221,33 @@ class SymbolicExecutor:
         written: np.ndarray,
         bad_reqs: set[int],
     ) -> dict[str, int]:
-        index_of = {rid: i for i, rid in enumerate(meta.req_ids)}
+        """One token per sampling row: the sample of the identity that row computed."""
+        rows = meta.logits_indices
+        if rows.size == 0:
+            return {}
+        batch = meta.row_req[rows]
+        identity = written[rows].copy()
+        if bad_reqs:
+            poisoned = np.isin(batch, np.fromiter(bad_reqs, I64, len(bad_reqs)))
+            identity[poisoned] ^= hash_model.POISON
+        tokens = hash_model.sample_tokens(identity, self.vocab_size)
+        positions = meta.positions[rows]
+        terms = hash_model.terms(positions + 1, tokens)
         out: dict[str, int] = {}
-        for rid, row in zip(meta.sampling_req_ids, meta.logits_indices, strict=True):
-            i = index_of[rid]
+        for i, token, position, term in zip(
+            batch.tolist(), tokens.tolist(), positions.tolist(), terms.tolist(), strict=True
+        ):
             req = reqs[i]
-            identity = written[row : row + 1]
-            if i in bad_reqs:
-                identity = identity ^ hash_model.POISON
-            token = int(hash_model.sample_tokens(identity, self.vocab_size)[0])
-            position = int(meta.positions[row])
             if position != req.num_tokens - 1:
                 self._violate(
-                    "accounting.sample-position", meta.output.step, rid,
+                    "accounting.sample-position", meta.output.step, meta.req_ids[i],
                     f"samples after position {position}, but the request knows "
                     f"{req.num_tokens} tokens (it must sample after position "
                     f"{req.num_tokens - 1})", position=position,
                 )  # fmt: skip
                 continue
-            req.append(token)
-            out[rid] = token
+            req.append(token, term)
+            out[meta.req_ids[i]] = token
         return out
 
     # -- helpers ----------------------------------------------------------------------------
