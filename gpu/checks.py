@@ -1,0 +1,149 @@
+"""Per-step numerical checks of a replay against the baseline (a StepObserver).
+
+For every step, after the forward (the cache then holds exactly what attention read):
+
+    write  row t (request r, position p) wrote K/V  vs  baseline K/V of r at p, each layer
+    read   key j < seq_len of request r, at slot key_slots[.]  vs  baseline K/V of r at j
+    sample row t samples token s; baseline at (r, p) prefers b:
+             s == b, |logprob diff| <= tol        -> fine
+             s == b, diff > tol                   -> `logprob`, misalignment
+             s != b, margin <= tie, diffs <= tol  -> `token`, near-tie
+             s != b otherwise                     -> `token`, misalignment
+
+Tolerance of layer l: kv_atol + kv_rtol * max|baseline K/V of layer l| (`tolerances.py`).
+Only the first failing row (write) or key (read) of each request and step is reported.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from schedcheck.gpu.baseline import Baseline
+from schedcheck.gpu.batch import StepTensors
+from schedcheck.gpu.findings import NEAR_TIE, Finding, misalignment
+from schedcheck.gpu.model import LlamaModel
+from schedcheck.gpu.step_plan import StepPlan
+from schedcheck.gpu.tolerances import Tolerance
+
+KV = tuple[torch.Tensor, torch.Tensor]
+
+
+class ReplayChecker:
+    def __init__(self, baseline: Baseline, model: LlamaModel, tolerance: Tolerance):
+        self.baseline = baseline
+        self.model = model
+        self.tol = tolerance
+        self.kv_tol = tolerance.kv_atol + tolerance.kv_rtol * baseline.kv_scale.numpy()
+        self.findings: list[Finding] = []
+        self.num_sampled = 0
+        self.max_kv_error = 0.0  # the largest K/V difference seen within tolerance
+        self.max_logprob_error = 0.0
+
+    def on_step(self, plan: StepPlan, tensors: StepTensors, written: list[KV],
+                hidden: torch.Tensor, logits: torch.Tensor, tokens: torch.Tensor,
+                executor) -> None:
+        self._check_writes(plan, written)
+        self._check_reads(plan, tensors, executor.cache)
+        self._check_samples(plan, logits, tokens)
+
+    # -- K/V ---------------------------------------------------------------------------
+    def _errors(self, found: list[torch.Tensor], rows: np.ndarray) -> np.ndarray:
+        """(L, N) max |found - baseline| over heads and dims; rows -1 give 0."""
+        base = self.baseline
+        idx = torch.as_tensor(np.maximum(rows, 0)).to(base.keys.device)
+        errs = []
+        for layer, (k, v) in enumerate(zip(found[0::2], found[1::2], strict=True)):
+            dk = (k.to(torch.float64) - base.keys[layer, idx].to(torch.float64)).abs()
+            dv = (v.to(torch.float64) - base.values[layer, idx].to(torch.float64)).abs()
+            errs.append(torch.maximum(dk.amax(dim=(1, 2)), dv.amax(dim=(1, 2))))
+        out = torch.stack(errs).cpu().numpy() if errs else np.zeros((0, rows.size))
+        out[:, rows < 0] = 0.0
+        return out
+
+    def _report_kv(self, kind: str, plan: StepPlan, errors: np.ndarray, owner: np.ndarray,
+                   positions: np.ndarray, slots: np.ndarray) -> None:
+        bad = errors > self.kv_tol[:, None]  # (L, N)
+        ok_errors = errors[~bad]
+        if ok_errors.size:
+            self.max_kv_error = max(self.max_kv_error, float(ok_errors.max()))
+        any_bad = bad.any(axis=0)
+        md, bs = plan.metadata, plan.metadata.block_size
+        for i in np.unique(owner[any_bad]).tolist():
+            n = int(np.flatnonzero(any_bad & (owner == i))[0])
+            layer = int(np.flatnonzero(bad[:, n])[0])
+            slot = int(slots[n])
+            self.findings.append(misalignment(
+                kind, plan.step, md.req_ids[i], int(positions[n]),
+                f"{kind} at layer {layer}: |diff| {errors[layer, n]:.3g} > "
+                f"{self.kv_tol[layer]:.3g}", slot=slot, block=slot // bs if slot >= 0 else None,
+                layer=layer, error=float(errors[layer, n]), tolerance=float(self.kv_tol[layer])))
+
+    def _check_writes(self, plan: StepPlan, written: list[KV]) -> None:
+        md = plan.metadata
+        rows = self.baseline.rows(md.req_ids, plan.row_request, md.positions)
+        flat = [t for kv in written for t in kv]
+        errors = self._errors(flat, rows)
+        self._report_kv("kv-write", plan, errors, plan.row_request, md.positions,
+                        md.slot_mapping)
+
+    def _check_reads(self, plan: StepPlan, tensors: StepTensors, cache) -> None:
+        md, attn = plan.metadata, tensors.attn
+        owner = np.repeat(np.arange(md.num_reqs), attn.seq_lens_np)
+        j = np.arange(owner.size, dtype=np.int64) - attn.cu_seqlens_k_np[owner]
+        rows = self.baseline.rows(md.req_ids, owner, j)
+        found: list[torch.Tensor] = []
+        for layer in range(len(cache.key_cache)):
+            found += list(cache.gather(layer, attn.key_slots))
+        errors = self._errors(found, rows)
+        table = plan.key_table[owner, j // md.block_size]
+        slots = np.where(table >= 0, table * md.block_size + j % md.block_size, -1)
+        self._report_kv("kv-read", plan, errors, owner, j, slots)
+
+    # -- samples -------------------------------------------------------------------------
+    def _check_samples(self, plan: StepPlan, logits: torch.Tensor, tokens: torch.Tensor) -> None:
+        md = plan.metadata
+        if md.logits_indices.size == 0:
+            return
+        positions = md.positions[md.logits_indices]
+        owner = np.arange(positions.size, dtype=np.int64)
+        rows = self.baseline.rows(md.sampling_req_ids, owner, positions)
+        keep = np.flatnonzero(rows >= 0)
+        if keep.size == 0:
+            return
+        base_hidden = self.baseline.hidden[torch.as_tensor(rows[keep]).to(logits.device)]
+        base_lp = torch.log_softmax(self.model.logits(base_hidden).to(torch.float64), dim=-1)
+        lp = torch.log_softmax(logits[torch.as_tensor(keep).to(logits.device)].to(torch.float64),
+                               dim=-1)
+        chosen = tokens[torch.as_tensor(keep).to(tokens.device)]
+        preferred = base_lp.argmax(dim=-1)
+        pick = torch.stack([chosen, preferred], dim=1)
+        err = (lp.gather(1, pick) - base_lp.gather(1, pick)).abs().amax(dim=1)
+        margin = base_lp.gather(1, preferred[:, None])[:, 0] - base_lp.gather(1, chosen[:, None])[:, 0]
+        self.num_sampled += int(keep.size)
+        for n, (e, m, s, b) in enumerate(zip(err.tolist(), margin.tolist(), chosen.tolist(),
+                                           preferred.tolist(), strict=True)):
+            self._judge_sample(plan, int(keep[n]), int(positions[keep[n]]), e, m, s, b)
+
+    def _judge_sample(self, plan: StepPlan, sample: int, position: int, err: float,
+                      margin: float, chosen: int, preferred: int) -> None:
+        rid = plan.metadata.sampling_req_ids[sample]
+        step, tol = plan.step, self.tol
+        where = dict(error=err, tolerance=tol.logprob_atol)
+        if chosen == preferred and err <= tol.logprob_atol:
+            self.max_logprob_error = max(self.max_logprob_error, err)
+            return
+        if chosen == preferred:
+            self.findings.append(misalignment(
+                "logprob", step, rid, position,
+                f"logprob of token {chosen} off by {err:.3g} > {tol.logprob_atol:.3g}", **where))
+        elif margin <= tol.tie_margin and err <= tol.logprob_atol:
+            self.findings.append(Finding(
+                "token", NEAR_TIE, step, rid, position,
+                f"token {chosen} instead of {preferred}: baseline margin {margin:.3g} <= "
+                f"{tol.tie_margin:.3g}, logprobs within {err:.3g}", **where))
+        else:
+            self.findings.append(misalignment(
+                "token", step, rid, position,
+                f"token {chosen} instead of {preferred}: baseline margin {margin:.3g}, "
+                f"logprob diff {err:.3g}", **where))

@@ -1,0 +1,151 @@
+"""The tensor executor: one varlen forward per step over a real model and a paged cache.
+
+Implements `schedcheck.engines.executor.Executor`. Per step it reads only the step's
+`RunnerMetadata` (input_ids, positions, slot_mapping, query_start_loc, seq_lens, block
+tables, logits_indices):
+
+    plan_step (numpy)  ─► invalid slots / blocks / tokens become findings, arrays sanitized
+    step_tensors       ─► tensors on the device
+    model.forward      ─► per layer: cache.write(k, v, slot_mapping); backend.paged(q, cache)
+    logits[logits_indices] ─► greedy argmax ─► {request id: token}
+
+A slot -1 or a block id out of range never crashes: it is a `misalignment` finding in
+`executor.findings` (writes skipped, reads of the zero block). The executor's oracle of
+what the chunks hold is each request's true prompt (`add_request`) plus the tokens it
+sampled; a replay sets the whole true sequence up front (`set_true_tokens`).
+
+An observer (see `checks.py`) may watch each step: `on_step(plan, tensors, written, hidden,
+logits, tokens, executor)` with `written` = per layer (K, V) of every row.
+
+The engine loop loads the executor lazily by name, `schedcheck.gpu.executor:make_executor`::
+
+    make_executor(backend="auto", device="cpu", dtype="fp32", block_size=16,
+                  num_blocks=27_000, seed=0, *, model_dir=None, model_config=None)
+        -> TensorExecutor
+
+    backend     torch-ref | flash-attn-4 | flash-attn | torch-flash | sdpa | auto
+    device      "cpu" | "cuda" | "cuda:N"
+    dtype       fp32 | bf16 | fp16 | fp64 (or a torch.dtype)
+    block_size  the engine's block size; num_blocks: the engine's num_gpu_blocks (the cache
+                grows on demand up to it)
+    seed        weights from torch.Generator(seed) unless model_dir (a local safetensors
+                directory, see weights.py) is given; model_config: a ModelConfig
+Raises BackendRefused (a ValueError) if the backend does not take the configuration.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from schedcheck.engines.metadata import RunnerMetadata
+from schedcheck.gpu.backends import choose_backend
+from schedcheck.gpu.backends.base import AttentionBackend, BackendSpec
+from schedcheck.gpu.batch import StepTensors, step_tensors
+from schedcheck.gpu.dtypes import torch_dtype
+from schedcheck.gpu.findings import Finding
+from schedcheck.gpu.kv_cache import PagedKVCache
+from schedcheck.gpu.model import LlamaModel, ModelConfig, make_model
+from schedcheck.gpu.step_plan import StepPlan, plan_step
+
+KV = tuple[torch.Tensor, torch.Tensor]
+
+
+class StepObserver(Protocol):
+    def on_step(self, plan: StepPlan, tensors: StepTensors, written: list[KV],
+                hidden: torch.Tensor, logits: torch.Tensor, tokens: torch.Tensor,
+                executor: TensorExecutor) -> None: ...
+
+
+class TensorExecutor:
+    def __init__(self, model: LlamaModel, backend: AttentionBackend, block_size: int,
+                 num_blocks: int, observer: StepObserver | None = None):
+        cfg = model.cfg
+        self.model = model
+        self.backend = backend
+        self.cache = PagedKVCache(cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads,
+                                  cfg.head_dim, device=model.device, dtype=model.dtype)
+        self.observer = observer
+        self.findings: list[Finding] = []
+        self.tokens: dict[str, npt.NDArray[np.int64]] = {}  # the oracle: true tokens
+        self.forward_s = 0.0  # wall time inside model forward + sampling (synchronized)
+        self.num_steps = 0
+
+    # -- the Executor protocol -------------------------------------------------------
+    def add_request(self, request_id: str, prompt_token_ids: npt.NDArray[np.int64]) -> None:
+        if request_id not in self.tokens:
+            self.tokens[request_id] = np.asarray(prompt_token_ids, dtype=np.int64).copy()
+
+    def finish_request(self, request_id: str) -> None:
+        self.tokens.pop(request_id, None)
+
+    def execute(self, metadata: RunnerMetadata) -> dict[str, int]:
+        plan = plan_step(metadata, self.cache.num_blocks, self.tokens)
+        self.findings.extend(plan.findings)
+        self.cache.ensure(plan.max_block_id)
+        tensors = step_tensors(plan, self.cache.zero_block_id, self.model.device,
+                               self.model.cfg.softmax_scale)
+        start = time.perf_counter()
+        written, hidden, logits, tokens = self._forward(tensors)
+        token_list = [int(t) for t in tokens.tolist()]  # synchronizes the device
+        self.forward_s += time.perf_counter() - start
+        self.num_steps += 1
+        if self.observer is not None:
+            self.observer.on_step(plan, tensors, written, hidden, logits, tokens, self)
+        sampled = dict(zip(metadata.sampling_req_ids, token_list, strict=True))
+        self._extend_oracle(metadata, sampled)
+        return sampled
+
+    # -- internals ---------------------------------------------------------------------
+    def set_true_tokens(self, tokens: Mapping[str, npt.NDArray[np.int64]]) -> None:
+        """Replay: the whole true sequence of every request is known up front."""
+        self.tokens = {rid: np.asarray(t, dtype=np.int64) for rid, t in tokens.items()}
+
+    def _forward(self, t: StepTensors) -> tuple[list[KV], torch.Tensor, torch.Tensor,
+                                                 torch.Tensor]:
+        written: list[KV] = []
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+            self.cache.write(layer, k, v, t.slot_mapping)
+            written.append((k, v))
+            return self.backend.paged(q, self.cache.key_cache[layer],
+                                      self.cache.value_cache[layer], t.attn)
+
+        with torch.inference_mode():
+            hidden = self.model.forward(t.input_ids, t.positions, attend)
+            rows = hidden[t.logits_indices]
+            logits = self.model.logits(rows)
+            tokens = logits.argmax(dim=-1)
+        return written, rows, logits, tokens
+
+    def _extend_oracle(self, md: RunnerMetadata, sampled: Mapping[str, int]) -> None:
+        """A token sampled at the request's last known position extends its true tokens."""
+        for row, rid in zip(md.logits_indices.tolist(), md.sampling_req_ids, strict=True):
+            known = self.tokens.get(rid)
+            if known is not None and int(md.positions[row]) == known.size - 1:
+                self.tokens[rid] = np.append(known, np.int64(sampled[rid]))
+
+
+def make_executor(backend: str = "auto", device: str = "cpu", dtype: Any = "fp32",
+                  block_size: int = 16, num_blocks: int = 27_000, seed: int = 0, *,
+                  model_dir: str | None = None, model_config: ModelConfig | None = None,
+                  observer: StepObserver | None = None) -> TensorExecutor:
+    """The factory the engine loop loads by name (signature in the module docstring)."""
+    torch_dt = torch_dtype(dtype) if isinstance(dtype, str) else dtype
+    if model_dir is not None:
+        from schedcheck.gpu.weights import load_model
+
+        model = load_model(model_dir, device=device, dtype=torch_dt)
+    else:
+        model = make_model(model_config, seed=seed, device=device, dtype=torch_dt)
+    cfg = model.cfg
+    spec = BackendSpec.for_device(model.device, dtype=torch_dt, block_size=block_size,
+                                  head_dim=cfg.head_dim, num_heads=cfg.num_heads,
+                                  num_kv_heads=cfg.num_kv_heads)
+    chosen = choose_backend(backend, spec)
+    return TensorExecutor(model, chosen, block_size, num_blocks, observer=observer)

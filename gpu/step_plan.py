@@ -1,0 +1,165 @@
+"""Validate one step's runner metadata against the cache and the true tokens (numpy only).
+
+The tensor executor must survive any metadata a buggy scheduler produces: a slot -1, a
+block id past the cache, a block table shorter than the key length, a chunk whose token
+ids are not the request's. Each such case becomes a `misalignment` finding here, and the
+arrays handed to the kernels are sanitized so nothing reads or writes out of bounds:
+
+    slot_mapping (T,)   row t writes K/V to slot_mapping[t]; -1 = skip the write
+                        (invalid slots, and all but the last row writing one slot)
+    key_table (B, W)    logical block k of request i -> block id, for every key position
+                        j < seq_lens[i] (k = j // block_size, W = max cdiv(seq_len, bs));
+                        -1 = missing or out of range (the kernels read a zero block there)
+
+Layout of keys for request i (block_size 4, seq_len 10, block_table (7, 2))::
+
+    key position j   0 1 2 3 | 4 5 6 7 | 8 9
+    logical block    0       | 1       | 2      <- past the table: block-invalid at j = 8
+    key_table[i]     7         2         -1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from schedcheck.engines.metadata import RunnerMetadata
+from schedcheck.gpu.findings import Finding, misalignment
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The sanitized arrays of one step and the findings that sanitizing produced."""
+
+    metadata: RunnerMetadata
+    findings: tuple[Finding, ...]
+    row_request: IntArray  # (T,) request index of each flattened row
+    slot_mapping: IntArray  # (T,) -1 = skip the write
+    key_table: IntArray  # (B, W) -1 = read the zero block
+    max_block_id: int  # largest valid block id the step touches; -1 if none
+
+    @property
+    def step(self) -> int:
+        return self.metadata.output.step
+
+
+def plan_step(metadata: RunnerMetadata, num_blocks: int,
+              tokens: Mapping[str, npt.NDArray[np.int64]]) -> StepPlan:
+    """Sanitize `metadata` for a cache of `num_blocks` blocks; `tokens`: true sequences."""
+    assert num_blocks >= 1
+    bs = metadata.block_size
+    row_request = np.repeat(np.arange(metadata.num_reqs, dtype=np.int64), metadata.query_lens)
+    findings: list[Finding] = []
+    findings += _token_findings(metadata, row_request, tokens)
+    slots, slot_findings = _sanitize_slots(metadata, row_request, num_blocks * bs)
+    key_table, block_findings = _key_table(metadata, num_blocks)
+    valid_blocks = np.concatenate([slots[slots >= 0] // bs, key_table[key_table >= 0]])
+    plan = StepPlan(
+        metadata=metadata,
+        findings=tuple(findings + slot_findings + block_findings),
+        row_request=row_request,
+        slot_mapping=slots,
+        key_table=key_table,
+        max_block_id=int(valid_blocks.max()) if valid_blocks.size else -1,
+    )
+    assert plan.slot_mapping.shape == metadata.positions.shape
+    assert plan.max_block_id < num_blocks
+    return plan
+
+
+def _first_rows(mask: npt.NDArray[np.bool_], row_request: IntArray) -> list[tuple[int, int]]:
+    """(request index, first row) for every request with a True row; and the True count."""
+    rows = np.flatnonzero(mask)
+    reqs, first = np.unique(row_request[rows], return_index=True)
+    return [(int(i), int(rows[f])) for i, f in zip(reqs, first, strict=True)]
+
+
+def _token_findings(md: RunnerMetadata, row_request: IntArray,
+                    tokens: Mapping[str, npt.NDArray[np.int64]]) -> list[Finding]:
+    """Unknown requests, rows past the known tokens, chunk token ids that are not true."""
+    step = md.output.step
+    out: list[Finding] = []
+    for i, rid in enumerate(md.req_ids):
+        lo, hi = int(md.query_start_loc[i]), int(md.query_start_loc[i + 1])
+        positions = md.positions[lo:hi]
+        if rid not in tokens:
+            out.append(misalignment("unknown-request", step, rid, int(positions[0]),
+                                    f"step {step} schedules {rid!r}, which is not known"))
+            continue
+        true = tokens[rid]
+        past = positions >= true.size
+        if past.any():
+            j = int(np.flatnonzero(past)[0])
+            out.append(misalignment(
+                "position-beyond-tokens", step, rid, int(positions[j]),
+                f"row {lo + j} runs position {int(positions[j])} but {rid!r} has "
+                f"{true.size} tokens"))
+        inside = ~past
+        wrong = np.zeros_like(past)
+        wrong[inside] = md.input_ids[lo:hi][inside] != true[positions[inside]]
+        if wrong.any():
+            j = int(np.flatnonzero(wrong)[0])
+            p = int(positions[j])
+            out.append(misalignment(
+                "input-token", step, rid, p,
+                f"chunk token at position {p} is {int(md.input_ids[lo + j])}, true token "
+                f"{int(true[p])} ({int(wrong.sum())} wrong in this chunk)"))
+        too_long = int(md.seq_lens[i]) > true.size
+        if too_long and not past.any():
+            out.append(misalignment(
+                "position-beyond-tokens", step, rid, int(true.size),
+                f"seq_len {int(md.seq_lens[i])} reads keys past the {true.size} tokens"))
+    return out
+
+
+def _sanitize_slots(md: RunnerMetadata, row_request: IntArray,
+                    num_slots: int) -> tuple[IntArray, list[Finding]]:
+    """Invalid slots -> -1 with a finding; of rows sharing a slot only the last writes."""
+    slots = md.slot_mapping.astype(np.int64, copy=True)
+    bad = (slots < 0) | (slots >= num_slots)
+    findings = []
+    for i, row in _first_rows(bad, row_request):
+        slot = int(slots[row])
+        count = int(bad[row_request == i].sum())
+        findings.append(misalignment(
+            "slot-invalid", md.output.step, md.req_ids[i], int(md.positions[row]),
+            f"slot {slot} is outside [0, {num_slots}); {count} write(s) skipped",
+            slot=slot, block=slot // md.block_size if slot >= 0 else None))
+    slots[bad] = -1
+    reversed_slots = slots[::-1]
+    _, last = np.unique(reversed_slots, return_index=True)
+    keep = np.zeros(slots.size, dtype=bool)
+    keep[slots.size - 1 - last] = True  # last occurrence of every slot value
+    slots[~keep & (slots >= 0)] = -1
+    return slots, findings
+
+
+def _key_table(md: RunnerMetadata, num_blocks: int) -> tuple[IntArray, list[Finding]]:
+    """Block ids covering keys 0 .. seq_len-1 of every request; -1 where invalid."""
+    bs = md.block_size
+    needed = (md.seq_lens + bs - 1) // bs  # (B,) counts of logical blocks read
+    width = int(needed.max()) if needed.size else 0
+    table = np.full((md.num_reqs, width), -1, dtype=np.int64)
+    findings = []
+    for i, req in enumerate(md.output.scheduled):
+        n = int(needed[i])
+        ids = np.full(n, -1, dtype=np.int64)
+        given = np.asarray(req.block_table[:n], dtype=np.int64)
+        ids[: given.size] = given
+        bad = (ids < 0) | (ids >= num_blocks)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            block = int(ids[k]) if k < given.size else None
+            what = "has no entry" if block is None else f"is block {block}, outside [0, {num_blocks})"
+            findings.append(misalignment(
+                "block-invalid", md.output.step, req.request_id, k * bs,
+                f"logical block {k} (key positions {k * bs}..) {what}; "
+                f"{int(bad.sum())} of {n} blocks read invalid", block=block))
+        ids[bad] = -1
+        table[i, :n] = ids
+    return table, findings
