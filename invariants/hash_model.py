@@ -25,7 +25,8 @@ from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE, FIRST_TOKEN_ID, mix64
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 SAMPLE_SALT = np.uint64(0x5DEECE66D1B2C3A5)
-POISON = np.uint64(0xA5A5_0000_5A5A_FFFF)  # xor-ed into entries computed from bad reads
+POISON = np.uint64(0xA5A5_0000_5A5A_FFFF)  # xor-ed into entries computed from a wrong token
+READ_POISON = np.uint64(0x0F0F_1234_F0F0_4321)  # xor-ed into samples after wrong reads
 
 
 def terms(positions: I64, tokens: I64) -> U64:

@@ -229,7 +229,7 @@ class SymbolicExecutor:
         identity = written[rows].copy()
         if bad_reqs:
             poisoned = np.isin(batch, np.fromiter(bad_reqs, I64, len(bad_reqs)))
-            identity[poisoned] ^= hash_model.POISON
+            identity[poisoned] ^= hash_model.READ_POISON
         tokens = hash_model.sample_tokens(identity, self.vocab_size)
         positions = meta.positions[rows]
         terms = hash_model.terms(positions + 1, tokens)

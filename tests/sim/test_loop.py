@@ -1,0 +1,78 @@
+"""The engine loop with the toy engine: clean runs, each fault caught, liveness, arrivals."""
+
+import numpy as np
+
+from schedcheck.engines.protocol import EngineConfig
+from schedcheck.invariants import hash_model
+from schedcheck.sim.cost_model import profile
+from schedcheck.sim.loop import SimOptions, run
+from schedcheck.traces.schema import TraceRequest
+
+CFG = EngineConfig(block_size=4, num_gpu_blocks=200, max_num_batched_tokens=32, max_num_seqs=8)
+UNIT = profile("unit")  # 10 ms per step
+
+
+def _trace(n=20, output_length=5):
+    return [
+        TraceRequest(f"r{i}", i * 0.01, output_length, prompt_token_ids=tuple(range(3, 40 + i)))
+        for i in range(n)
+    ]
+
+
+def test_clean_toy_run_finishes_everything_with_unchunked_outputs():
+    res = run(_trace(), "toy_engine:make_engine", CFG, SimOptions(record_schedule=True), UNIT)
+    assert (res.exit_code, res.finished, res.requests, res.steps) == (0, 20, 20, 36)
+    assert abs(res.sim_time_s - 36 * 0.01) < 1e-9
+    prompt = np.arange(3, 40, dtype=np.int64)
+    assert res.outputs["r0"] == hash_model.unchunked_outputs(prompt, 5).tolist()
+    assert len(res.schedule) == res.steps
+
+
+def test_swapped_blocks_are_a_read_violation_at_the_first_swapped_key():
+    res = run(_trace(), "toy_engine:make_swap_engine", CFG, SimOptions(), UNIT)
+    assert res.exit_code == 1
+    v = res.violations[0]
+    assert (v.invariant, v.step, v.request_id, v.position) == ("shadow-kv.read", 2, "r0", 0)
+    assert v.context[0].startswith("step 1: num_computed_tokens 0 + num_scheduled_tokens 32")
+
+
+def test_a_stale_decode_token_is_a_chunk_token_violation():
+    res = run(_trace(), "toy_engine:make_stale_token_engine", CFG, SimOptions(), UNIT)
+    v = res.violations[0]
+    assert (res.exit_code, v.invariant, v.request_id, v.position) == (
+        1, "accounting.chunk-tokens", "r0", 38,
+    )
+
+
+def test_a_request_that_never_fits_is_a_liveness_failure():
+    small = EngineConfig(block_size=4, num_gpu_blocks=5, max_num_batched_tokens=32)
+    res = run(_trace(2), "toy_engine:make_engine", small, SimOptions(), UNIT)
+    assert res.exit_code == 3
+    assert res.stuck["r0"] == "no free blocks"
+
+
+def test_abort_mid_prefill_frees_the_request():
+    trace = [TraceRequest("a", 0.0, 4, prompt_token_ids=tuple(range(3, 103)), abort_time_s=0.015)]
+    res = run(trace, "toy_engine:make_engine", CFG, SimOptions(), UNIT)
+    assert (res.exit_code, res.aborted, res.finished, res.steps) == (0, 1, 0, 2)
+
+
+def test_a_later_turn_carries_its_parents_prompt_and_outputs():
+    trace = [
+        TraceRequest("t0", 0.0, 3, prompt_token_ids=(5, 6, 7, 8, 9), session_id="s"),
+        TraceRequest("t1", 0.0, 2, prompt_token_ids=(11, 12), session_id="s",
+                     parent_request_id="t0", think_time_s=1.0),  # fmt: skip
+    ]
+    res = run(trace, "toy_engine:make_engine", CFG, SimOptions(record_schedule=True), UNIT)
+    assert res.exit_code == 0
+    first_t1 = next(r for out in res.schedule for r in out.scheduled if r.request_id == "t1")
+    assert first_t1.token_ids.tolist() == [5, 6, 7, 8, 9, *res.outputs["t0"], 11, 12]
+    # t0 runs 3 steps (prefill + 2 decodes); t1 is released 1.0 s later, then runs 2 steps
+    assert res.steps == 5
+    assert abs(res.sim_time_s - (0.03 + 1.0 + 0.02)) < 1e-9
+
+
+def test_same_run_same_fingerprint():
+    a = run(_trace(), "toy_engine:make_engine", CFG, SimOptions(), UNIT)
+    b = run(_trace(), "toy_engine:make_engine", CFG, SimOptions(), UNIT)
+    assert a.fingerprint == b.fingerprint and len(a.fingerprint) == 64

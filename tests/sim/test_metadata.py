@@ -1,0 +1,44 @@
+"""Runner metadata: exact arrays for the layout drawn in engines/metadata.py's docstring."""
+
+import numpy as np
+
+from schedcheck.engines.metadata import build_metadata, gather_slots
+from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+
+
+def _req(rid, ncomp, nsched, ntok, table):
+    tokens = np.arange(ncomp, ncomp + nsched, dtype=np.int64)
+    return ScheduledRequest(rid, ncomp, nsched, ntok, ntok, tokens, tuple(table))
+
+
+def _docstring_step():
+    return SchedulerOutput(
+        0, (_req("A", 4, 3, 10, [7, 2]), _req("B", 9, 1, 10, [3, 5, 1]), _req("C", 8, 2, 10, [4, 6, 8]))
+    )
+
+
+def test_docstring_layout():
+    m = build_metadata(_docstring_step(), block_size=4)
+    assert m.positions.tolist() == [4, 5, 6, 9, 8, 9]
+    assert m.query_start_loc.tolist() == [0, 3, 4, 6]
+    assert m.seq_lens.tolist() == [7, 10, 10]
+    assert m.slot_mapping.tolist() == [8, 9, 10, 5, 32, 33]
+    assert m.logits_indices.tolist() == [3, 5]
+    assert m.sampling_req_ids == ("B", "C")
+    assert m.row_req.tolist() == [0, 0, 0, 1, 2, 2]
+    assert m.block_table_array.tolist() == [[7, 2, -1], [3, 5, 1], [4, 6, 8]]
+
+
+def test_position_past_block_table_gets_slot_minus_one():
+    slots = gather_slots([(5,)], np.zeros(3, np.int64), np.array([3, 4, 5]), block_size=4)
+    assert slots.tolist() == [23, -1, -1]
+
+
+def test_runner_mutants_change_exactly_their_field():
+    clean = build_metadata(_docstring_step(), 4)
+    long = build_metadata(_docstring_step(), 4, mutant="seq-len-full-prompt")
+    assert long.seq_lens.tolist() == [10, 10, 10]
+    assert long.slot_mapping.tolist() == clean.slot_mapping.tolist()
+    zero = build_metadata(_docstring_step(), 4, mutant="slot-mapping-from-zero")
+    assert zero.slot_mapping.tolist() == [28, 29, 30, 12, 16, 17]
+    assert zero.seq_lens.tolist() == clean.seq_lens.tolist()

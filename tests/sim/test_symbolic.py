@@ -1,0 +1,129 @@
+"""The symbolic executor: exact writes, exact reads, and each misalignment named precisely."""
+
+import numpy as np
+
+from schedcheck.engines.metadata import build_metadata
+from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+from schedcheck.invariants import hash_model
+from schedcheck.sim.symbolic import SymbolicExecutor
+
+BS = 4
+PROMPT_A = np.arange(100, 110, dtype=np.int64)  # 10 tokens
+PROMPT_B = np.concatenate([PROMPT_A[:8], [7, 7, 7]])  # shares A's first 2 blocks
+
+
+def _sched(rid, prompt, ncomp, nsched, table, ntok=None, tokens=None):
+    ntok = prompt.size if ntok is None else ntok
+    chunk = prompt[ncomp : ncomp + nsched] if tokens is None else np.asarray(tokens, np.int64)
+    return ScheduledRequest(rid, ncomp, nsched, ntok, prompt.size, chunk, tuple(table))
+
+
+def _step(ex, step, *reqs, mutant=None):
+    meta = build_metadata(SchedulerOutput(step, tuple(reqs)), BS, mutant)
+    return ex.execute(meta), ex.violations
+
+
+def _executor():
+    ex = SymbolicExecutor(num_blocks=8, block_size=BS)
+    ex.add_request("A", PROMPT_A)
+    ex.add_request("B", PROMPT_B)
+    return ex
+
+
+def test_chunked_prefill_writes_identities_and_samples_the_unchunked_token():
+    ex = _executor()
+    sampled, v = _step(ex, 1, _sched("A", PROMPT_A, 0, 6, [3, 1]))
+    assert (sampled, v) == ({}, [])
+    ids = hash_model.identities(PROMPT_A)
+    assert ex.shadow[[12, 13, 14, 15, 4, 5]].tolist() == ids[:6].tolist()
+    sampled, v = _step(ex, 2, _sched("A", PROMPT_A, 6, 4, [3, 1, 6]))
+    assert v == []
+    assert sampled == {"A": int(hash_model.unchunked_outputs(PROMPT_A, 1)[0])}
+    assert ex.requests["A"].verified_len == 10
+    assert ex.num_keys_checked == 6 + 4  # keys 0..5 at step 1, only the new 6..9 at step 2
+
+
+def test_prefix_hit_reads_the_shared_blocks_and_is_clean():
+    ex = _executor()
+    _step(ex, 1, _sched("A", PROMPT_A, 0, 10, [3, 1, 6]))
+    sampled, v = _step(ex, 2, _sched("B", PROMPT_B, 8, 3, [3, 1, 2]))
+    assert v == []
+    assert sampled == {"B": int(hash_model.unchunked_outputs(PROMPT_B, 1)[0])}
+    assert ex.verifiers[[3, 1, 2, 6]].tolist() == [2, 2, 1, 1]
+
+
+def test_hit_on_a_block_another_prefix_wrote_is_a_read_violation():
+    ex = _executor()
+    other = np.arange(500, 510, dtype=np.int64)
+    ex.add_request("C", other)
+    _step(ex, 1, _sched("C", other, 0, 10, [3, 1, 6]))
+    _, v = _step(ex, 2, _sched("B", PROMPT_B, 8, 3, [3, 1, 2]))
+    assert [(x.invariant, x.request_id, x.position, x.slot, x.block) for x in v] == [
+        ("shadow-kv.read", "B", 0, 12, 3)
+    ]
+    assert v[0].found == "the KV of C position 0 (written at step 1)"
+
+
+def test_reading_an_unwritten_block_names_it():
+    ex = _executor()
+    _step(ex, 1, _sched("A", PROMPT_A, 0, 4, [3, 1, 6]))  # only block 3 written
+    _, v = _step(ex, 2, _sched("B", PROMPT_B, 8, 3, [3, 1, 2]))  # claims 8 cached tokens
+    assert [(x.invariant, x.position, x.slot, x.block, x.found) for x in v] == [
+        ("shadow-kv.read", 4, 4, 1, "nothing (never written)")
+    ]
+
+
+def test_seq_len_of_the_full_prompt_is_a_causal_misalignment():
+    ex = _executor()
+    _, v = _step(ex, 1, _sched("A", PROMPT_A, 0, 6, [3, 1, 6]), mutant="seq-len-full-prompt")
+    kinds = [(x.invariant, x.position) for x in v]
+    assert ("shadow-kv.causal-alignment", 0) in kinds
+    assert ("shadow-kv.read", 6) in kinds  # key 6 was never written
+
+
+def test_block_table_too_short_is_an_out_of_bounds_read():
+    ex = _executor()
+    _, v = _step(ex, 1, _sched("A", PROMPT_A, 0, 10, [3, 1]))
+    assert [(x.invariant, x.position) for x in v][:2] == [
+        ("shadow-kv.write-out-of-bounds", 8),
+        ("shadow-kv.block-table-out-of-bounds", 8),
+    ]
+
+
+def test_wrong_chunk_token_poisons_the_entry_and_the_sample():
+    ex = _executor()
+    bad = PROMPT_A[:10].copy()
+    bad[9] = 1
+    sampled, v = _step(ex, 1, _sched("A", PROMPT_A, 0, 10, [3, 1, 6], tokens=bad))
+    assert [(x.invariant, x.position) for x in v] == [
+        ("accounting.chunk-tokens", 9),
+        ("shadow-kv.read", 9),  # the entry written from the wrong token
+    ]
+    assert sampled["A"] != int(hash_model.unchunked_outputs(PROMPT_A, 1)[0])
+
+
+def test_a_changed_block_table_is_read_again():
+    ex = _executor()
+    _step(ex, 1, _sched("A", PROMPT_A, 0, 8, [3, 1, 6]))
+    _, v = _step(ex, 2, _sched("A", PROMPT_A, 8, 2, [3, 5, 6]))  # block 1 swapped for 5
+    assert [(x.invariant, x.position, x.block) for x in v] == [("shadow-kv.read", 4, 5)]
+
+
+def test_overwriting_verified_kv_of_a_live_request_is_reported():
+    ex = _executor()
+    _step(ex, 1, _sched("A", PROMPT_A, 0, 8, [3, 1, 6]))
+    _, v = _step(ex, 2, _sched("B", PROMPT_B, 0, 4, [1, 2, 4]))  # B writes into A's block 1
+    assert ("block-pool.write-into-shared-block", "B", 1) in [
+        (x.invariant, x.request_id, x.block) for x in v
+    ]
+    assert ex.requests["A"].verified_len == 4  # A must read block 1 again
+
+
+def test_block_contents_and_finish_releases_verifiers():
+    ex = _executor()
+    _step(ex, 1, _sched("A", PROMPT_A, 0, 6, [3, 1]))
+    ident, complete = ex.block_contents(np.array([3, 1]))
+    assert complete.tolist() == [True, False]
+    assert int(ident[0]) == int(hash_model.identities(PROMPT_A)[3])
+    ex.finish_request("A")
+    assert ex.verifiers.sum() == 0
