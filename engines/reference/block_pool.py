@@ -1,0 +1,123 @@
+"""The block pool of the hashed manager (vLLM v1 `BlockPool` design).
+
+State of every block id `b` in [0, num_blocks)::
+
+    ref_cnt[b] > 0              held by ref_cnt[b] requests; never in the free queue
+    ref_cnt[b] == 0             in free_block_queue (LRU order: head = evicted first)
+    b in cached_hash_of_block   cached: cached_block_hash_to_block[cached_hash_of_block[b]] == b
+
+A cached block with ref_cnt 0 stays in the free queue and can still be hit ("touched":
+removed from the queue, ref_cnt 1); taking a block from the queue's head for a new
+allocation evicts its hash first. Requests free their blocks in reverse order, so the tail of
+a prompt sits nearer the head of the queue and is evicted before its prefix::
+
+    free(request with blocks [7, 3, 9])  ->  free_block_queue: ... 9, 3, 7   (tail first)
+
+The queue is an OrderedDict keyed by block id (insertion order is the LRU order; removal
+from the middle is O(1)); decisions never depend on set or hash order. There is no null
+block: every block id is usable.
+
+When two requests compute the same block at the same time, the first to cache it owns the
+hash; the second one's copy stays an uncached private block (vLLM keeps both under one hash
+and always hits the first, which amounts to the same).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+
+class BlockPool:
+    __slots__ = (
+        "cached_block_hash_to_block",
+        "cached_hash_of_block",
+        "free_block_queue",
+        "num_blocks",
+        "ref_cnt",
+    )
+
+    def __init__(self, num_blocks: int) -> None:
+        assert num_blocks >= 1
+        self.num_blocks = num_blocks
+        self.ref_cnt: npt.NDArray[np.int64] = np.zeros(num_blocks, dtype=np.int64)
+        self.cached_block_hash_to_block: dict[bytes, int] = {}
+        # The inverse map, kept incrementally so that a snapshot costs nothing.
+        self.cached_hash_of_block: dict[int, bytes] = {}
+        self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_block_queue)
+
+    def get_cached_block(self, block_hash: bytes) -> int | None:
+        return self.cached_block_hash_to_block.get(block_hash)
+
+    def get_new_blocks(self, num_blocks: int) -> list[int]:
+        """Pop `num_blocks` blocks from the head of the free queue, evicting their hashes."""
+        assert 0 <= num_blocks <= len(self.free_block_queue), "caller checks the free count"
+        queue = self.free_block_queue
+        block_ids = [queue.popitem(last=False)[0] for _ in range(num_blocks)]
+        cached_hash_of_block = self.cached_hash_of_block
+        for block_id in block_ids:
+            if block_id in cached_hash_of_block:
+                self._evict(block_id)
+        if block_ids:
+            assert not self.ref_cnt[block_ids].any(), "a free block had holders"
+            self.ref_cnt[block_ids] = 1
+        return block_ids
+
+    def touch(self, block_ids: Sequence[int]) -> None:
+        """Take one more reference on each block of a cache hit (removed from the queue)."""
+        if not block_ids:
+            return
+        queue = self.free_block_queue
+        for block_id in block_ids:
+            queue.pop(block_id, None)
+        self.ref_cnt[list(block_ids)] += 1
+
+    def free_blocks(self, ordered_block_ids: Sequence[int]) -> None:
+        """Drop one reference on each block; blocks reaching 0 join the queue's tail in order.
+
+        The caller passes a request's blocks in reverse order (tail first).
+        """
+        if not ordered_block_ids:
+            return
+        ids = np.fromiter(ordered_block_ids, np.int64, len(ordered_block_ids))
+        ref_cnt = self.ref_cnt
+        ref_cnt[ids] -= 1
+        assert (ref_cnt[ids] >= 0).all(), "ref_cnt went negative: double free"
+        queue = self.free_block_queue
+        for block_id in ids[ref_cnt[ids] == 0].tolist():
+            assert block_id not in queue
+            queue[block_id] = None
+
+    def cache_full_blocks(
+        self,
+        block_ids: Sequence[int],
+        block_hashes: Sequence[bytes],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+    ) -> None:
+        """Cache blocks [num_cached_blocks, num_full_blocks) of one request's table."""
+        assert 0 <= num_cached_blocks <= num_full_blocks <= len(block_ids)
+        assert num_full_blocks <= len(block_hashes)
+        cached = self.cached_block_hash_to_block
+        cached_hash_of_block = self.cached_hash_of_block
+        for index in range(num_cached_blocks, num_full_blocks):
+            block_id = block_ids[index]
+            if block_id in cached_hash_of_block:
+                continue  # a hit taken from the cache: already cached under this hash
+            block_hash = block_hashes[index]
+            if block_hash in cached:
+                continue  # another request cached the same content first
+            cached[block_hash] = block_id
+            cached_hash_of_block[block_id] = block_hash
+
+    def _evict(self, block_id: int) -> None:
+        block_hash = self.cached_hash_of_block.pop(block_id)
+        assert self.cached_block_hash_to_block.get(block_hash) == block_id
+        del self.cached_block_hash_to_block[block_hash]

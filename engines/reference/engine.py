@@ -1,0 +1,104 @@
+"""The reference engine: our scheduler + one of two block managers, behind `protocol.Engine`.
+
+Options (EngineConfig, vLLM's names) plus these keys of `EngineConfig.extra`:
+
+- "policy": "fcfs" (default) or "priority" (lower priority value = more important);
+- "chunk_align": "none" (default, vLLM v1), "block" or "deterministic" (see chunking.py);
+- "page_size": radix only; must equal block_size (a page is the run's block, so the same
+  runner metadata works); default block_size. block_size 1 = token granularity.
+
+`block_manager` is "hashed" (vLLM v1's KVCacheManager + BlockPool) or "radix" (SGLang's
+RadixCache). `mutant` names an entry of mutants.MUTANTS (None = clean).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from schedcheck.engines.protocol import (
+    EngineConfig,
+    EngineRequest,
+    FinishedRequest,
+    KVSnapshot,
+    SchedulerOutput,
+)
+from schedcheck.engines.reference.block_hash import BlockHasher
+from schedcheck.engines.reference.hashed_manager import HashedKVManager
+from schedcheck.engines.reference.kv_manager import KVCacheManager
+from schedcheck.engines.reference.mutants import MutantSwitches
+from schedcheck.engines.reference.radix_manager import RadixKVManager
+from schedcheck.engines.reference.scheduler import Scheduler
+
+BLOCK_MANAGERS = ("hashed", "radix")
+
+
+def make_kv_manager(config: EngineConfig, switches: MutantSwitches) -> KVCacheManager:
+    if config.block_manager == "hashed":
+        return HashedKVManager(
+            config.num_gpu_blocks, config.block_size, config.enable_prefix_caching, switches
+        )
+    if config.block_manager == "radix":
+        page_size = int(config.extra.get("page_size", config.block_size))
+        if page_size != config.block_size:
+            raise ValueError(
+                f"radix page_size {page_size} != block_size {config.block_size}: a page is "
+                "the run's block, set block_size to the page size"
+            )
+        return RadixKVManager(
+            config.num_gpu_blocks, page_size, config.enable_prefix_caching, switches
+        )
+    raise ValueError(
+        f"unknown block_manager {config.block_manager!r} for the reference engine: "
+        f"use one of {', '.join(BLOCK_MANAGERS)}"
+    )
+
+
+class ReferenceEngine:
+    """Implements `schedcheck.engines.protocol.Engine`."""
+
+    name = "reference"
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.switches = MutantSwitches.for_config(config.mutant, config.block_manager)
+        hasher = BlockHasher(
+            config.block_size,
+            chain_parent=not self.switches.hash_no_parent,
+            use_extra_keys=not self.switches.hash_ignores_salt,
+        )
+        self.kv_manager = make_kv_manager(config, self.switches)
+        self.scheduler = Scheduler(
+            config,
+            self.kv_manager,
+            hasher,
+            self.switches,
+            policy=config.extra.get("policy", "fcfs"),
+            chunk_align=config.extra.get("chunk_align", "none"),
+        )
+
+    def add_request(self, request: EngineRequest) -> None:
+        self.scheduler.add_request(request)
+
+    def abort_request(self, request_id: str) -> None:
+        self.scheduler.abort_request(request_id)
+
+    def schedule(self) -> SchedulerOutput:
+        return self.scheduler.schedule()
+
+    def update_from_output(
+        self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
+    ) -> list[FinishedRequest]:
+        return self.scheduler.update_from_output(output, sampled_token_ids)
+
+    def kv_snapshot(self) -> KVSnapshot:
+        return self.kv_manager.kv_snapshot()
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    def waiting_reasons(self) -> Mapping[str, str]:
+        return self.scheduler.waiting_reasons()
+
+
+def make_engine(config: EngineConfig) -> ReferenceEngine:
+    return ReferenceEngine(config)

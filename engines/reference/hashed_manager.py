@@ -1,0 +1,246 @@
+"""The hashed block manager: vLLM v1's KVCacheManager over a `BlockPool`.
+
+A waiting request's prefix hit is the longest run of its block hashes found in the cache,
+capped so that at least one token is computed (BUGS #2)::
+
+    prompt (num_tokens 48, block_size 16), all three blocks cached:
+    | block 0 (hit) | block 1 (hit) | block 2 (recomputed) |
+    0              16              32                     48
+    max cache hit = (48 - 1) // 16 = 2 blocks -> num_computed_tokens 32, 16 tokens to run
+
+After each step `cache_blocks` caches the blocks that became full and written; a block is
+never cached earlier (vLLM v1 caches at allocation because its forward writes every KV
+before any attention reads it; the reference engine is stricter so that the same-step case of
+BUGS #4 cannot arise at all). A request's blocks are freed in reverse order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from schedcheck.engines.reference.block_pool import BlockPool
+from schedcheck.engines.reference.kv_manager import EMPTY_HIT, PrefixHit, cdiv
+from schedcheck.engines.reference.mutants import MutantSwitches
+from schedcheck.engines.reference.request import Request
+from schedcheck.engines.reference.snapshot import KeysSequence, readonly_view
+
+
+class HashedKVManager:
+    """vLLM v1-style KV cache manager (one KV cache group, full attention)."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_caching: bool,
+        switches: MutantSwitches | None = None,
+    ) -> None:
+        assert num_blocks >= 1 and block_size >= 1
+        switches = switches or MutantSwitches()
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.block_pool = BlockPool(num_blocks)
+        self.req_to_blocks: dict[str, list[int]] = {}
+        # Count of leading blocks of each request already cached (vLLM: num_cached_block).
+        self.num_cached_block: dict[str, int] = {}
+        # The manager's own count of computed tokens per request (vllm#11186).
+        self._num_computed_tokens: dict[str, int] = {}
+        self._table_tuples: dict[str, tuple[int, ...]] = {}
+        self._ref_cnt_view = readonly_view(self.block_pool.ref_cnt)
+        # Mutant switches, read once (see mutants.py).
+        self._cache_partial_block = switches.cache_partial_block
+        self._no_cache_hit_cap = switches.no_cache_hit_cap
+        self._whole_prompt_computed = switches.whole_prompt_computed
+        self._same_step_cached = switches.same_step_cached
+        self._allocate_whole_prompt = switches.whole_prompt_computed or switches.same_step_cached
+        self._block_table_short = switches.block_table_short
+        self._manager_computed_disagree = switches.manager_computed_disagree
+        self._uncapped_extra_tokens: dict[str, int] = {}
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def get_computed_blocks(self, request: Request) -> PrefixHit:
+        """The longest run of cached blocks from block 0, capped at num_tokens - 1 tokens."""
+        if not self.enable_caching:
+            return EMPTY_HIT
+        max_cache_hit_tokens = request.num_tokens - 1
+        if self._no_cache_hit_cap or self._manager_computed_disagree:
+            max_cache_hit_tokens = request.num_tokens
+        block_ids = self._longest_hit(request.block_hashes, max_cache_hit_tokens // self.block_size)
+        if self._manager_computed_disagree:
+            capped = (request.num_tokens - 1) // self.block_size
+            extra = max(0, len(block_ids) - capped)
+            self._uncapped_extra_tokens[request.request_id] = extra * self.block_size
+            block_ids = block_ids[: len(block_ids) - extra]
+        return PrefixHit(tuple(block_ids), len(block_ids) * self.block_size)
+
+    def _longest_hit(self, block_hashes: Sequence[bytes], max_num_blocks: int) -> list[int]:
+        lookup = self.block_pool.cached_block_hash_to_block.get
+        block_ids: list[int] = []
+        for index in range(min(max_num_blocks, len(block_hashes))):
+            block_id = lookup(block_hashes[index])
+            if block_id is None:
+                break
+            block_ids.append(block_id)
+        return block_ids
+
+    # -- allocation ------------------------------------------------------------------------
+
+    def allocate_slots(
+        self, request: Request, num_new_tokens: int, hit: PrefixHit = EMPTY_HIT
+    ) -> bool:
+        """Blocks for tokens [0, num_computed + hit + num_new_tokens); False if they don't fit.
+
+        ::
+
+            | held blocks (comp) | hit blocks (touched) | new blocks (from the queue head) |
+            0           num_computed_tokens     +hit.num_tokens              +num_new_tokens
+
+        Hit blocks with ref_cnt 0 sit in the free queue, so they count against the free
+        blocks too: they are touched first, and only then are new blocks taken, so a
+        just-matched block is never evicted for the same request's new blocks.
+        """
+        request_id = request.request_id
+        blocks = self.req_to_blocks.get(request_id)
+        num_held_blocks = 0 if blocks is None else len(blocks)
+        assert not hit.block_ids or num_held_blocks == 0, "a hit only at (re)admission"
+        num_computed_tokens = request.num_computed_tokens + hit.num_tokens
+        num_tokens_need_slot = num_computed_tokens + num_new_tokens
+        if self._allocate_whole_prompt and request.num_computed_tokens == 0:
+            num_tokens_need_slot = max(num_tokens_need_slot, request.num_tokens)
+        num_required_blocks = cdiv(num_tokens_need_slot, self.block_size)
+        if self._block_table_short and num_tokens_need_slot % self.block_size == 0:
+            num_required_blocks -= 1
+        num_new_blocks = max(0, num_required_blocks - num_held_blocks - len(hit.block_ids))
+        pool = self.block_pool
+        queue = pool.free_block_queue
+        num_evictable_hit_blocks = sum(1 for b in hit.block_ids if b in queue)
+        if num_new_blocks + num_evictable_hit_blocks > len(queue):
+            return False
+
+        pool.touch(hit.block_ids)
+        new_block_ids = pool.get_new_blocks(num_new_blocks)
+        if blocks is None:
+            blocks = self.req_to_blocks[request_id] = []
+            self.num_cached_block[request_id] = 0
+        blocks.extend(hit.block_ids)
+        blocks.extend(new_block_ids)
+        if hit.block_ids:
+            self.num_cached_block[request_id] = len(hit.block_ids)
+        if hit.block_ids or new_block_ids:
+            self._table_tuples.pop(request_id, None)
+        self._num_computed_tokens[request_id] = num_computed_tokens
+        if self._manager_computed_disagree:
+            self._apply_disagreement(request_id)
+        if self._same_step_cached:  # mutant: cache at allocation, before any write
+            self._cache(request, blocks, min(len(blocks), request.num_tokens // self.block_size))
+        return True
+
+    def _apply_disagreement(self, request_id: str) -> None:
+        """Mutant manager-computed-disagree: book the uncapped hit as computed and cached."""
+        extra = self._uncapped_extra_tokens.get(request_id, 0)
+        self._num_computed_tokens[request_id] += extra
+        self.num_cached_block[request_id] += extra // self.block_size
+
+    # -- after a step ----------------------------------------------------------------------
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> int:
+        """Cache the blocks of [0, num_computed_tokens) that are full (and so written)."""
+        request_id = request.request_id
+        blocks = self.req_to_blocks[request_id]
+        assert num_computed_tokens <= len(blocks) * self.block_size or self._block_table_short
+        manager_count = num_computed_tokens
+        if self._manager_computed_disagree:
+            manager_count += self._uncapped_extra_tokens.get(request_id, 0)
+        self._num_computed_tokens[request_id] = manager_count
+        if not self.enable_caching:
+            return num_computed_tokens
+        num_full_blocks = num_computed_tokens // self.block_size
+        if self._cache_partial_block:  # mutant: the partly written last block too
+            num_full_blocks = min(
+                cdiv(num_computed_tokens, self.block_size),
+                request.num_tokens // self.block_size,
+            )
+        if self._whole_prompt_computed:  # mutant: every full prompt block after chunk 1
+            num_full_blocks = max(num_full_blocks, request.num_prompt_tokens // self.block_size)
+        self._cache(request, blocks, min(num_full_blocks, len(blocks)))
+        return num_computed_tokens
+
+    def _cache(self, request: Request, blocks: list[int], num_full_blocks: int) -> None:
+        request_id = request.request_id
+        num_cached_blocks = self.num_cached_block[request_id]
+        if num_full_blocks <= num_cached_blocks:
+            return
+        self.block_pool.cache_full_blocks(
+            blocks, request.block_hashes, num_cached_blocks, num_full_blocks
+        )
+        self.num_cached_block[request_id] = num_full_blocks
+
+    def free(self, request: Request, *, aborted: bool = False) -> None:
+        """Free in reverse order: the tail blocks join the free queue first (evicted first)."""
+        request_id = request.request_id
+        blocks = self.req_to_blocks.pop(request_id, None)
+        if blocks is None:
+            return
+        self.block_pool.free_blocks(blocks[::-1])
+        del self.num_cached_block[request_id]
+        del self._num_computed_tokens[request_id]
+        self._table_tuples.pop(request_id, None)
+        self._uncapped_extra_tokens.pop(request_id, None)
+
+    # -- views -----------------------------------------------------------------------------
+
+    def block_table(self, request_id: str) -> tuple[int, ...]:
+        table = self._table_tuples.get(request_id)
+        if table is None:
+            table = self._table_tuples[request_id] = tuple(self.req_to_blocks[request_id])
+        return table
+
+    def num_free_blocks(self) -> int:
+        return self.block_pool.num_free_blocks
+
+    def num_computed_tokens_of(self, request_id: str) -> int:
+        return self._num_computed_tokens.get(request_id, -1)
+
+    def holders(self) -> Sequence[str]:
+        return list(self.req_to_blocks)
+
+    def kv_snapshot(self) -> HashedKVSnapshot:
+        return HashedKVSnapshot(self)
+
+
+class HashedKVSnapshot:
+    """`KVSnapshot` answered from the manager's live structures (valid until the next step)."""
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: HashedKVManager) -> None:
+        self._manager = manager
+
+    @property
+    def block_size(self) -> int:
+        return self._manager.block_size
+
+    @property
+    def num_blocks(self) -> int:
+        return self._manager.num_blocks
+
+    def ref_cnt(self) -> npt.NDArray[np.int64]:
+        return self._manager._ref_cnt_view
+
+    def free_block_ids(self) -> Sequence[int]:
+        """The free queue, head (evicted first) to tail; cached blocks with ref_cnt 0 included."""
+        return KeysSequence(self._manager.block_pool.free_block_queue)
+
+    def cached_blocks(self) -> Mapping[int, bytes]:
+        return self._manager.block_pool.cached_hash_of_block
+
+    def block_tables(self) -> Mapping[str, Sequence[int]]:
+        return self._manager.req_to_blocks
+
+    def num_computed_tokens(self) -> Mapping[str, int]:
+        return self._manager._num_computed_tokens

@@ -1,0 +1,240 @@
+"""The mutant catalog: named, documented re-creations of real bug classes (../shared/BUGS.md).
+
+A mutant is switched on by `EngineConfig.mutant` (the CLI's `--mutant NAME`) and is off by
+default. Each component reads its switches once, at construction, into plain bool
+attributes, so a hot loop tests a precomputed bool and never compares strings; with no
+mutant every switch is False and the clean code runs.
+
+Components: `scheduler` (scheduler.py), `hashed` (hashed_manager.py / block_pool.py /
+block_hash.py), `radix` (radix_manager.py / radix_cache.py), `runner`
+(engines/metadata.py, which `build_metadata(..., mutant=NAME)` applies; the engine itself
+runs clean). A `hashed` or `radix` mutant needs that block manager.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+COMPONENTS = ("scheduler", "hashed", "radix", "runner")
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    name: str
+    component: str  # scheduler | hashed | radix | runner
+    bug_class: str  # the BUGS.md row and the property the mutant breaks
+    reference: str  # where the real bug was reported
+    description: str  # what the mutant changes
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "name": self.name,
+            "component": self.component,
+            "bug_class": self.bug_class,
+            "reference": self.reference,
+            "description": self.description,
+        }
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "cache-partial-block",
+        "hashed",
+        "#1: the cached length a chunk relies on never exceeds what was really written",
+        "vllm#7753",
+        "After a non-final chunk that ends inside a block, that partly written block is "
+        "cached under the hash of its full prompt content, so a request with the same "
+        "prefix reuses slots no one wrote.",
+    ),
+    Mutant(
+        "no-cache-hit-cap",
+        "hashed",
+        "#2: a cache hit is capped at num_tokens - 1 (one prompt token is always computed)",
+        "vllm#7753",
+        "The prefix-cache hit is not capped: a fully cached prompt whose length is a "
+        "multiple of block_size gets num_computed_tokens == num_tokens, has nothing to "
+        "compute, never produces logits and never finishes.",
+    ),
+    Mutant(
+        "whole-prompt-computed",
+        "hashed",
+        "#3: a block is marked computed only up to num_computed_tokens + chunk",
+        "vLLM v0 block manager v1 (compute_full_blocks_in_seq)",
+        "Blocks for the whole prompt are allocated at admission and, after the first "
+        "chunk ran, every full prompt block is cached, including the ones no chunk wrote.",
+    ),
+    Mutant(
+        "same-step-cached",
+        "hashed",
+        "#4: a block allocated in this step is not offered as computed before it is written",
+        "vllm#7822 / vllm#7619",
+        "Blocks for the whole prompt are allocated at admission and cached at allocation "
+        "time, so a later request of the same step skips blocks its writer's chunk does "
+        "not cover.",
+    ),
+    Mutant(
+        "block-table-short",
+        "hashed",
+        "#5: the block table holds cdiv(num_tokens, block_size) blocks at every append",
+        "vllm#7380 / vllm#7371",
+        "When the chunk ends exactly on a block boundary (tokens % block_size == 0) the "
+        "manager allocates one block too few: the last block of the chunk is missing.",
+    ),
+    Mutant(
+        "stale-cache-hit",
+        "scheduler",
+        "#7: a cached-token count from a failed scheduling attempt is recomputed before reuse",
+        "vllm#18957",
+        "When a waiting request fails to get blocks, the scheduler keeps its prefix hit "
+        "and reuses it at the next attempt without a new lookup, even if those blocks "
+        "were evicted and handed to another request meanwhile.",
+    ),
+    Mutant(
+        "manager-computed-disagree",
+        "hashed",
+        "#8: scheduler and KV manager agree on num_computed_tokens at every step",
+        "vllm#11186",
+        "The KV manager records the uncapped prefix hit while the scheduler uses the "
+        "capped one: on a fully cached prompt at a multiple of block_size the two "
+        "counts differ by a block from then on.",
+    ),
+    Mutant(
+        "hash-no-parent",
+        "hashed",
+        "#9: equal block hash implies equal tokens and an equal parent chain",
+        "vllm#12621",
+        "Block hashes omit the parent hash: two blocks with the same tokens after "
+        "different prefixes share a hash and KV built from other content is reused.",
+    ),
+    Mutant(
+        "hash-ignores-salt",
+        "hashed",
+        "#9: equal block hash implies equal extra keys (LoRA, cache salt)",
+        "GHSA-rm76-4mrf-v9r8",
+        "Block hashes omit the extra keys: requests with different cache_salt share "
+        "prefix-cache blocks.",
+    ),
+    Mutant(
+        "resume-drops-last-token",
+        "scheduler",
+        "#11: after recompute-preemption the re-prefill is prompt + every emitted token",
+        "vllm#28787",
+        "After a preemption the re-prefill covers the prompt and every output token but "
+        "the last one, and samples as if the last one did not exist.",
+    ),
+    Mutant(
+        "slot-mapping-from-zero",
+        "runner",
+        "#12: the slot mapping of a chunk starts at num_computed_tokens",
+        "vllm#36580",
+        "The runner's slot mapping of a chunk starts at position 0 instead of "
+        "num_computed_tokens (engines/metadata.py).",
+    ),
+    Mutant(
+        "radix-leak-chunk-kv",
+        "radix",
+        "#13: each chunk's KV indices are owned by the prefix tree or freed exactly once",
+        "sglang#1858",
+        "When a chunk's pages duplicate pages already in the tree, the request switches "
+        "to the tree's pages but its own duplicates are never freed: the pool leaks.",
+    ),
+    Mutant(
+        "radix-abort-frees-tree-pages",
+        "radix",
+        "#14: pages referenced by tree nodes never go back to the free pool",
+        "sglang#38355 / sglang#38319",
+        "Aborting a request returns every page of its block table to the free pool, "
+        "including the pages the tree owns, which are then handed out and overwritten.",
+    ),
+    Mutant(
+        "radix-prefix-not-advanced",
+        "radix",
+        "#15: a request's prefix indices advance after every chunk, even when the insert "
+        "is skipped",
+        "sglang#33996 / sglang#36855",
+        "When a chunk completes no new page (the tree insert is skipped) the request's "
+        "prefix is not advanced: its next chunk restarts at the tree prefix, forever if "
+        "chunks are shorter than a page.",
+    ),
+    Mutant(
+        "seq-len-full-prompt",
+        "runner",
+        "#16: the attention key length of a chunk is num_computed + num_scheduled tokens",
+        "nano-vllm 25794a1",
+        "The runner's seq_lens of a prefill chunk is the full prompt length, so attention "
+        "reads KV slots not written yet (engines/metadata.py).",
+    ),
+    Mutant(
+        "chunk-before-prefix-hit",
+        "scheduler",
+        "#17: the chunk size is computed after prefix-cache hits are applied",
+        "nano-vllm 77dd709",
+        "A waiting request's chunk size is computed from num_tokens before the prefix hit "
+        "is applied: with a hit the chunk runs past num_tokens and past the block table.",
+    ),
+    Mutant(
+        "never-reject",
+        "scheduler",
+        "#18: every admitted request finishes while resources allow (liveness)",
+        "vllm#39734 / vllm#45387",
+        "A request that fits max_model_len but needs more KV blocks than the cache has "
+        "is queued instead of rejected: it blocks the head of the waiting queue forever.",
+    ),
+)
+
+MUTANTS_BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}
+
+
+def known_names() -> list[str]:
+    return sorted(MUTANTS_BY_NAME)
+
+
+def get_mutant(name: str) -> Mutant:
+    mutant = MUTANTS_BY_NAME.get(name)
+    if mutant is None:
+        raise ValueError(f"unknown mutant {name!r}; known: {', '.join(known_names())}")
+    return mutant
+
+
+@dataclass(frozen=True, slots=True)
+class MutantSwitches:
+    """One bool per mutant (field name = mutant name with '-' -> '_'); all False = clean."""
+
+    cache_partial_block: bool = False
+    no_cache_hit_cap: bool = False
+    whole_prompt_computed: bool = False
+    same_step_cached: bool = False
+    block_table_short: bool = False
+    stale_cache_hit: bool = False
+    manager_computed_disagree: bool = False
+    hash_no_parent: bool = False
+    hash_ignores_salt: bool = False
+    resume_drops_last_token: bool = False
+    slot_mapping_from_zero: bool = False
+    radix_leak_chunk_kv: bool = False
+    radix_abort_frees_tree_pages: bool = False
+    radix_prefix_not_advanced: bool = False
+    seq_len_full_prompt: bool = False
+    chunk_before_prefix_hit: bool = False
+    never_reject: bool = False
+
+    @classmethod
+    def for_config(cls, mutant: str | None, block_manager: str) -> MutantSwitches:
+        """Validate the mutant name against the catalog and the block manager in use."""
+        if mutant is None:
+            return cls()
+        entry = get_mutant(mutant)
+        if entry.component in ("hashed", "radix") and entry.component != block_manager:
+            raise ValueError(
+                f"mutant {mutant!r} lives in the {entry.component!r} block manager; "
+                f"run it with block_manager={entry.component!r}, not {block_manager!r}"
+            )
+        return cls(**{_field_name(mutant): True})
+
+    @property
+    def any(self) -> bool:
+        return any(getattr(self, f.name) for f in fields(self))
+
+
+def _field_name(mutant_name: str) -> str:
+    return mutant_name.replace("-", "_")

@@ -1,0 +1,278 @@
+"""The radix block manager: SGLang's RadixCache + a page pool, behind the same interface.
+
+A block is a page (the run's block_size is the page size). Each request's block table is
+its page list, in two parts::
+
+    block_table   | tree pages (owned by the tree) | private pages (owned by the request) |
+                  0                        num_tree_pages                        len(table)
+    tokens        0                 num_tree_pages * page_size        num_computed ... end
+
+- tree pages lie on the path root .. last_node, which the request locks (lock_ref), so they
+  are never evicted while it runs; they came from the prefix hit or from its own inserts;
+- after every step, the request's newly full and written pages are inserted into the tree
+  (SGLang's cache_unfinished_req): pages the tree did not hold become tree pages; where the
+  tree already held that content (another request inserted it meanwhile) the request's
+  duplicate page is freed and its block table switches to the tree's page, whose KV holds
+  the same tokens (BUGS #13: every chunk page is owned by the tree or freed exactly once);
+- at finish, abort or preemption the written full pages are inserted the same way
+  (cache_finished_req), the private rest goes back to the free pool, tail first, and the lock
+  is released; tree pages never go back to the pool except by eviction (BUGS #14).
+
+Snapshot semantics: `ref_cnt[p]` = number of request block tables holding page p; a tree
+page with ref_cnt > 0 is on a locked path (lock_ref > 0), one with ref_cnt 0 is evictable;
+`cached_blocks` = every tree page with the chained content hash of its prefix;
+`free_block_ids` = the free pool in allocation order (head = handed out first); tree pages are
+never in it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from schedcheck.engines.reference.kv_manager import EMPTY_HIT, PrefixHit, cdiv
+from schedcheck.engines.reference.mutants import MutantSwitches
+from schedcheck.engines.reference.radix_cache import RadixCache, TreeNode
+from schedcheck.engines.reference.request import Request
+from schedcheck.engines.reference.snapshot import readonly_view
+
+
+class _RequestPages:
+    __slots__ = ("block_ids", "last_node", "num_computed_tokens", "num_tree_pages")
+
+    def __init__(self, last_node: TreeNode | None) -> None:
+        self.block_ids: list[int] = []
+        self.num_tree_pages = 0
+        self.last_node = last_node  # the deepest tree node held (locked); a root if none
+        self.num_computed_tokens = 0  # the manager's own count
+
+
+class RadixKVManager:
+    def __init__(
+        self,
+        num_blocks: int,
+        page_size: int,
+        enable_caching: bool,
+        switches: MutantSwitches | None = None,
+    ) -> None:
+        assert num_blocks >= 1 and page_size >= 1
+        switches = switches or MutantSwitches()
+        self.block_size = page_size
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.tree = RadixCache(page_size, strict=not switches.radix_abort_frees_tree_pages)
+        self.free_pool: deque[int] = deque(range(num_blocks))
+        self.ref_cnt: npt.NDArray[np.int64] = np.zeros(num_blocks, dtype=np.int64)
+        self._ref_cnt_view = readonly_view(self.ref_cnt)
+        self._requests: dict[str, _RequestPages] = {}
+        self._table_tuples: dict[str, tuple[int, ...]] = {}
+        self._leak_chunk_kv = switches.radix_leak_chunk_kv
+        self._abort_frees_tree_pages = switches.radix_abort_frees_tree_pages
+        self._prefix_not_advanced = switches.radix_prefix_not_advanced
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def get_computed_blocks(self, request: Request) -> PrefixHit:
+        """match_prefix over tokens[: num_tokens - 1] (page-floored): one token stays to run."""
+        if not self.enable_caching:
+            return EMPTY_HIT
+        root = self.tree.root(request.salt_key)
+        block_ids, node = self.tree.match_prefix(
+            root, request.all_token_ids, request.num_tokens - 1
+        )
+        if not block_ids:
+            return EMPTY_HIT
+        return PrefixHit(tuple(block_ids), len(block_ids) * self.block_size, node)
+
+    # -- allocation ------------------------------------------------------------------------
+
+    def allocate_slots(
+        self, request: Request, num_new_tokens: int, hit: PrefixHit = EMPTY_HIT
+    ) -> bool:
+        """Pages for tokens [0, num_computed + hit + num_new_tokens); evicts LRU leaves if needed.
+
+        The hit's path is locked first, so eviction never takes a just-matched page.
+        """
+        request_id = request.request_id
+        pages = self._requests.get(request_id)
+        num_held_pages = 0 if pages is None else len(pages.block_ids)
+        assert not hit.block_ids or num_held_pages == 0, "a hit only at (re)admission"
+        num_computed_tokens = request.num_computed_tokens + hit.num_tokens
+        num_required = cdiv(num_computed_tokens + num_new_tokens, self.block_size)
+        num_new_pages = num_required - num_held_pages - len(hit.block_ids)
+        assert num_new_pages >= 0
+        node = hit.node
+        assert isinstance(node, TreeNode) or node is None
+        if node is not None:
+            self.tree.lock(node)
+        num_available = len(self.free_pool) + self.tree.evictable_num_pages
+        if num_new_pages > num_available:
+            if node is not None:
+                self.tree.unlock(node)
+            return False
+        if num_new_pages > len(self.free_pool):
+            self._evict(num_new_pages - len(self.free_pool))
+        new_block_ids = [self.free_pool.popleft() for _ in range(num_new_pages)]
+
+        if pages is None:
+            root = self.tree.root(request.salt_key) if self.enable_caching else None
+            pages = self._requests[request_id] = _RequestPages(root)
+        if node is not None:
+            pages.block_ids.extend(hit.block_ids)
+            pages.num_tree_pages = len(hit.block_ids)
+            pages.last_node = node
+            self.ref_cnt[list(hit.block_ids)] += 1
+        if new_block_ids:
+            if not self._abort_frees_tree_pages:  # that mutant double-hands pages on purpose
+                assert not self.ref_cnt[new_block_ids].any(), "a free page had holders"
+            self.ref_cnt[new_block_ids] += 1
+            pages.block_ids.extend(new_block_ids)
+        if node is not None or new_block_ids:
+            self._table_tuples.pop(request_id, None)
+        pages.num_computed_tokens = num_computed_tokens
+        return True
+
+    def _evict(self, num_pages: int) -> None:
+        freed = self.tree.evict(num_pages)
+        assert len(freed) >= num_pages, "evictable_num_pages promised enough pages"
+        if freed and not self._abort_frees_tree_pages:
+            assert not self.ref_cnt[freed].any(), "evicted a page a request holds"
+        self.free_pool.extend(freed)
+
+    # -- after a step ----------------------------------------------------------------------
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> int:
+        """cache_unfinished_req: insert the full written pages not in the tree yet."""
+        pages = self._requests[request.request_id]
+        assert num_computed_tokens <= len(pages.block_ids) * self.block_size
+        pages.num_computed_tokens = num_computed_tokens
+        if not self.enable_caching:
+            return num_computed_tokens
+        num_full_pages = num_computed_tokens // self.block_size
+        if num_full_pages > pages.num_tree_pages:
+            self._insert(request, pages, num_full_pages)
+        elif self._prefix_not_advanced:  # mutant: insert skipped -> prefix not advanced
+            pages.num_computed_tokens = pages.num_tree_pages * self.block_size
+        return pages.num_computed_tokens
+
+    def _insert(self, request: Request, pages: _RequestPages, num_full_pages: int) -> None:
+        node = pages.last_node
+        assert node is not None and node.depth_tokens == pages.num_tree_pages * self.block_size
+        tree_block_ids, new_node = self.tree.insert(
+            node,
+            request.all_token_ids,
+            num_full_pages * self.block_size,
+            pages.block_ids,
+            request.block_hashes,
+        )
+        block_ids = pages.block_ids
+        first = pages.num_tree_pages
+        assert len(tree_block_ids) == num_full_pages - first
+        for offset, tree_block_id in enumerate(tree_block_ids):
+            own = block_ids[first + offset]
+            if tree_block_id != own:  # the tree already held this content
+                self._release_duplicate(own)
+                self.ref_cnt[tree_block_id] += 1
+                block_ids[first + offset] = tree_block_id
+                self._table_tuples.pop(request.request_id, None)
+        self.tree.lock(new_node)
+        self.tree.unlock(node)
+        pages.last_node = new_node
+        pages.num_tree_pages = num_full_pages
+
+    def _release_duplicate(self, block_id: int) -> None:
+        self.ref_cnt[block_id] -= 1
+        assert self.ref_cnt[block_id] == 0, "a private page has one holder"
+        if not self._leak_chunk_kv:  # mutant: the duplicate is never freed
+            self.free_pool.append(block_id)
+
+    def free(self, request: Request, *, aborted: bool = False) -> None:
+        """cache_finished_req: insert written full pages, free the private rest, unlock."""
+        pages = self._requests.pop(request.request_id, None)
+        if pages is None:
+            return
+        self._table_tuples.pop(request.request_id, None)
+        if aborted and self._abort_frees_tree_pages:
+            self._free_all_pages_mutant(pages)
+            return
+        if self.enable_caching:
+            num_full_pages = pages.num_computed_tokens // self.block_size
+            if num_full_pages > pages.num_tree_pages:
+                self._insert(request, pages, num_full_pages)
+        block_ids = pages.block_ids
+        tree_ids = block_ids[: pages.num_tree_pages]
+        private_ids = block_ids[pages.num_tree_pages :]
+        if tree_ids:
+            self.ref_cnt[tree_ids] -= 1
+        if private_ids:
+            self.ref_cnt[private_ids] -= 1
+            assert not self.ref_cnt[private_ids].any(), "a private page had other holders"
+            self.free_pool.extend(reversed(private_ids))
+        if pages.last_node is not None:
+            self.tree.unlock(pages.last_node)
+
+    def _free_all_pages_mutant(self, pages: _RequestPages) -> None:
+        """Mutant radix-abort-frees-tree-pages: every page with no other holder is freed."""
+        ids = np.asarray(pages.block_ids, dtype=np.int64)
+        if ids.size:
+            self.ref_cnt[ids] -= 1
+            self.free_pool.extend(reversed(ids[self.ref_cnt[ids] == 0].tolist()))
+        if pages.last_node is not None:
+            self.tree.unlock(pages.last_node)
+
+    # -- views -----------------------------------------------------------------------------
+
+    def block_table(self, request_id: str) -> tuple[int, ...]:
+        table = self._table_tuples.get(request_id)
+        if table is None:
+            table = tuple(self._requests[request_id].block_ids)
+            self._table_tuples[request_id] = table
+        return table
+
+    def num_free_blocks(self) -> int:
+        return len(self.free_pool) + self.tree.evictable_num_pages
+
+    def num_computed_tokens_of(self, request_id: str) -> int:
+        pages = self._requests.get(request_id)
+        return -1 if pages is None else pages.num_computed_tokens
+
+    def holders(self) -> Sequence[str]:
+        return list(self._requests)
+
+    def kv_snapshot(self) -> RadixKVSnapshot:
+        return RadixKVSnapshot(self)
+
+
+class RadixKVSnapshot:
+    """`KVSnapshot` of the radix manager (valid until the next step); see the module doc."""
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: RadixKVManager) -> None:
+        self._manager = manager
+
+    @property
+    def block_size(self) -> int:
+        return self._manager.block_size
+
+    @property
+    def num_blocks(self) -> int:
+        return self._manager.num_blocks
+
+    def ref_cnt(self) -> npt.NDArray[np.int64]:
+        return self._manager._ref_cnt_view
+
+    def free_block_ids(self) -> Sequence[int]:
+        return self._manager.free_pool
+
+    def cached_blocks(self) -> Mapping[int, bytes]:
+        return self._manager.tree.page_hash
+
+    def block_tables(self) -> Mapping[str, Sequence[int]]:
+        return {rid: pages.block_ids for rid, pages in self._manager._requests.items()}
+
+    def num_computed_tokens(self) -> Mapping[str, int]:
+        return {rid: p.num_computed_tokens for rid, p in self._manager._requests.items()}

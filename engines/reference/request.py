@@ -1,0 +1,149 @@
+"""A request's state inside the reference engine (vLLM v1's `Request`, names kept).
+
+Token layout::
+
+    _token_buffer (capacity num_prompt_tokens + max_tokens, int64)
+    | prompt_token_ids          | output_token_ids    | (room for the rest) |
+    0                   num_prompt_tokens        num_tokens            capacity
+    |<----------- num_computed_tokens ----------->|      KV written (or cache hit)
+
+`num_tokens` counts the tokens the request knows (prompt + emitted outputs); the scheduler
+makes `num_computed_tokens` catch up with it. After a recompute preemption
+`num_computed_tokens` is 0 again and the re-prefill covers prompt + every output (BUGS #11).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from schedcheck.engines.protocol import EngineRequest, TokenArray
+from schedcheck.engines.reference.block_hash import BlockHasher, salt_extra_key
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # never ran, in the waiting queue
+    RUNNING = "running"
+    PREEMPTED = "preempted"  # back in the waiting queue after a recompute preemption
+    FINISHED_LENGTH = "finished_length"
+    FINISHED_ABORTED = "finished_aborted"
+    FINISHED_REJECTED = "finished_rejected"
+
+    @property
+    def is_finished(self) -> bool:
+        return self in _FINISHED
+
+
+_FINISHED = frozenset(
+    (RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_REJECTED)
+)
+
+
+class Request:
+    """Mutable request state; created from an `EngineRequest` by the scheduler."""
+
+    __slots__ = (
+        "_block_hashes",
+        "_extra_key",
+        "_hasher",
+        "_token_buffer",
+        "_token_bytes",
+        "_tokens_readonly",
+        "arrival_seq",
+        "arrival_time_s",
+        "cache_salt",
+        "max_tokens",
+        "num_cached_tokens",
+        "num_computed_tokens",
+        "num_preemptions",
+        "num_prompt_tokens",
+        "num_tokens",
+        "output_token_ids",
+        "priority",
+        "request_id",
+        "resume_drops_last_token",
+        "stale_hit",
+        "status",
+    )
+
+    def __init__(self, engine_request: EngineRequest, hasher: BlockHasher, arrival_seq: int):
+        prompt = engine_request.prompt_token_ids
+        assert prompt.ndim == 1 and prompt.size >= 1
+        self.request_id = engine_request.request_id
+        self.num_prompt_tokens = int(prompt.size)
+        self.max_tokens = engine_request.max_tokens
+        self.priority = engine_request.priority
+        self.arrival_time_s = engine_request.arrival_time_s
+        self.arrival_seq = arrival_seq  # tie-breaker: the order add_request saw
+        self.cache_salt = engine_request.cache_salt
+        capacity = self.num_prompt_tokens + self.max_tokens
+        self._token_buffer = np.empty(capacity, dtype=np.int64)
+        self._token_buffer[: self.num_prompt_tokens] = prompt
+        readonly = self._token_buffer.view()
+        readonly.flags.writeable = False
+        self._tokens_readonly = readonly
+        self._token_bytes = memoryview(self._token_buffer.data).cast("B")
+        self.num_tokens = self.num_prompt_tokens
+        self.output_token_ids: list[int] = []
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = -1  # set at the first admission (vLLM's convention)
+        self.num_preemptions = 0
+        self.status = RequestStatus.WAITING
+        self._hasher = hasher
+        self._extra_key = salt_extra_key(self.cache_salt)
+        self._block_hashes: list[bytes] = []
+        # Mutant state (see mutants.py); never read when the mutant is off.
+        self.resume_drops_last_token = False
+        self.stale_hit: object | None = None
+
+    # -- tokens ----------------------------------------------------------------------------
+
+    @property
+    def prompt_token_ids(self) -> TokenArray:
+        return self._tokens_readonly[: self.num_prompt_tokens]
+
+    @property
+    def all_token_ids(self) -> TokenArray:
+        """Read-only view of tokens [0, num_tokens)."""
+        return self._tokens_readonly[: self.num_tokens]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return self.num_tokens - self.num_prompt_tokens
+
+    def token_view(self, start: int, stop: int) -> TokenArray:
+        """Read-only int64 view of tokens [start, stop); valid for the request's lifetime."""
+        assert 0 <= start <= stop <= self._token_buffer.size
+        return self._tokens_readonly[start:stop]
+
+    def append_output_token(self, token_id: int) -> None:
+        assert self.num_tokens < self._token_buffer.size, "max_tokens already emitted"
+        self._token_buffer[self.num_tokens] = token_id
+        self.output_token_ids.append(token_id)
+        self.num_tokens += 1
+
+    # -- block hashes ----------------------------------------------------------------------
+
+    @property
+    def block_hashes(self) -> list[bytes]:
+        """Chained hashes of the full blocks of tokens [0, num_tokens), computed lazily."""
+        hashes = self._block_hashes
+        if len(hashes) < self.num_tokens // self._hasher.block_size:
+            self._hasher.extend(hashes, self._token_bytes, self.num_tokens, self._extra_key)
+        return hashes
+
+    @property
+    def salt_key(self) -> bytes:
+        """The extra key bytes (empty without a cache salt); the radix tree's namespace."""
+        return self._extra_key
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, status={self.status.value}, "
+            f"num_computed_tokens={self.num_computed_tokens}, num_tokens={self.num_tokens})"
+        )

@@ -1,0 +1,496 @@
+"""The reference scheduler: vLLM v1's rule, with no separate prefill and decode phases.
+
+Every request has `num_computed_tokens` and `num_tokens` (prompt + outputs). Each step the
+scheduler lets every request's num_computed_tokens catch up with its num_tokens as far as
+the token budget allows: a long prompt runs in chunks, a decode is a chunk of 1, a request
+resumed after a preemption re-prefills prompt + every output so far.
+
+One step::
+
+    token_budget = max_num_batched_tokens
+    1. RUNNING requests, in order: chunk = min(num_tokens - num_computed_tokens,
+       long_prefill_token_threshold (if set), token_budget), aligned if chunk_align says so;
+       no free blocks -> preempt a victim (largest priority value, then latest arrival) by
+       recompute, and retry; if the victim is the request itself, stop this phase.
+    2. WAITING requests (only if nothing was preempted in this step), in queue order, while
+       len(running) < max_num_seqs: prefix hit (capped at num_tokens - 1), then chunk as
+       above; with chunked prefill off a prompt that does not fit the remaining budget
+       waits; no blocks -> stop (head-of-line, as vLLM does).
+
+    request:   | prefix hit (cached) | chunk (num_scheduled_tokens)  | rest, later steps |
+               0               num_computed_tokens           +num_scheduled       num_tokens
+
+`update_from_output` then advances num_computed_tokens by num_scheduled_tokens, lets the
+block manager cache what became full and written, appends a sampled token for every request
+whose chunk reached num_tokens, and finishes requests at max_tokens (reason "length"),
+freeing their blocks in reverse order. A request that can never run (prompt + max_tokens >
+max_model_len, more blocks than the cache has, or - with chunked prefill off - more tokens
+than the budget) is rejected at `add_request` and reported in the next SchedulerOutput.
+
+Differences from vLLM v1, on purpose: num_computed_tokens advances in update_from_output
+(vLLM advances it right after scheduling, for async scheduling); blocks are cached after the
+step that wrote them, not at allocation; the preemption victim is chosen by (priority,
+arrival) under both policies (vLLM's FCFS pops the last running request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from schedcheck.engines.protocol import (
+    EngineConfig,
+    EngineRequest,
+    FinishedRequest,
+    ScheduledRequest,
+    SchedulerOutput,
+)
+from schedcheck.engines.reference.block_hash import BlockHasher
+from schedcheck.engines.reference.chunking import CHUNK_ALIGN_MODES, align_chunk
+from schedcheck.engines.reference.kv_manager import EMPTY_HIT, KVCacheManager, PrefixHit, cdiv
+from schedcheck.engines.reference.mutants import MutantSwitches
+from schedcheck.engines.reference.request import Request, RequestStatus
+from schedcheck.engines.reference.request_queue import make_queue
+
+_RUNNING = RequestStatus.RUNNING
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: EngineConfig,
+        kv_manager: KVCacheManager,
+        hasher: BlockHasher,
+        switches: MutantSwitches | None = None,
+        *,
+        policy: str = "fcfs",
+        chunk_align: str = "none",
+    ) -> None:
+        if chunk_align not in CHUNK_ALIGN_MODES:
+            raise ValueError(f"chunk_align {chunk_align!r}: use one of {CHUNK_ALIGN_MODES}")
+        switches = switches or MutantSwitches()
+        assert kv_manager.block_size == hasher.block_size == config.block_size
+        self.config = config
+        self.kv_manager = kv_manager
+        self.hasher = hasher
+        self.block_size = config.block_size
+        self.max_num_batched_tokens = config.max_num_batched_tokens
+        self.max_num_seqs = config.max_num_seqs
+        self.long_prefill_token_threshold = config.long_prefill_token_threshold
+        self.enable_chunked_prefill = config.enable_chunked_prefill
+        self.chunk_align = chunk_align if config.enable_prefix_caching else "none"
+        self._align = self.chunk_align != "none"
+        self.policy = policy
+        self.requests: dict[str, Request] = {}  # every request not finished
+        self.waiting = make_queue(policy)
+        self.running: list[Request] = []
+        self.finished_req_ids: list[str] = []  # since the previous schedule()
+        self._pending_finished: list[FinishedRequest] = []  # aborted / rejected, not returned
+        self._pending_rejected: list[tuple[str, str]] = []
+        self._head_reason: tuple[str, str] | None = None  # why the waiting head did not run
+        self._next_step = 0
+        self._next_arrival_seq = 0
+        # Mutant switches, read once (see mutants.py).
+        self._stale_cache_hit = switches.stale_cache_hit
+        self._resume_drops_last_token = switches.resume_drops_last_token
+        self._chunk_before_prefix_hit = switches.chunk_before_prefix_hit
+        self._never_reject = switches.never_reject
+        self._exact_progress = not (
+            switches.chunk_before_prefix_hit or switches.radix_prefix_not_advanced
+        )
+
+    # -- requests in and out ---------------------------------------------------------------
+
+    def add_request(self, engine_request: EngineRequest) -> None:
+        request_id = engine_request.request_id
+        if request_id in self.requests:
+            raise ValueError(f"request {request_id!r} is already in the engine")
+        request = Request(engine_request, self.hasher, self._next_arrival_seq)
+        self._next_arrival_seq += 1
+        reason = self._reject_reason(request)
+        if reason is not None:
+            request.status = RequestStatus.FINISHED_REJECTED
+            self._pending_rejected.append((request_id, reason))
+            self._pending_finished.append(FinishedRequest(request_id, (), f"rejected: {reason}"))
+            return
+        self.requests[request_id] = request
+        self.waiting.add(request)
+
+    def _reject_reason(self, request: Request) -> str | None:
+        """Why the request can never finish here, or None (BUGS #18: reject, never stall)."""
+        config = self.config
+        num_total_tokens = request.num_prompt_tokens + request.max_tokens
+        if num_total_tokens > config.max_model_len:
+            return (
+                f"prompt ({request.num_prompt_tokens} tokens) + max_tokens "
+                f"({request.max_tokens}) = {num_total_tokens} exceeds max_model_len "
+                f"({config.max_model_len})"
+            )
+        num_kv_tokens = num_total_tokens - 1  # the last sampled token never needs KV
+        num_blocks = cdiv(num_kv_tokens, self.block_size)
+        if num_blocks > config.num_gpu_blocks and not self._never_reject:
+            return (
+                f"needs {num_blocks} KV blocks for {num_kv_tokens} tokens; the cache has "
+                f"{config.num_gpu_blocks} blocks of {self.block_size} tokens"
+            )
+        if not self.enable_chunked_prefill and num_kv_tokens > self.max_num_batched_tokens:
+            return (
+                f"chunked prefill is off and its prompt + outputs (up to {num_kv_tokens} "
+                f"tokens, re-prefilled at once after a preemption) exceed "
+                f"max_num_batched_tokens ({self.max_num_batched_tokens})"
+            )
+        return None
+
+    def abort_request(self, request_id: str) -> None:
+        """Abort a waiting or running request at any point; unknown/finished ids are ignored.
+
+        A running request's blocks are freed at once; what it cached stays cached (only
+        blocks that were full and written are), the rest returns to the free pool.
+        """
+        request = self.requests.get(request_id)
+        if request is None:
+            return
+        if request.status is _RUNNING:
+            self.running.remove(request)
+            self.kv_manager.free(request, aborted=True)
+        else:
+            self.waiting.remove(request)
+        request.status = RequestStatus.FINISHED_ABORTED
+        self._pending_finished.append(self._finish(request, "abort"))
+
+    def _finish(self, request: Request, reason: str) -> FinishedRequest:
+        assert request.is_finished
+        del self.requests[request.request_id]
+        self.finished_req_ids.append(request.request_id)
+        return FinishedRequest(request.request_id, tuple(request.output_token_ids), reason)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests or self._pending_rejected or self._pending_finished)
+
+    # -- schedule --------------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        step = self._next_step
+        self._next_step += 1
+        self._head_reason = None
+        token_budget = self.max_num_batched_tokens
+        scheduled: list[Request] = []
+        num_scheduled: list[int] = []
+        num_hit_tokens: list[int] = []
+        preempted: list[Request] = []
+
+        token_budget = self._schedule_running(
+            token_budget, scheduled, num_scheduled, num_hit_tokens, preempted
+        )
+        if not preempted:
+            token_budget = self._schedule_waiting(
+                token_budget, scheduled, num_scheduled, num_hit_tokens
+            )
+        elif len(self.waiting):
+            self._head_reason = (
+                self.waiting.peek().request_id,
+                "the waiting queue is skipped in a step that preempted a request",
+            )
+        assert 0 <= token_budget <= self.max_num_batched_tokens
+        assert len(self.running) <= self.max_num_seqs
+        assert sum(num_scheduled) == self.max_num_batched_tokens - token_budget
+
+        output = SchedulerOutput(
+            step=step,
+            scheduled=tuple(
+                self._scheduled_request(r, n, h)
+                for r, n, h in zip(scheduled, num_scheduled, num_hit_tokens, strict=True)
+            ),
+            preempted_req_ids=tuple(r.request_id for r in preempted),
+            finished_req_ids=tuple(self.finished_req_ids),
+            rejected_req_ids=tuple(rid for rid, _ in self._pending_rejected),
+            rejected_reasons=tuple(reason for _, reason in self._pending_rejected),
+        )
+        self.finished_req_ids.clear()
+        self._pending_rejected.clear()
+        return output
+
+    def _schedule_running(
+        self,
+        token_budget: int,
+        scheduled: list[Request],
+        num_scheduled: list[int],
+        num_hit_tokens: list[int],
+        preempted: list[Request],
+    ) -> int:
+        running = self.running
+        kv_manager = self.kv_manager
+        index = 0
+        while index < len(running) and token_budget > 0:  # bounded: index grows or len shrinks
+            request = running[index]
+            num_new_tokens = self._chunk_running(request, token_budget)
+            if num_new_tokens == 0:
+                index += 1
+                continue
+            while not kv_manager.allocate_slots(request, num_new_tokens):
+                # Bounded: every iteration removes one request from `running`.
+                victim = self._preemption_victim()
+                victim_index = running.index(victim)
+                del running[victim_index]
+                token_budget += self._unschedule(victim, scheduled, num_scheduled, num_hit_tokens)
+                if victim_index < index:
+                    index -= 1
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    return token_budget  # cannot schedule it: stop (vLLM breaks here)
+            scheduled.append(request)
+            num_scheduled.append(num_new_tokens)
+            num_hit_tokens.append(0)
+            token_budget -= num_new_tokens
+            index += 1
+        return token_budget
+
+    def _chunk_running(self, request: Request, token_budget: int) -> int:
+        num_target_tokens = request.num_tokens
+        if self._resume_drops_last_token and request.resume_drops_last_token:
+            num_target_tokens -= 1  # mutant: the re-prefill lacks the last output token
+        num_new_tokens = num_target_tokens - request.num_computed_tokens
+        threshold = self.long_prefill_token_threshold
+        if 0 < threshold < num_new_tokens:
+            num_new_tokens = threshold
+        num_new_tokens = min(num_new_tokens, token_budget)
+        if self._align and num_new_tokens > 0:
+            num_new_tokens = align_chunk(
+                self.chunk_align,
+                self.block_size,
+                request.num_computed_tokens,
+                num_new_tokens,
+                num_target_tokens,
+                request.num_prompt_tokens,
+            )
+        return num_new_tokens
+
+    def _schedule_waiting(
+        self,
+        token_budget: int,
+        scheduled: list[Request],
+        num_scheduled: list[int],
+        num_hit_tokens: list[int],
+    ) -> int:
+        waiting = self.waiting
+        running = self.running
+        kv_manager = self.kv_manager
+        while len(waiting) and token_budget > 0:  # bounded: each iteration pops or returns
+            request = waiting.peek()
+            if len(running) >= self.max_num_seqs:
+                self._blocked(request, f"max_num_seqs ({self.max_num_seqs}) requests running")
+                break
+            hit = self._prefix_hit(request)
+            num_target_tokens = request.num_tokens
+            if self._resume_drops_last_token and request.resume_drops_last_token:
+                num_target_tokens -= 1  # mutant: the re-prefill lacks the last output token
+                if hit.num_tokens >= num_target_tokens:
+                    hit = EMPTY_HIT
+            num_computed_tokens = hit.num_tokens
+            num_new_tokens = num_target_tokens - num_computed_tokens
+            if self._chunk_before_prefix_hit:  # mutant: sized before the hit is applied
+                num_new_tokens = num_target_tokens - request.num_computed_tokens
+            threshold = self.long_prefill_token_threshold
+            if 0 < threshold < num_new_tokens:
+                num_new_tokens = threshold
+            if not self.enable_chunked_prefill and num_new_tokens > token_budget:
+                self._blocked(
+                    request,
+                    f"chunked prefill is off and its {num_new_tokens} tokens exceed the "
+                    f"{token_budget} tokens left in this step's budget",
+                )
+                break
+            num_new_tokens = min(num_new_tokens, token_budget)
+            if self._align and num_new_tokens > 0 and not self._chunk_before_prefix_hit:
+                num_new_tokens = align_chunk(
+                    self.chunk_align,
+                    self.block_size,
+                    num_computed_tokens,
+                    num_new_tokens,
+                    num_target_tokens,
+                    request.num_prompt_tokens,
+                )
+            if num_new_tokens <= 0:
+                self._blocked(
+                    request,
+                    f"nothing to compute this step (prefix hit {hit.num_tokens} of "
+                    f"{num_target_tokens} tokens, {token_budget} tokens of budget left)",
+                )
+                break
+            # The chunk-before-prefix-hit mutant allocates what the request really needs
+            # (as nano-vllm did) and runs the longer chunk past its block table.
+            num_alloc_tokens = min(num_new_tokens, num_target_tokens - num_computed_tokens)
+            if not kv_manager.allocate_slots(request, num_alloc_tokens, hit):
+                if self._stale_cache_hit:  # mutant: keep the hit for the next attempt
+                    request.stale_hit = hit
+                num_needed = cdiv(num_computed_tokens + num_alloc_tokens, self.block_size)
+                self._blocked(
+                    request,
+                    f"not enough KV blocks: needs {num_needed - len(hit.block_ids)} new "
+                    f"blocks, {kv_manager.num_free_blocks()} free or evictable",
+                )
+                break
+            popped = waiting.pop()
+            assert popped is request
+            request.stale_hit = None
+            running.append(request)
+            request.status = _RUNNING
+            request.num_computed_tokens = num_computed_tokens
+            if request.num_cached_tokens < 0:
+                request.num_cached_tokens = num_computed_tokens
+            scheduled.append(request)
+            num_scheduled.append(num_new_tokens)
+            num_hit_tokens.append(num_computed_tokens)
+            token_budget -= num_new_tokens
+        if len(waiting) and token_budget == 0 and self._head_reason is None:
+            self._blocked(
+                waiting.peek(),
+                f"the token budget (max_num_batched_tokens={self.max_num_batched_tokens}) "
+                "was used up",
+            )
+        return token_budget
+
+    def _prefix_hit(self, request: Request) -> PrefixHit:
+        if self._stale_cache_hit and isinstance(request.stale_hit, PrefixHit):
+            return request.stale_hit  # mutant: not looked up again
+        assert request.num_computed_tokens == 0, "waiting requests start from scratch"
+        return self.kv_manager.get_computed_blocks(request)
+
+    def _blocked(self, request: Request, reason: str) -> None:
+        self._head_reason = (request.request_id, reason)
+
+    # -- preemption ------------------------------------------------------------------------
+
+    def _preemption_victim(self) -> Request:
+        """The running request with the largest priority value, then the latest arrival."""
+        assert self.running
+        return max(self.running, key=lambda r: (r.priority, r.arrival_time_s, r.arrival_seq))
+
+    def _unschedule(
+        self,
+        victim: Request,
+        scheduled: list[Request],
+        num_scheduled: list[int],
+        num_hit_tokens: list[int],
+    ) -> int:
+        """Drop the victim from this step's batch if it is in it; returns its tokens."""
+        for position, request in enumerate(scheduled):
+            if request is victim:
+                del scheduled[position], num_hit_tokens[position]
+                return num_scheduled.pop(position)
+        return 0
+
+    def _preempt(self, request: Request) -> None:
+        """Recompute preemption: free the blocks (cached ones stay cached), back to waiting.
+
+        The re-prefill covers prompt + every emitted output token (num_tokens), from a new
+        prefix-cache lookup.
+        """
+        assert request.status is _RUNNING
+        self.kv_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        if self._resume_drops_last_token and request.num_output_tokens > 0:
+            request.resume_drops_last_token = True
+        self.waiting.prepend(request)
+
+    # -- output ----------------------------------------------------------------------------
+
+    def _scheduled_request(
+        self, request: Request, num_new_tokens: int, num_hit_tokens: int
+    ) -> ScheduledRequest:
+        num_computed_tokens = request.num_computed_tokens
+        num_end_tokens = num_computed_tokens + num_new_tokens
+        num_tokens = request.num_tokens
+        if self._resume_drops_last_token and request.resume_drops_last_token:
+            num_tokens -= 1  # mutant: the runner sees the request without its last token
+        if num_end_tokens <= num_tokens:
+            token_ids = request.token_view(num_computed_tokens, num_end_tokens)
+        else:
+            assert self._chunk_before_prefix_hit, "a chunk never runs past num_tokens"
+            token_ids = _padded_tokens(request, num_computed_tokens, num_end_tokens)
+        return ScheduledRequest(
+            request_id=request.request_id,
+            num_computed_tokens=num_computed_tokens,
+            num_scheduled_tokens=num_new_tokens,
+            num_tokens=num_tokens,
+            num_prompt_tokens=request.num_prompt_tokens,
+            token_ids=token_ids,
+            block_table=self.kv_manager.block_table(request.request_id),
+            num_cached_tokens=num_hit_tokens,
+        )
+
+    # -- update ----------------------------------------------------------------------------
+
+    def update_from_output(
+        self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
+    ) -> list[FinishedRequest]:
+        """Apply one step; returns the requests finished since the previous update."""
+        finished = self._pending_finished
+        self._pending_finished = []
+        requests = self.requests
+        kv_manager = self.kv_manager
+        num_finished_running = 0
+        for scheduled in output.scheduled:
+            request = requests.get(scheduled.request_id)
+            if request is None or request.status is not _RUNNING:
+                continue  # aborted (or preempted) after this step was scheduled
+            assert request.num_computed_tokens == scheduled.num_computed_tokens
+            num_end_tokens = scheduled.num_computed_tokens + scheduled.num_scheduled_tokens
+            if self._chunk_before_prefix_hit:
+                num_end_tokens = min(num_end_tokens, request.num_tokens)
+            num_computed_tokens = kv_manager.cache_blocks(request, num_end_tokens)
+            assert num_computed_tokens == num_end_tokens or not self._exact_progress
+            request.num_computed_tokens = num_computed_tokens
+            if not scheduled.samples:
+                continue
+            token_id = sampled_token_ids.get(scheduled.request_id)
+            if token_id is None:
+                raise ValueError(
+                    f"step {output.step}: request {scheduled.request_id!r} samples this step "
+                    "but sampled_token_ids has no token for it"
+                )
+            request.append_output_token(int(token_id))
+            if self._resume_drops_last_token:
+                request.resume_drops_last_token = False
+            if request.num_output_tokens >= request.max_tokens:
+                request.status = RequestStatus.FINISHED_LENGTH
+                kv_manager.free(request)
+                finished.append(self._finish(request, "length"))
+                num_finished_running += 1
+        if num_finished_running:
+            self.running = [r for r in self.running if r.status is _RUNNING]
+        return finished
+
+    # -- liveness --------------------------------------------------------------------------
+
+    def waiting_reasons(self) -> dict[str, str]:
+        """request id -> why it is not running now, from the last schedule()."""
+        reasons: dict[str, str] = {}
+        head_id = None
+        for position, request in enumerate(self.waiting):
+            prefix = f"preempted {request.num_preemptions}x; " if request.num_preemptions else ""
+            if position == 0:
+                head_id = request.request_id
+                if self._head_reason is not None and self._head_reason[0] == head_id:
+                    reason = self._head_reason[1]
+                else:
+                    reason = "head of the waiting queue, not tried since it got there"
+            else:
+                reason = f"queued behind {head_id!r} (position {position} of the waiting queue)"
+            reasons[request.request_id] = prefix + reason
+        for request in self.running:
+            if request.num_computed_tokens >= request.num_tokens:
+                reasons[request.request_id] = "running with nothing to compute"
+        return reasons
+
+
+def _padded_tokens(request: Request, start: int, stop: int) -> np.ndarray:
+    """Mutant chunk-before-prefix-hit: a chunk past num_tokens, padded with token id -1."""
+    known = request.token_view(start, min(stop, request.num_tokens))
+    padded = np.concatenate([known, np.full(stop - start - known.size, -1, dtype=np.int64)])
+    padded.flags.writeable = False
+    return padded
