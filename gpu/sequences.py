@@ -13,11 +13,8 @@ that small rule so that `gpu/` never imports `sim/`:
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,35 +23,13 @@ from schedcheck.traces.schema import TraceRequest
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
 
 TokenArray = npt.NDArray[np.int64]
-_FIELDS = {f.name for f in dataclasses.fields(TraceRequest)}
-_TUPLE_FIELDS = ("prompt_token_ids", "hash_ids")
-
-
-def trace_request_from_json(obj: Mapping[str, Any]) -> TraceRequest:
-    """One trace line -> TraceRequest; unknown keys are ignored, missing ones are an error."""
-    known = {k: v for k, v in obj.items() if k in _FIELDS}
-    for name in _TUPLE_FIELDS:
-        if known.get(name) is not None:
-            known[name] = tuple(int(t) for t in known[name])
-    known["request_id"] = str(known.get("request_id"))
-    try:
-        return TraceRequest(**known)
-    except TypeError as exc:
-        raise ValueError(f"trace line {obj.get('request_id')!r}: {exc}") from exc
 
 
 def read_trace(path: str | Path) -> list[TraceRequest]:
-    """Read a trace JSONL file; raises ValueError naming the bad line."""
-    requests = []
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                requests.append(trace_request_from_json(json.loads(line)))
-            except (json.JSONDecodeError, ValueError) as exc:
-                raise ValueError(f"{path}:{line_no}: {exc}") from exc
-    return requests
+    """Read a trace JSONL file (validated by traces/reader.py; raises TraceError)."""
+    from schedcheck.traces.reader import read_trace as read_validated
+
+    return list(read_validated(path))
 
 
 def full_prompts(
@@ -120,7 +95,3 @@ def check_vocab(sequences: Mapping[str, TokenArray], vocab_size: int) -> None:
                 f"request {rid!r}: token ids must lie in [0, {vocab_size}), "
                 f"found {int(seq.min())}..{int(seq.max())}"
             )
-
-
-def prompts_lengths(sequences: Iterable[tuple[str, TokenArray]]) -> dict[str, int]:
-    return {rid: int(seq.size) for rid, seq in sequences}

@@ -7,7 +7,8 @@
     sdpa           sdpa            scaled_dot_product_attention per request, lower-right mask
     torch-ref      torch_ref       gathered K/V, masked softmax in fp32/fp64 (the oracle)
 
-`PREFERENCE` is the order `auto` tries them in. Modules are imported on first use.
+`PREFERENCE` is the order `auto` tries them in on CUDA; on a CPU `auto` takes the oracle
+(torch-ref) first, then sdpa. Modules are imported on first use.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ _CLASSES: dict[str, str] = {
     "torch-ref": "schedcheck.gpu.backends.torch_ref:TorchRefBackend",
 }
 PREFERENCE: tuple[str, ...] = tuple(_CLASSES)
+CPU_PREFERENCE: tuple[str, ...] = ("torch-ref", "sdpa")
 NAMES: tuple[str, ...] = (*PREFERENCE, "auto")
 
 
@@ -49,7 +51,7 @@ def choose_backend(name: str, spec: BackendSpec) -> AttentionBackend:
         backend.check(spec)
         return backend
     reasons = []
-    for candidate in PREFERENCE:
+    for candidate in _preference(spec):
         backend = get_backend(candidate)
         reason = backend.refusal(spec)
         if reason is None:
@@ -60,4 +62,8 @@ def choose_backend(name: str, spec: BackendSpec) -> AttentionBackend:
 
 def available_backends(spec: BackendSpec) -> list[str]:
     """Names of every backend that takes `spec` here, in preference order."""
-    return [n for n in PREFERENCE if get_backend(n).refusal(spec) is None]
+    return [n for n in _preference(spec) if get_backend(n).refusal(spec) is None]
+
+
+def _preference(spec: BackendSpec) -> tuple[str, ...]:
+    return CPU_PREFERENCE if spec.device_type == "cpu" else PREFERENCE
