@@ -15,11 +15,14 @@ class TraceError(ValueError):
         assert line >= 1, "lines are 1-based"
         assert field, "a trace error names a field"
         assert message, "a trace error says what is wrong"
-        super().__init__(f"{path}:{line}: {field}: {message}")
+        super().__init__(path, line, field, message)  # args rebuild it (SimPy, pickle)
         self.path = path
         self.line = line
         self.field = field
         self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.field}: {self.message}"
 
 
 class LineContext:
