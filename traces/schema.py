@@ -5,7 +5,9 @@ either as `prompt_token_ids`, or Mooncake-style as `input_length` + `hash_ids` +
 `hash_block_size` (expanded by `tokens.expand_hash_ids`). A request with a
 `parent_request_id` is a later turn of a conversation: its full prompt is the parent's full
 prompt + the parent's output tokens + its own prompt, and it arrives (closed loop) at
-`max(arrival_time_s, parent finish + think_time_s)`.
+`max(arrival_time_s, parent finish + think_time_s)`. A request with a `session_id` and no
+parent is a closed-loop user's next request: it waits the same way for the previous request
+of its session, with an independent prompt (`sessions.py`). Validation: `validate.py`.
 """
 
 from __future__ import annotations
