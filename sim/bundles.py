@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from schedcheck.traces.bundle import read_bundle, write_bundle
 # The simulator options that change what a run does (progress bars and recording do not).
 _SIM_FIELDS = ("seed", "steps_max", "stall_steps_max", "liveness_steps_max",
                "pool_check_interval_steps", "keep_going", "check_invariants", "vocab_size",
-               "executor", "context_steps")  # fmt: skip
+               "executor", "context_steps", "faults")  # fmt: skip
 
 
 def run_config(result: RunResult) -> dict[str, Any]:
@@ -31,13 +32,17 @@ def run_config(result: RunResult) -> dict[str, Any]:
     return {
         "engine": result.engine,
         "engine_config": config,
-        "sim": {name: getattr(result.options, name) for name in _SIM_FIELDS},
+        "sim": {name: _plain(getattr(result.options, name)) for name in _SIM_FIELDS},
         "executor_options": dict(result.options.executor_options),
         "cost": dataclasses.asdict(result.cost),
         "seed": result.options.seed,
         "mutant": result.config.mutant,
         "executor": result.options.executor,
     }
+
+
+def _plain(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 def ensure_recorded(result: RunResult) -> RunResult:

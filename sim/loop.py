@@ -40,6 +40,8 @@ from schedcheck.invariants.outputs import check_finished
 from schedcheck.invariants.violation import Violation
 from schedcheck.sim.arrivals import Abort, Arrivals, Release
 from schedcheck.sim.cost_model import StepCostModel, profile
+from schedcheck.sim.coverage import Coverage
+from schedcheck.sim.faults import check_faults, draw_faults
 from schedcheck.sim.symbolic import SymbolicExecutor
 from schedcheck.traces.schema import TraceRequest
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
@@ -62,7 +64,12 @@ class SimOptions:
     executor: str = "symbolic"  # or "tensor" (gpu/, loaded lazily)
     executor_options: Mapping[str, Any] = field(default_factory=dict)
     context_steps: int = 4  # steps of a request quoted in its violations
+    faults: Mapping[str, float] = field(default_factory=dict)  # kind -> probability per step
     progress: bool = False
+
+    def __post_init__(self) -> None:
+        check_faults(self.faults)
+        assert self.steps_max >= 1 and self.stall_steps_max >= 1 and self.context_steps >= 0
 
 
 @dataclass
@@ -85,6 +92,8 @@ class RunResult:
     schedule: list[SchedulerOutput] = field(default_factory=list)
     outputs: dict[str, list[int]] = field(default_factory=dict)
     trace: list[TraceRequest] = field(default_factory=list)  # requests read, in file order
+    coverage: dict[str, int] = field(default_factory=dict)  # rare path -> times reached
+    faults_fired: list[str] = field(default_factory=list)  # "step N: kind: what it did"
 
     @property
     def exit_code(self) -> int:
@@ -108,6 +117,8 @@ class RunResult:
             "stuck": dict(self.stuck),
             "fingerprint": self.fingerprint,
             "invariants_checked": self.invariants_checked,
+            "coverage": dict(self.coverage),
+            "faults_fired": len(self.faults_fired),
             "exit_code": self.exit_code,
         }
 
@@ -161,6 +172,8 @@ class Simulation:
         self.empty_steps = 0
         self.done = False
         self.progress = _progress(options.progress)
+        self.rng = np.random.default_rng(options.seed)  # the run's one generator (faults)
+        self.coverage = Coverage(config.block_size)
 
     # -- running ----------------------------------------------------------------------------
 
@@ -180,6 +193,7 @@ class Simulation:
         res.trace = list(self.arrivals.requests.values())
         res.requests = len(self.arrivals.released)
         res.invariants_checked += getattr(self.executor, "num_keys_checked", 0)
+        res.coverage = dict(self.coverage.counts)
         return res
 
     def _wake(self) -> None:
@@ -203,6 +217,10 @@ class Simulation:
                     continue
                 if self._liveness_exceeded():
                     return
+                if self.options.faults:
+                    self._inject_faults()
+                    if not self.engine.has_unfinished_requests():
+                        continue
                 output = self._call("schedule", self.engine.schedule)
                 if not output.scheduled:
                     self._after_empty_step(output)
@@ -229,6 +247,7 @@ class Simulation:
         violations += getattr(self.executor, "violations", [])
         self.result.invariants_checked += meta.num_tokens  # causal alignment of every row
         self._record(output)
+        self.coverage.observe_step(output, self.live)
         yield self.env.timeout(self.cost.step_time_us(meta) * 1e-6)
         finished = self._call("update_from_output", self.engine.update_from_output, output, sampled)
         for rid, token in sampled.items():
@@ -292,10 +311,29 @@ class Simulation:
             if isinstance(item, Release):
                 self._add(item)
             elif isinstance(item, Abort) and item.request_id in self.live:
-                self._call("abort_request", self.engine.abort_request, item.request_id)
-                self._retire((item.request_id,), "aborted", None)
+                self._abort(item.request_id)
         if self.arrivals.done and self.liveness_deadline_step is None:
             self.liveness_deadline_step = self.fingerprint.num_steps + self._liveness_bound()
+
+    def _abort(self, request_id: str) -> None:
+        self.coverage.observe_abort(request_id)
+        self._call("abort_request", self.engine.abort_request, request_id)
+        self._retire((request_id,), "aborted", None)
+
+    def _inject_faults(self) -> None:
+        step = self.fingerprint.num_steps
+        for kind in draw_faults(self.options.faults, self.rng):
+            if kind == "abort-mid-chunk":
+                candidates = [rid for rid in self.coverage.mid_prefill_ids() if rid in self.live]
+                if candidates:
+                    victim = candidates[int(self.rng.integers(len(candidates)))]
+                    self._abort(victim)
+                    self.result.faults_fired.append(f"step {step}: {kind}: aborted {victim}")
+                continue
+            inject = getattr(self.engine, "inject_fault", None)
+            what = self._call("inject_fault", inject, kind, self.rng) if inject else None
+            if what:
+                self.result.faults_fired.append(f"step {step}: {kind}: {what}")
 
     def _add(self, release: Release) -> None:
         trace_req = release.request
@@ -333,6 +371,7 @@ class Simulation:
                 self.result.rejected += 1
             self.executor.finish_request(rid)
             self.accounting.forget(rid)
+            self.coverage.forget(rid)
             self.num_tokens.pop(rid, None)
             self.sampled.pop(rid, None)
             self.history.pop(rid, None)
@@ -414,8 +453,9 @@ class Simulation:
 
     def _finish_run(self) -> None:
         self.done = True
+        snapshot = self._call("kv_snapshot", self.engine.kv_snapshot)
+        self.coverage.observe_evictions(getattr(snapshot, "num_evicted_blocks", None))
         if self.options.check_invariants:
-            snapshot = self._call("kv_snapshot", self.engine.kv_snapshot)
             step = self.fingerprint.num_steps
             violations = self.pool.check(step, snapshot, set(), self._block_contents)
             self._violate(violations + check_no_leak(step, snapshot))

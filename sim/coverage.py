@@ -1,0 +1,101 @@
+"""Rare paths, counted as "sometimes" assertions: a campaign that never reaches one of these
+has not tested what BUGS.md says breaks. Counted from the schedule alone (plus the engine's
+optional `num_evicted_blocks` counter on its KV snapshot), so any engine can be measured.
+
+    fully-cached-prompt            admitted with every full block of its tokens a cache hit
+    same-prefix-same-step          two requests of one step share their first block, and
+                                   one of them computes it in that step (vllm#7822)
+    preempt-during-chunked-prefill-with-prefix-hit
+                                   preempted mid-prefill after an admission with a cache hit
+    abort-mid-chunk                aborted between two chunks of its prefill
+    evict-cached-block             cached blocks were evicted for new allocations
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+from schedcheck.engines.protocol import EngineRequest, SchedulerOutput
+
+RARE_PATHS = (
+    "fully-cached-prompt",
+    "same-prefix-same-step",
+    "preempt-during-chunked-prefill-with-prefix-hit",
+    "abort-mid-chunk",
+    "evict-cached-block",
+)
+
+
+class Coverage:
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.counts: dict[str, int] = dict.fromkeys(RARE_PATHS, 0)
+        self.mid_prefill: set[str] = set()  # last chunk did not reach num_tokens
+        self.admitted_with_hit: set[str] = set()
+        self.scheduled_before: set[str] = set()
+
+    def observe_step(self, output: SchedulerOutput, live: Mapping[str, EngineRequest]) -> None:
+        bs = self.block_size
+        for rid in output.preempted_req_ids:
+            if rid in self.mid_prefill and rid in self.admitted_with_hit:
+                self.counts["preempt-during-chunked-prefill-with-prefix-hit"] += 1
+            self.scheduled_before.discard(rid)
+            self.mid_prefill.discard(rid)
+        first_blocks: dict[bytes, bool] = {}  # first-block tokens -> computed in this step
+        shared = False
+        for r in output.scheduled:
+            if r.request_id not in self.scheduled_before:
+                self._admitted(r.request_id, r.num_cached_tokens, r.num_tokens)
+            if r.num_end_tokens < r.num_tokens:
+                self.mid_prefill.add(r.request_id)
+            else:
+                self.mid_prefill.discard(r.request_id)
+            request = live.get(r.request_id)
+            if request is None or request.num_prompt_tokens < bs:
+                continue
+            key = request.prompt_token_ids[:bs].tobytes()
+            computing = r.num_computed_tokens < bs
+            if key in first_blocks and (computing or first_blocks[key]):
+                shared = True
+            first_blocks[key] = first_blocks.get(key, False) or computing
+        if shared:
+            self.counts["same-prefix-same-step"] += 1
+
+    def _admitted(self, rid: str, num_cached_tokens: int, num_tokens: int) -> None:
+        self.scheduled_before.add(rid)
+        if num_cached_tokens > 0:
+            self.admitted_with_hit.add(rid)
+            full = (num_tokens - 1) // self.block_size * self.block_size
+            if num_cached_tokens >= full:
+                self.counts["fully-cached-prompt"] += 1
+
+    def observe_abort(self, rid: str) -> None:
+        if rid in self.mid_prefill:
+            self.counts["abort-mid-chunk"] += 1
+
+    def forget(self, rid: str) -> None:
+        self.mid_prefill.discard(rid)
+        self.admitted_with_hit.discard(rid)
+        self.scheduled_before.discard(rid)
+
+    def observe_evictions(self, num_evicted_blocks: int | None) -> None:
+        if num_evicted_blocks is not None:
+            self.counts["evict-cached-block"] = int(num_evicted_blocks)
+
+    def mid_prefill_ids(self) -> list[str]:
+        return sorted(self.mid_prefill)
+
+
+def never_reached(counts: Mapping[str, int]) -> list[str]:
+    return [path for path in RARE_PATHS if counts.get(path, 0) == 0]
+
+
+def merge(*counts: Mapping[str, int]) -> dict[str, int]:
+    total = dict.fromkeys(RARE_PATHS, 0)
+    for c in counts:
+        for path in RARE_PATHS:
+            total[path] += int(c.get(path, 0))
+    return total
+
+

@@ -1,0 +1,58 @@
+"""Fault points fire per seed, reproducibly; coverage counts the rare paths it saw."""
+
+import numpy as np
+import pytest
+
+from schedcheck.engines.protocol import EngineConfig, EngineRequest, ScheduledRequest, SchedulerOutput
+from schedcheck.sim.cost_model import profile
+from schedcheck.sim.coverage import Coverage, never_reached
+from schedcheck.sim.faults import draw_faults
+from schedcheck.sim.loop import SimOptions, run
+from schedcheck.traces.schema import TraceRequest
+
+CFG = EngineConfig(block_size=4, num_gpu_blocks=200, max_num_batched_tokens=16, max_num_seqs=8)
+
+
+def _trace():
+    return [TraceRequest(f"r{i}", 0.0, 3, prompt_token_ids=tuple(range(3, 60))) for i in range(4)]
+
+
+def test_draws_are_in_fixed_order_and_seeded():
+    faults = {"reduced-budget": 0.5, "preempt": 0.5}
+    a = [draw_faults(faults, g) for g in [np.random.default_rng(7)] for _ in range(5)]
+    b = [draw_faults(faults, g) for g in [np.random.default_rng(7)] for _ in range(5)]
+    assert a == b
+    assert all(kinds == sorted(kinds, key=["preempt", "reduced-budget"].index) for kinds in a)
+
+
+def test_unknown_fault_is_refused():
+    with pytest.raises(ValueError, match="unknown fault 'crash'"):
+        SimOptions(faults={"crash": 0.1})
+
+
+def test_abort_mid_chunk_fault_aborts_a_request_between_chunks():
+    opts = SimOptions(seed=3, faults={"abort-mid-chunk": 1.0})
+    res = run(_trace(), "toy_engine:make_engine", CFG, opts, profile("unit"))
+    assert res.exit_code == 0
+    assert res.aborted == 4 and res.coverage["abort-mid-chunk"] == 4
+    assert res.faults_fired[0] == "step 1: abort-mid-chunk: aborted r0"
+    again = run(_trace(), "toy_engine:make_engine", CFG, opts, profile("unit"))
+    assert again.faults_fired == res.faults_fired and again.fingerprint == res.fingerprint
+
+
+def _req(rid, ncomp, nsched, ntok, cached=0):
+    return ScheduledRequest(rid, ncomp, nsched, ntok, ntok, np.zeros(nsched, np.int64), (0,) * 4,
+                            num_cached_tokens=cached)  # fmt: skip
+
+
+def test_coverage_of_same_prefix_and_fully_cached_prompt():
+    cov = Coverage(block_size=4)
+    prompt = np.arange(3, 12, dtype=np.int64)  # 9 tokens: 2 full blocks
+    live = {rid: EngineRequest(rid, prompt, 1) for rid in ("a", "b", "c")}
+    cov.observe_step(SchedulerOutput(1, (_req("a", 0, 9, 9), _req("b", 0, 4, 9))), live)
+    assert cov.counts["same-prefix-same-step"] == 1
+    cov.observe_step(SchedulerOutput(2, (_req("c", 8, 1, 9, cached=8),)), live)
+    assert cov.counts["fully-cached-prompt"] == 1
+    assert "abort-mid-chunk" in never_reached(cov.counts)
+    cov.observe_abort("b")  # b's first chunk stopped at 4 of 9 tokens
+    assert cov.counts["abort-mid-chunk"] == 1
