@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,21 @@ def test_reader_streams(tmp_path: Path) -> None:
     assert next(requests).request_id == "a"
     with pytest.raises(TraceError, match=r":102: json: "):
         list(requests)
+
+
+def test_reader_holds_one_line_at_a_time(tmp_path: Path) -> None:
+    """100 lines of 5,000 tokens (~18 MB as Python tuples if held) stream in a few MB."""
+    path = tmp_path / "big.jsonl"
+    tokens = list(range(1000, 6000))
+    with open(path, "w") as fh:
+        for i in range(100):
+            obj = {"request_id": f"r{i}", "arrival_time_s": i, "output_length": 1}
+            fh.write(json.dumps({**obj, "prompt_token_ids": tokens}) + "\n")
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in read_trace(path))
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == 100
+    assert peak_bytes < 5_000_000
