@@ -11,7 +11,9 @@ For every step, after the forward (the cache then holds exactly what attention r
              s != b otherwise                     -> `token`, misalignment
 
 Tolerance of layer l: kv_atol + kv_rtol * max|baseline K/V of layer l| (`tolerances.py`).
-Only the first failing row (write) or key (read) of each request and step is reported.
+Only the first failing row (write) or key (read) of each request and step is reported:
+the lowest failing layer, and in it the lowest position (a layer-0 error is the cache's own;
+higher layers inherit errors through attention).
 """
 
 from __future__ import annotations
@@ -70,8 +72,9 @@ class ReplayChecker:
         any_bad = bad.any(axis=0)
         md, bs = plan.metadata, plan.metadata.block_size
         for i in np.unique(owner[any_bad]).tolist():
-            n = int(np.flatnonzero(any_bad & (owner == i))[0])
-            layer = int(np.flatnonzero(bad[:, n])[0])
+            mine = bad & (owner == i)[None, :]
+            layer = int(np.flatnonzero(mine.any(axis=1))[0])  # lowest layer, then position
+            n = int(np.flatnonzero(mine[layer])[0])
             slot = int(slots[n])
             self.findings.append(misalignment(
                 kind, plan.step, md.req_ids[i], int(positions[n]),

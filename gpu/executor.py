@@ -10,7 +10,9 @@ tables, logits_indices):
     logits[logits_indices] ─► greedy argmax ─► {request id: token}
 
 A slot -1 or a block id out of range never crashes: it is a `misalignment` finding in
-`executor.findings` (writes skipped, reads of the zero block). The executor's oracle of
+`executor.findings` (writes skipped, reads of the zero block); `violations` holds the last
+step's findings as invariants' Violations (`tensor.<kind>`) for the engine loop, and
+`block_contents` answers the block-pool invariant from a hash-model shadow (shadow.py). The executor's oracle of
 what the chunks hold is each request's true prompt (`add_request`) plus the tokens it
 sampled; a replay sets the whole true sequence up front (`set_true_tokens`).
 
@@ -51,7 +53,9 @@ from schedcheck.gpu.dtypes import torch_dtype
 from schedcheck.gpu.findings import Finding
 from schedcheck.gpu.kv_cache import PagedKVCache
 from schedcheck.gpu.model import LlamaModel, ModelConfig, make_model
+from schedcheck.gpu.shadow import IdentityShadow, row_identities
 from schedcheck.gpu.step_plan import StepPlan, plan_step
+from schedcheck.invariants.violation import Violation
 
 KV = tuple[torch.Tensor, torch.Tensor]
 
@@ -75,6 +79,8 @@ class TensorExecutor:
         self.tokens: dict[str, npt.NDArray[np.int64]] = {}  # the oracle: true tokens
         self.forward_s = 0.0  # wall time inside model forward + sampling (synchronized)
         self.num_steps = 0
+        self.violations: list[Violation] = []  # of the last step
+        self.shadow = IdentityShadow(self.cache.num_slots, block_size)
 
     # -- the Executor protocol -------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: npt.NDArray[np.int64]) -> None:
@@ -83,10 +89,13 @@ class TensorExecutor:
 
     def finish_request(self, request_id: str) -> None:
         self.tokens.pop(request_id, None)
+        self.shadow.forget(request_id)
 
     def execute(self, metadata: RunnerMetadata) -> dict[str, int]:
         plan = plan_step(metadata, self.cache.num_blocks, self.tokens)
         self.findings.extend(plan.findings)
+        self.violations = [_violation(f) for f in plan.findings]
+        self._write_shadow(plan)
         self.cache.ensure(plan.max_block_id)
         tensors = step_tensors(plan, self.cache.zero_block_id, self.model.device,
                                self.model.cfg.softmax_scale)
@@ -101,7 +110,17 @@ class TensorExecutor:
         self._extend_oracle(metadata, sampled)
         return sampled
 
+    def block_contents(self, block_ids: npt.NDArray[np.int64]) -> tuple[np.ndarray, np.ndarray]:
+        """For the block-pool invariant: (identity at each block's last slot, complete)."""
+        return self.shadow.block_contents(block_ids)
+
     # -- internals ---------------------------------------------------------------------
+    def _write_shadow(self, plan: StepPlan) -> None:
+        md = plan.metadata
+        ident = row_identities(self.shadow, md.req_ids, plan.row_request, md.positions,
+                               md.input_ids, self.tokens)
+        self.shadow.write(plan.slot_mapping, ident)
+
     def set_true_tokens(self, tokens: Mapping[str, npt.NDArray[np.int64]]) -> None:
         """Replay: the whole true sequence of every request is known up front."""
         self.tokens = {rid: np.asarray(t, dtype=np.int64) for rid, t in tokens.items()}
@@ -129,6 +148,12 @@ class TensorExecutor:
             known = self.tokens.get(rid)
             if known is not None and int(md.positions[row]) == known.size - 1:
                 self.tokens[rid] = np.append(known, np.int64(sampled[rid]))
+
+
+def _violation(f: Finding) -> Violation:
+    return Violation(f"tensor.{f.kind}", f.step, f.message, request_id=f.request_id,
+                     position=f.position, slot=-1 if f.slot is None else f.slot,
+                     block=-1 if f.block is None else f.block)
 
 
 def make_executor(backend: str = "auto", device: str = "cpu", dtype: Any = "fp32",

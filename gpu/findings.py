@@ -56,9 +56,12 @@ class Finding:
         assert self.cls in CLASSES, f"unknown finding class {self.cls!r}"
         assert self.step >= 0 and self.position >= 0
 
-    def sort_key(self) -> tuple[int, int, int]:
-        """Earliest step first; within a step metadata findings, then reads, writes, logits."""
-        return (self.step, _KIND_ORDER[self.kind], self.position)
+    def sort_key(self) -> tuple[int, int, int, int]:
+        """Earliest step first; within a step metadata findings, then reads, writes, logits;
+        within a kind the lowest layer (a layer-0 K/V error is the cache's own, higher
+        layers inherit it through attention), then the lowest position."""
+        layer = -1 if self.layer is None else self.layer
+        return (self.step, _KIND_ORDER[self.kind], layer, self.position)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -20,22 +20,29 @@ from schedcheck.gpu.backends.base import AttentionBackend, AttnBatch, gather_key
 from schedcheck.gpu.dtypes import accumulate_dtype
 
 
+ROWS_PER_CHUNK = 1024  # query rows per score matrix: bounds memory to H * 1024 * S
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float,
                      compute_dtype: torch.dtype) -> torch.Tensor:
     """q (n, H, D), k/v (S, Hk, D) -> (n, H, D), bottom-right causal, in compute_dtype."""
     n, num_heads, _ = q.shape
     s = k.shape[0]
     group = num_heads // k.shape[1]
-    qc = q.to(compute_dtype).transpose(0, 1)  # (H, n, D)
     kc = k.to(compute_dtype).repeat_interleave(group, dim=1).transpose(0, 1)  # (H, S, D)
     vc = v.to(compute_dtype).repeat_interleave(group, dim=1).transpose(0, 1)
-    scores = (qc @ kc.transpose(1, 2)) * softmax_scale  # (H, n, S)
-    rows = torch.arange(n, device=q.device)[:, None]
     keys = torch.arange(s, device=q.device)[None, :]
-    visible = keys <= rows + (s - n)  # (n, S)
-    scores = scores.masked_fill(~visible, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a row with no key: all zero
-    return (probs @ vc).transpose(0, 1).to(q.dtype)
+    out = torch.empty_like(q)
+    for lo in range(0, n, ROWS_PER_CHUNK):
+        hi = min(n, lo + ROWS_PER_CHUNK)
+        qc = q[lo:hi].to(compute_dtype).transpose(0, 1)  # (H, rows, D)
+        scores = (qc @ kc.transpose(1, 2)) * softmax_scale  # (H, rows, S)
+        rows = torch.arange(lo, hi, device=q.device)[:, None]
+        visible = keys <= rows + (s - n)  # (rows, S)
+        scores = scores.masked_fill(~visible, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a row with no key: all zero
+        out[lo:hi] = (probs @ vc).transpose(0, 1).to(q.dtype)
+    return out
 
 
 class TorchRefBackend(AttentionBackend):
