@@ -4,6 +4,7 @@ and the CLI answers it with exit 2 and no traceback."""
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 import tracemalloc
@@ -257,3 +258,15 @@ def test_reader_holds_one_line_at_a_time(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert count == 100
     assert peak_bytes < 5_000_000
+
+
+def test_trace_error_survives_pickle() -> None:
+    error = TraceError("t.jsonl", 3, "output_length", "must be >= 1, got 0")
+    copy = pickle.loads(pickle.dumps(error))
+    assert str(copy) == str(error) == "t.jsonl:3: output_length: must be >= 1, got 0"
+    assert (copy.path, copy.line, copy.field, copy.message) == (
+        "t.jsonl",
+        3,
+        "output_length",
+        "must be >= 1, got 0",
+    )
