@@ -60,6 +60,13 @@ class BlockPool:
         """Pop `num_blocks` blocks from the head of the free queue, evicting their hashes."""
         assert 0 <= num_blocks <= len(self.free_block_queue), "caller checks the free count"
         queue = self.free_block_queue
+        if num_blocks == 1:  # the decode path: no numpy fancy indexing
+            block_id = queue.popitem(last=False)[0]
+            if block_id in self.cached_hash_of_block:
+                self._evict(block_id)
+            assert self.ref_cnt[block_id] == 0, "a free block had holders"
+            self.ref_cnt[block_id] = 1
+            return [block_id]
         block_ids = [queue.popitem(last=False)[0] for _ in range(num_blocks)]
         cached_hash_of_block = self.cached_hash_of_block
         for block_id in block_ids:

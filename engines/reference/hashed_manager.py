@@ -60,6 +60,14 @@ class HashedKVManager:
         self._block_table_short = switches.block_table_short
         self._manager_computed_disagree = switches.manager_computed_disagree
         self._uncapped_extra_tokens: dict[str, int] = {}
+        self._plain = not (
+            self._cache_partial_block
+            or self._no_cache_hit_cap
+            or self._whole_prompt_computed
+            or self._same_step_cached
+            or self._block_table_short
+            or self._manager_computed_disagree
+        )
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -106,6 +114,26 @@ class HashedKVManager:
         """
         request_id = request.request_id
         blocks = self.req_to_blocks.get(request_id)
+        if blocks is not None and self._plain:
+            # A running request (no hit): the decode / next-chunk path, kept short.
+            assert not hit.block_ids, "a hit only at (re)admission"
+            num_computed_tokens = request.num_computed_tokens
+            num_required_blocks = -(-(num_computed_tokens + num_new_tokens) // self.block_size)
+            num_new_blocks = num_required_blocks - len(blocks)
+            if num_new_blocks > 0:
+                if num_new_blocks > len(self.block_pool.free_block_queue):
+                    return False
+                blocks.extend(self.block_pool.get_new_blocks(num_new_blocks))
+                self._table_tuples.pop(request_id, None)
+            self._num_computed_tokens[request_id] = num_computed_tokens
+            return True
+        return self._allocate_slots(request, blocks, num_new_tokens, hit)
+
+    def _allocate_slots(
+        self, request: Request, blocks: list[int] | None, num_new_tokens: int, hit: PrefixHit
+    ) -> bool:
+        """The general path: (re)admission with a hit, or any allocation mutant on."""
+        request_id = request.request_id
         num_held_blocks = 0 if blocks is None else len(blocks)
         assert not hit.block_ids or num_held_blocks == 0, "a hit only at (re)admission"
         num_computed_tokens = request.num_computed_tokens + hit.num_tokens
@@ -152,6 +180,13 @@ class HashedKVManager:
         """Cache the blocks of [0, num_computed_tokens) that are full (and so written)."""
         request_id = request.request_id
         blocks = self.req_to_blocks[request_id]
+        if self._plain:
+            self._num_computed_tokens[request_id] = num_computed_tokens
+            num_full_blocks = num_computed_tokens // self.block_size
+            if self.enable_caching and num_full_blocks > self.num_cached_block[request_id]:
+                assert num_full_blocks <= len(blocks)
+                self._cache(request, blocks, num_full_blocks)
+            return num_computed_tokens
         assert num_computed_tokens <= len(blocks) * self.block_size or self._block_table_short
         manager_count = num_computed_tokens
         if self._manager_computed_disagree:

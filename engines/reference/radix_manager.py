@@ -9,11 +9,13 @@ its page list, in two parts::
 
 - tree pages lie on the path root .. last_node, which the request locks (lock_ref), so they
   are never evicted while it runs; they came from the prefix hit or from its own inserts;
-- after every step, the request's newly full and written pages are inserted into the tree
-  (SGLang's cache_unfinished_req): pages the tree did not hold become tree pages; where the
-  tree already held that content (another request inserted it meanwhile) the request's
-  duplicate page is freed and its block table switches to the tree's page, whose KV holds
-  the same tokens (BUGS #13: every chunk page is owned by the tree or freed exactly once);
+- after every prefill step (a chunk that is not a single-token decode), the request's newly
+  full and written pages are inserted into the tree (SGLang's cache_unfinished_req; decode
+  pages go in when the request ends, as in SGLang): pages the tree did not hold become tree
+  pages; where the tree already held that content (another request inserted it meanwhile)
+  the request's duplicate page is freed and its block table switches to the tree's page,
+  whose KV holds the same tokens (BUGS #13: every chunk page is owned by the tree or freed
+  exactly once);
 - at finish, abort or preemption the written full pages are inserted the same way
   (cache_finished_req), the private rest goes back to the free pool, tail first, and the lock
   is released; tree pages never go back to the pool except by eviction (BUGS #14).
@@ -98,11 +100,22 @@ class RadixKVManager:
         """
         request_id = request.request_id
         pages = self._requests.get(request_id)
-        num_held_pages = 0 if pages is None else len(pages.block_ids)
-        assert not hit.block_ids or num_held_pages == 0, "a hit only at (re)admission"
+        if pages is not None:
+            # A running request (no hit): the decode / next-chunk path, kept short.
+            assert not hit.block_ids, "a hit only at (re)admission"
+            num_computed_tokens = request.num_computed_tokens
+            num_required = -(-(num_computed_tokens + num_new_tokens) // self.block_size)
+            num_new_pages = num_required - len(pages.block_ids)
+            if num_new_pages > 0 and not self._take_pages(pages, num_new_pages):
+                return False
+            if num_new_pages > 0:
+                self._table_tuples.pop(request_id, None)
+            pages.num_computed_tokens = num_computed_tokens
+            return True
+        # (Re)admission: the request holds no pages yet.
         num_computed_tokens = request.num_computed_tokens + hit.num_tokens
         num_required = cdiv(num_computed_tokens + num_new_tokens, self.block_size)
-        num_new_pages = num_required - num_held_pages - len(hit.block_ids)
+        num_new_pages = num_required - len(hit.block_ids)
         assert num_new_pages >= 0
         node = hit.node
         assert isinstance(node, TreeNode) or node is None
@@ -113,26 +126,33 @@ class RadixKVManager:
             if node is not None:
                 self.tree.unlock(node)
             return False
-        if num_new_pages > len(self.free_pool):
-            self._evict(num_new_pages - len(self.free_pool))
-        new_block_ids = [self.free_pool.popleft() for _ in range(num_new_pages)]
-
-        if pages is None:
-            root = self.tree.root(request.salt_key) if self.enable_caching else None
-            pages = self._requests[request_id] = _RequestPages(root)
+        root = self.tree.root(request.salt_key) if self.enable_caching else None
+        pages = self._requests[request_id] = _RequestPages(root)
         if node is not None:
             pages.block_ids.extend(hit.block_ids)
             pages.num_tree_pages = len(hit.block_ids)
             pages.last_node = node
             self.ref_cnt[list(hit.block_ids)] += 1
-        if new_block_ids:
-            if not self._abort_frees_tree_pages:  # that mutant double-hands pages on purpose
-                assert not self.ref_cnt[new_block_ids].any(), "a free page had holders"
-            self.ref_cnt[new_block_ids] += 1
-            pages.block_ids.extend(new_block_ids)
-        if node is not None or new_block_ids:
-            self._table_tuples.pop(request_id, None)
+        taken = self._take_pages(pages, num_new_pages)
+        assert taken
+        self._table_tuples.pop(request_id, None)
         pages.num_computed_tokens = num_computed_tokens
+        return True
+
+    def _take_pages(self, pages: _RequestPages, num_pages: int) -> bool:
+        """Append num_pages pages from the free pool (evicting if needed) to a block table."""
+        if num_pages == 0:
+            return True
+        free_pool = self.free_pool
+        if num_pages > len(free_pool):
+            if num_pages > len(free_pool) + self.tree.evictable_num_pages:
+                return False
+            self._evict(num_pages - len(free_pool))
+        new_block_ids = [free_pool.popleft() for _ in range(num_pages)]
+        if not self._abort_frees_tree_pages:  # that mutant double-hands pages on purpose
+            assert not self.ref_cnt[new_block_ids].any(), "a free page had holders"
+        self.ref_cnt[new_block_ids] += 1
+        pages.block_ids.extend(new_block_ids)
         return True
 
     def _evict(self, num_pages: int) -> None:
@@ -148,9 +168,13 @@ class RadixKVManager:
         """cache_unfinished_req: insert the full written pages not in the tree yet."""
         pages = self._requests[request.request_id]
         assert num_computed_tokens <= len(pages.block_ids) * self.block_size
+        is_decode = (
+            num_computed_tokens == request.num_tokens
+            and num_computed_tokens - pages.num_computed_tokens == 1
+        )
         pages.num_computed_tokens = num_computed_tokens
-        if not self.enable_caching:
-            return num_computed_tokens
+        if not self.enable_caching or is_decode:
+            return num_computed_tokens  # decode pages go into the tree at finish (SGLang)
         num_full_pages = num_computed_tokens // self.block_size
         if num_full_pages > pages.num_tree_pages:
             self._insert(request, pages, num_full_pages)

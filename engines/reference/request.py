@@ -49,7 +49,6 @@ class Request:
         "_hasher",
         "_token_buffer",
         "_token_bytes",
-        "_tokens_readonly",
         "arrival_seq",
         "arrival_time_s",
         "cache_salt",
@@ -61,6 +60,7 @@ class Request:
         "num_tokens",
         "output_token_ids",
         "priority",
+        "readonly_tokens",
         "request_id",
         "resume_drops_last_token",
         "stale_hit",
@@ -82,7 +82,9 @@ class Request:
         self._token_buffer[: self.num_prompt_tokens] = prompt
         readonly = self._token_buffer.view()
         readonly.flags.writeable = False
-        self._tokens_readonly = readonly
+        # The whole buffer, read-only; only [0, num_tokens) is meaningful. Slices of it are
+        # what ScheduledRequest.token_ids carries (no copy; the tokens never change).
+        self.readonly_tokens = readonly
         self._token_bytes = memoryview(self._token_buffer.data).cast("B")
         self.num_tokens = self.num_prompt_tokens
         self.output_token_ids: list[int] = []
@@ -101,12 +103,12 @@ class Request:
 
     @property
     def prompt_token_ids(self) -> TokenArray:
-        return self._tokens_readonly[: self.num_prompt_tokens]
+        return self.readonly_tokens[: self.num_prompt_tokens]
 
     @property
     def all_token_ids(self) -> TokenArray:
         """Read-only view of tokens [0, num_tokens)."""
-        return self._tokens_readonly[: self.num_tokens]
+        return self.readonly_tokens[: self.num_tokens]
 
     @property
     def num_output_tokens(self) -> int:
@@ -114,14 +116,15 @@ class Request:
 
     def token_view(self, start: int, stop: int) -> TokenArray:
         """Read-only int64 view of tokens [start, stop); valid for the request's lifetime."""
-        assert 0 <= start <= stop <= self._token_buffer.size
-        return self._tokens_readonly[start:stop]
+        assert 0 <= start <= stop <= self.num_tokens
+        return self.readonly_tokens[start:stop]
 
     def append_output_token(self, token_id: int) -> None:
-        assert self.num_tokens < self._token_buffer.size, "max_tokens already emitted"
-        self._token_buffer[self.num_tokens] = token_id
+        num_tokens = self.num_tokens
+        assert num_tokens - self.num_prompt_tokens < self.max_tokens, "max_tokens emitted"
+        self._token_buffer[num_tokens] = token_id
         self.output_token_ids.append(token_id)
-        self.num_tokens += 1
+        self.num_tokens = num_tokens + 1
 
     # -- block hashes ----------------------------------------------------------------------
 

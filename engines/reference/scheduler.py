@@ -48,6 +48,7 @@ from schedcheck.engines.protocol import (
 )
 from schedcheck.engines.reference.block_hash import BlockHasher
 from schedcheck.engines.reference.chunking import CHUNK_ALIGN_MODES, align_chunk
+from schedcheck.engines.reference.fast_output import make_scheduled_request
 from schedcheck.engines.reference.kv_manager import EMPTY_HIT, KVCacheManager, PrefixHit, cdiv
 from schedcheck.engines.reference.mutants import MutantSwitches
 from schedcheck.engines.reference.request import Request, RequestStatus
@@ -114,6 +115,8 @@ class Scheduler:
             self._pending_rejected.append((request_id, reason))
             self._pending_finished.append(FinishedRequest(request_id, (), f"rejected: {reason}"))
             return
+        if self.config.enable_prefix_caching:
+            request.block_hashes  # noqa: B018 - hash the prompt now, as vLLM does at Request creation
         self.requests[request_id] = request
         self.waiting.add(request)
 
@@ -198,10 +201,7 @@ class Scheduler:
 
         output = SchedulerOutput(
             step=step,
-            scheduled=tuple(
-                self._scheduled_request(r, n, h)
-                for r, n, h in zip(scheduled, num_scheduled, num_hit_tokens, strict=True)
-            ),
+            scheduled=self._scheduled_requests(scheduled, num_scheduled, num_hit_tokens),
             preempted_req_ids=tuple(r.request_id for r in preempted),
             finished_req_ids=tuple(self.finished_req_ids),
             rejected_req_ids=tuple(rid for rid, _ in self._pending_rejected),
@@ -221,10 +221,19 @@ class Scheduler:
     ) -> int:
         running = self.running
         kv_manager = self.kv_manager
+        threshold = self.long_prefill_token_threshold
+        plain_chunks = not (self._align or self._resume_drops_last_token)
         index = 0
         while index < len(running) and token_budget > 0:  # bounded: index grows or len shrinks
             request = running[index]
-            num_new_tokens = self._chunk_running(request, token_budget)
+            if plain_chunks:  # _chunk_running, inlined for the common case
+                num_new_tokens = request.num_tokens - request.num_computed_tokens
+                if 0 < threshold < num_new_tokens:
+                    num_new_tokens = threshold
+                if num_new_tokens > token_budget:
+                    num_new_tokens = token_budget
+            else:
+                num_new_tokens = self._chunk_running(request, token_budget)
             if num_new_tokens == 0:
                 index += 1
                 continue
@@ -399,6 +408,37 @@ class Scheduler:
 
     # -- output ----------------------------------------------------------------------------
 
+    def _scheduled_requests(
+        self, scheduled: list[Request], num_scheduled: list[int], num_hit_tokens: list[int]
+    ) -> tuple[ScheduledRequest, ...]:
+        if self._resume_drops_last_token or self._chunk_before_prefix_hit:
+            return tuple(
+                self._scheduled_request(r, n, h)
+                for r, n, h in zip(scheduled, num_scheduled, num_hit_tokens, strict=True)
+            )
+        block_table = self.kv_manager.block_table
+        make = make_scheduled_request
+        out: list[ScheduledRequest] = []
+        for request, num_new_tokens, num_hit in zip(
+            scheduled, num_scheduled, num_hit_tokens, strict=True
+        ):  # _scheduled_request, inlined for the common case
+            start = request.num_computed_tokens
+            stop = start + num_new_tokens
+            assert stop <= request.num_tokens
+            out.append(
+                make(
+                    request.request_id,
+                    start,
+                    num_new_tokens,
+                    request.num_tokens,
+                    request.num_prompt_tokens,
+                    request.readonly_tokens[start:stop],
+                    block_table(request.request_id),
+                    num_hit,
+                )
+            )
+        return tuple(out)
+
     def _scheduled_request(
         self, request: Request, num_new_tokens: int, num_hit_tokens: int
     ) -> ScheduledRequest:
@@ -432,20 +472,24 @@ class Scheduler:
         finished = self._pending_finished
         self._pending_finished = []
         requests = self.requests
-        kv_manager = self.kv_manager
+        cache_blocks = self.kv_manager.cache_blocks
+        chunk_before_prefix_hit = self._chunk_before_prefix_hit
+        exact_progress = self._exact_progress
         num_finished_running = 0
         for scheduled in output.scheduled:
             request = requests.get(scheduled.request_id)
             if request is None or request.status is not _RUNNING:
                 continue  # aborted (or preempted) after this step was scheduled
-            assert request.num_computed_tokens == scheduled.num_computed_tokens
-            num_end_tokens = scheduled.num_computed_tokens + scheduled.num_scheduled_tokens
-            if self._chunk_before_prefix_hit:
+            start = scheduled.num_computed_tokens
+            assert request.num_computed_tokens == start
+            num_end_tokens = start + scheduled.num_scheduled_tokens
+            samples = num_end_tokens == scheduled.num_tokens  # scheduled.samples, inlined
+            if chunk_before_prefix_hit:
                 num_end_tokens = min(num_end_tokens, request.num_tokens)
-            num_computed_tokens = kv_manager.cache_blocks(request, num_end_tokens)
-            assert num_computed_tokens == num_end_tokens or not self._exact_progress
+            num_computed_tokens = cache_blocks(request, num_end_tokens)
+            assert num_computed_tokens == num_end_tokens or not exact_progress
             request.num_computed_tokens = num_computed_tokens
-            if not scheduled.samples:
+            if not samples:
                 continue
             token_id = sampled_token_ids.get(scheduled.request_id)
             if token_id is None:
@@ -456,9 +500,9 @@ class Scheduler:
             request.append_output_token(int(token_id))
             if self._resume_drops_last_token:
                 request.resume_drops_last_token = False
-            if request.num_output_tokens >= request.max_tokens:
+            if request.num_tokens - request.num_prompt_tokens >= request.max_tokens:
                 request.status = RequestStatus.FINISHED_LENGTH
-                kv_manager.free(request)
+                self.kv_manager.free(request)
                 finished.append(self._finish(request, "length"))
                 num_finished_running += 1
         if num_finished_running:
