@@ -9,7 +9,7 @@ Shapes (T tokens, H heads, Hk kv heads, D head_dim)::
     input_ids (T,) ─► embed ─► [ RMSNorm ─► q (T,H,D) k,v (T,Hk,D) ─► RoPE(q,k)
                                  ─► attend(layer, q, k, v) ─► (T,H,D) ─► o_proj ─► + residual
                                  RMSNorm ─► SwiGLU ─► + residual ] x num_layers ─► RMSNorm
-    hidden (T, hidden_size) ─► logits (T, vocab_size)
+    hidden (T, hidden_size) ─► logits (T, vocab_size), the head in fp64
 
 Weight names are Hugging Face Llama's (`model.layers.{i}.self_attn.q_proj.weight`, ...),
 so `weights.py` reads and writes a safetensors directory the way HF lays it out.
@@ -107,6 +107,7 @@ class LlamaModel:
         self.device = torch.device(device)
         self.dtype = dtype
         self.w = {k: weights[k].to(device=self.device, dtype=dtype) for k in expected}
+        self.head64 = weights["lm_head.weight"].to(device=self.device, dtype=torch.float64)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 attend: AttendFn) -> torch.Tensor:
@@ -132,9 +133,19 @@ class LlamaModel:
         return layers.rms_norm(x, w["model.norm.weight"], cfg.rms_norm_eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(N, hidden) -> (N, vocab) logits, as fp32 (fp64 for an fp64 model)."""
-        out = hidden @ self.w["lm_head.weight"].T
-        return out.to(torch.float64 if self.dtype == torch.float64 else torch.float32)
+        """(N, hidden) -> (N, vocab) logits, computed in fp64 from the hidden states.
+
+        The head runs in fp64 from the given weights whatever the model dtype, so two runs'
+        logits differ only by what their hidden states differ by (the trunk: attention,
+        reduction order), never by the head's own rounding; tokens are their argmax."""
+        return hidden.to(torch.float64) @ self.head64.T
+
+    def set_weight(self, name: str, value: torch.Tensor) -> None:
+        """Replace one weight (same shape), e.g. to craft a near tie in a test."""
+        assert tuple(value.shape) == tuple(self.w[name].shape), f"{name}: shape differs"
+        self.w[name] = value.to(device=self.device, dtype=self.dtype)
+        if name == "lm_head.weight":
+            self.head64 = value.to(device=self.device, dtype=torch.float64)
 
 
 def make_model(cfg: ModelConfig | None = None, seed: int = 0, device: str = "cpu",
