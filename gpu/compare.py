@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from schedcheck.gpu.backends import choose_backend
-from schedcheck.gpu.backends.base import BackendSpec
+from schedcheck.gpu.backends.base import AttentionBackend, BackendSpec
 from schedcheck.gpu.baseline import run_baseline
 from schedcheck.gpu.checks import ReplayChecker
 from schedcheck.gpu.dtypes import dtype_name, torch_dtype
@@ -135,9 +135,11 @@ def build_model(opts: VerifyOptions) -> LlamaModel:
     return make_model(opts.model_config, seed=opts.seed, device=opts.device, dtype=dtype)
 
 
-def verify_bundle(path: str | Path, opts: VerifyOptions,
-                  model: LlamaModel | None = None) -> Report:
-    """Replay bundle `path` and compare; raises ValueError on a bad bundle or config."""
+def verify_bundle(path: str | Path, opts: VerifyOptions, model: LlamaModel | None = None,
+                  backend: AttentionBackend | None = None) -> Report:
+    """Replay bundle `path` and compare; raises ValueError on a bad bundle or config.
+
+    `model` / `backend` instances override opts (a backend given is not checked)."""
     bundle = read_bundle(path)
     engine_cfg = bundle.config.get("engine_config", {})
     block_size = int(engine_cfg.get("block_size", 16))
@@ -153,7 +155,7 @@ def verify_bundle(path: str | Path, opts: VerifyOptions,
     spec = BackendSpec.for_device(model.device, dtype=model.dtype, block_size=block_size,
                                   head_dim=cfg.head_dim, num_heads=cfg.num_heads,
                                   num_kv_heads=cfg.num_kv_heads)
-    backend = choose_backend(opts.backend, spec)
+    backend = backend or choose_backend(opts.backend, spec)
     start = time.perf_counter()
     baseline = run_baseline(model, backend, sequences)
     _sync(model.device)

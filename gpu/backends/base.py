@@ -135,9 +135,11 @@ class AttentionBackend:
 
     def takes(self) -> str:
         dtypes = ", ".join(dtype_name(d) for d in self.dtypes)
-        cap = f" (compute capability >= {self.min_capability[0]}.{self.min_capability[1]})"
-        return (f"devices {', '.join(self.devices)}"
-                f"{cap if self.min_capability else ''}; dtypes {dtypes}; "
+        cap = ""
+        if self.min_capability is not None:
+            major, minor = self.min_capability
+            cap = f" (compute capability >= {major}.{minor})"
+        return (f"devices {', '.join(self.devices)}{cap}; dtypes {dtypes}; "
                 f"{self.head_dims_text}; {self.block_sizes_text}")
 
     def refusal(self, spec: BackendSpec) -> str | None:

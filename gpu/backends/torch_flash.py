@@ -19,12 +19,17 @@ import torch
 from schedcheck.gpu.backends.base import AttentionBackend, AttnBatch, gather_keys
 
 
+def _aten_op():
+    """The aten op (a function so tests can stand in a CPU implementation)."""
+    return torch.ops.aten._flash_attention_forward
+
+
 def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
                   cu_k: torch.Tensor, max_q: int, max_k: int, scale: float) -> torch.Tensor:
     """One call of the aten op; cu_q / cu_k int32 (B+1,); returns out (T, H, D)."""
     assert cu_q.dtype == torch.int32 and cu_k.dtype == torch.int32
     assert q.shape[1] % k.shape[1] == 0 and k.shape == v.shape
-    result = torch.ops.aten._flash_attention_forward(
+    result = _aten_op()(
         q, k, v, cu_q, cu_k, max_q, max_k, 0.0, True, False, scale=scale)
     return result[0]
 
