@@ -1,0 +1,70 @@
+"""The executor as the engine loop uses it: the Executor protocol, by the factory's name."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import torch
+
+from schedcheck.engines.executor import Executor
+from schedcheck.engines.metadata import build_metadata
+from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+from schedcheck.gpu.model import ModelConfig
+
+BS = 4
+PROMPT = np.arange(3, 9, dtype=np.int64)  # 6 tokens
+
+
+def _factory():
+    module, _, attr = "schedcheck.gpu.executor:make_executor".partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _executor(**kw):
+    return _factory()(backend="torch-ref", device="cpu", dtype="fp32", block_size=BS,
+                      num_blocks=8, seed=0, model_config=ModelConfig(vocab_size=512), **kw)
+
+
+def _step(step: int, computed: int, chunk: np.ndarray, table: tuple[int, ...]):
+    end = computed + chunk.size
+    req = ScheduledRequest("r", computed, chunk.size, max(end, PROMPT.size), PROMPT.size, chunk,
+                           table)
+    return build_metadata(SchedulerOutput(step, (req,)), BS)
+
+
+def test_live_steps_sample_and_extend_the_oracle() -> None:
+    ex = _executor()
+    assert all(callable(getattr(ex, name)) for name in vars(Executor) if not name.startswith('_'))
+    ex.add_request("r", PROMPT)
+    first = ex.execute(_step(0, 0, PROMPT[:4], (2,)))
+    assert first == {}  # a non-final chunk samples nothing
+    sampled = ex.execute(_step(1, 4, PROMPT[4:], (2, 5)))
+    token = sampled["r"]
+    assert 0 <= token < 512 and ex.tokens["r"].tolist() == [*PROMPT.tolist(), token]
+    again = ex.execute(_step(2, 6, np.array([token]), (2, 5)))
+    assert set(again) == {"r"} and ex.findings == [] and ex.violations == []
+    ids, complete = ex.block_contents(np.array([2, 5]))
+    assert complete.tolist() == [True, False] and ids[0] != 0
+    ex.finish_request("r")
+    assert "r" not in ex.tokens
+
+
+def test_same_seed_same_tokens() -> None:
+    runs = []
+    for _ in range(2):
+        ex = _executor()
+        ex.add_request("r", PROMPT)
+        runs.append(ex.execute(_step(0, 0, PROMPT, (1, 3))))
+    assert runs[0] == runs[1]
+
+
+def test_bad_slot_and_block_are_findings_not_crashes() -> None:
+    ex = _executor()
+    ex.add_request("r", PROMPT)
+    sampled = ex.execute(_step(0, 0, PROMPT, (1, 99)))  # block 99 of 8
+    assert set(sampled) == {"r"}
+    kinds = sorted(v.invariant for v in ex.violations)
+    assert kinds == ["tensor.block-invalid", "tensor.slot-invalid"]
+    assert {v.position for v in ex.violations} == {4}
+    assert torch.count_nonzero(ex.cache.key_cache[0][ex.cache.zero_block_id]) == 0
