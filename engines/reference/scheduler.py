@@ -334,11 +334,13 @@ class Scheduler:
             if not kv_manager.allocate_slots(request, num_alloc_tokens, hit):
                 if self._stale_cache_hit:  # mutant: keep the hit for the next attempt
                     request.stale_hit = hit
-                num_needed = cdiv(num_computed_tokens + num_alloc_tokens, self.block_size)
+                num_tokens_need_slot = num_computed_tokens + num_alloc_tokens
+                num_new_blocks = cdiv(num_tokens_need_slot, self.block_size) - len(hit.block_ids)
                 self._blocked(
                     request,
-                    f"not enough KV blocks: needs {num_needed - len(hit.block_ids)} new "
-                    f"blocks, {kv_manager.num_free_blocks()} free or evictable",
+                    f"not enough KV blocks: {len(hit.block_ids)} cached + {num_new_blocks} new "
+                    f"blocks for {num_tokens_need_slot} tokens, "
+                    f"{kv_manager.num_free_blocks()} free or evictable of {kv_manager.num_blocks}",
                 )
                 break
             popped = waiting.pop()
