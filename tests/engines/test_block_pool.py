@@ -1,0 +1,76 @@
+"""BlockPool: LRU free queue, ref counts, caching and eviction, exact orders."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedcheck.engines.reference.block_pool import BlockPool
+
+
+def _h(i: int) -> bytes:
+    return bytes([i]) * 32
+
+
+def test_new_blocks_come_from_the_head():
+    pool = BlockPool(6)
+    assert list(pool.free_block_queue) == [0, 1, 2, 3, 4, 5]
+    assert pool.get_new_blocks(2) == [0, 1]
+    assert pool.get_new_blocks(1) == [2]
+    assert pool.ref_cnt.tolist() == [1, 1, 1, 0, 0, 0]
+    assert list(pool.free_block_queue) == [3, 4, 5]
+
+
+def test_free_in_given_order_joins_the_tail():
+    pool = BlockPool(6)
+    blocks = pool.get_new_blocks(3)
+    pool.free_blocks(blocks[::-1])  # a request frees tail first
+    assert list(pool.free_block_queue) == [3, 4, 5, 2, 1, 0]
+    assert pool.ref_cnt.tolist() == [0] * 6
+
+
+def test_shared_block_joins_the_queue_with_its_last_holder():
+    pool = BlockPool(4)
+    a = pool.get_new_blocks(2)
+    pool.touch([a[0]])  # a second request shares block 0
+    pool.free_blocks(a[::-1])
+    assert list(pool.free_block_queue) == [2, 3, 1]
+    pool.free_blocks([a[0]])
+    assert list(pool.free_block_queue) == [2, 3, 1, 0]
+
+
+def test_cached_block_is_hit_from_the_queue_and_evicted_at_reuse():
+    pool = BlockPool(3)
+    blocks = pool.get_new_blocks(2)
+    pool.cache_full_blocks(blocks, [_h(1), _h(2)], 0, 2)
+    assert pool.cached_hash_of_block == {0: _h(1), 1: _h(2)}
+    pool.free_blocks(blocks[::-1])
+    assert list(pool.free_block_queue) == [2, 1, 0]
+    assert pool.get_cached_block(_h(1)) == 0  # still cached while free
+    pool.touch([0])  # a hit
+    assert list(pool.free_block_queue) == [2, 1] and pool.ref_cnt[0] == 1
+    assert pool.get_new_blocks(2) == [2, 1]  # block 1 is evicted on reuse
+    assert pool.get_cached_block(_h(2)) is None
+    assert pool.cached_hash_of_block == {0: _h(1)}
+
+
+def test_same_content_cached_once():
+    pool = BlockPool(4)
+    a, b = pool.get_new_blocks(1), pool.get_new_blocks(1)
+    pool.cache_full_blocks(a, [_h(7)], 0, 1)
+    pool.cache_full_blocks(b, [_h(7)], 0, 1)
+    assert pool.cached_block_hash_to_block == {_h(7): 0}
+    assert pool.cached_hash_of_block == {0: _h(7)}
+
+
+def test_double_free_is_caught():
+    pool = BlockPool(2)
+    blocks = pool.get_new_blocks(1)
+    pool.free_blocks(blocks)
+    with pytest.raises(AssertionError, match="double free"):
+        pool.free_blocks(blocks)
+
+
+def test_cannot_take_more_than_free():
+    pool = BlockPool(2)
+    with pytest.raises(AssertionError, match="caller checks the free count"):
+        pool.get_new_blocks(3)
