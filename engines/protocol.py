@@ -87,6 +87,10 @@ class SchedulerOutput:
     finished_req_ids: tuple[str, ...] = ()  # finished or aborted since the previous step
     rejected_req_ids: tuple[str, ...] = ()  # refused for good (can never fit), with reasons
     rejected_reasons: tuple[str, ...] = ()
+    # (src, dst) block ids whose KV the worker copies before this step's forward
+    # (copy-on-write of a shared last block: vLLM v0's blocks_to_copy, v1's
+    # kv_cache_block_copies); an executor applies them before it writes or reads
+    block_copies: tuple[tuple[int, int], ...] = ()
 
     @property
     def total_num_scheduled_tokens(self) -> int:
