@@ -169,7 +169,10 @@ class Scheduler:
         return FinishedRequest(request.request_id, tuple(request.output_token_ids), reason)
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.requests or self._pending_rejected or self._pending_finished)
+        # Not `_pending_finished`: those are only handed out by update_from_output, which
+        # the loop calls after a step that ran something; an abort or a rejection of the
+        # last request would otherwise keep this True forever (a false liveness failure).
+        return bool(self.requests or self._pending_rejected)
 
     # -- schedule --------------------------------------------------------------------------
 
