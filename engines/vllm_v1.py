@@ -173,6 +173,9 @@ class VllmV1Engine:
             finished_req_ids=tuple(sorted(so.finished_req_ids)),
             rejected_req_ids=tuple(rid for rid, _ in rejected),
             rejected_reasons=tuple(reason for _, reason in rejected),
+            block_copies=tuple(
+                (c.src_block_id, c.dst_block_id) for c in so.kv_cache_block_copies or ()
+            ),
         )
 
     def _update_tables(self, so: VllmSchedulerOutput) -> tuple[dict[str, int], set[str]]:

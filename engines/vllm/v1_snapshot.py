@@ -10,9 +10,10 @@ groups); its ref_cnt is "not maintained" (block_pool.py), i.e. stays 0. With the
 full-attention group we build, no request's table ever holds it. This snapshot reports it
 as vLLM's own accounting does (`reset_prefix_cache`: "the null block is always marked as
 used"): ref_cnt 1, never free, never cached, in no block table, and lists it in
-`reserved_block_ids()`. Invariants should therefore check
+`reserved_block_ids` (an attribute, as invariants/block_pool.py reads it). Invariants
+should therefore check
     free + used == num_blocks, with used = {b : ref_cnt[b] > 0}, and
-    ref_cnt[b] == count of b over block_tables()  for every b not in reserved_block_ids().
+    ref_cnt[b] == count of b over block_tables()  for every b not in reserved_block_ids.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class V1KVSnapshot:
     def num_blocks(self) -> int:
         return int(self._pool.num_gpu_blocks)
 
+    @property
     def reserved_block_ids(self) -> tuple[int, ...]:
         """Blocks the engine holds for itself, in no request's table: vLLM's null block."""
         return (int(self._pool.null_block.block_id),)

@@ -1,0 +1,99 @@
+"""A minimal driver loop for the vLLM adapter tests: add -> schedule -> tokens -> update.
+
+Stand-in tokens are a fixed function of (step, request id) so every run is identical; the
+snapshot check is the block-pool accounting every engine must satisfy.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from schedcheck.engines.protocol import (
+    Engine,
+    EngineRequest,
+    FinishedRequest,
+    KVSnapshot,
+    ScheduledRequest,
+    SchedulerOutput,
+)
+
+TOKEN_BASE = 1000
+
+
+def request(rid: str, prompt: Iterable[int], max_tokens: int) -> EngineRequest:
+    arr = np.asarray(list(prompt), dtype=np.int64)
+    arr.flags.writeable = False
+    return EngineRequest(request_id=rid, prompt_token_ids=arr, max_tokens=max_tokens)
+
+
+def stand_in_token(step: int, rid: str) -> int:
+    """Deterministic stand-in for a sampled token (no hash() of strings)."""
+    return TOKEN_BASE + 10 * step + sum(rid.encode())
+
+
+@dataclass
+class StepRecord:
+    output: SchedulerOutput
+    finished: list[FinishedRequest]
+    snapshot_ok: bool = True
+    tables: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+def run_step(engine: Engine, before_update: Callable[[SchedulerOutput], None] | None = None):
+    """One step; the runner tables must equal the manager's right after schedule()."""
+    out = engine.schedule()
+    manager_tables = engine.kv_snapshot().block_tables()
+    for r in out.scheduled:
+        assert tuple(manager_tables[r.request_id]) == r.block_table, r.request_id
+    check_request_shape(out.scheduled)
+    if before_update is not None:
+        before_update(out)
+    tokens = {r.request_id: stand_in_token(out.step, r.request_id) for r in out.scheduled}
+    live = {r.request_id for r in out.scheduled if r.samples}
+    finished = engine.update_from_output(out, {k: v for k, v in tokens.items() if k in live})
+    check_snapshot(engine.kv_snapshot())
+    return StepRecord(out, finished, tables={r.request_id: r.block_table for r in out.scheduled})
+
+
+def check_request_shape(scheduled: Iterable[ScheduledRequest]) -> None:
+    for r in scheduled:
+        assert r.num_scheduled_tokens >= 1
+        assert r.token_ids.size == r.num_scheduled_tokens
+        assert r.num_end_tokens <= r.num_tokens
+        assert all(isinstance(b, int) for b in r.block_table)
+
+
+def check_snapshot(snap: KVSnapshot) -> None:
+    """free + used == all blocks; ref_cnt == references from block tables (reserved aside)."""
+    n = snap.num_blocks
+    ref = snap.ref_cnt()
+    assert ref.shape == (n,)
+    free = list(snap.free_block_ids())
+    assert len(set(free)) == len(free), "a block twice in the free queue"
+    used = {b for b in range(n) if ref[b] > 0}
+    assert not used & set(free), "a referenced block is free"
+    assert len(used) + len(free) == n, (len(used), len(free), n)
+    reserved = set(snap.reserved_block_ids)
+    refs = Counter(b for table in snap.block_tables().values() for b in table)
+    assert not reserved & set(refs), "a reserved block in a request's table"
+    for b in range(n):
+        if b not in reserved:
+            assert ref[b] == refs[b], (b, int(ref[b]), refs[b])
+
+
+def summary(r: ScheduledRequest) -> tuple:
+    """(id, num_computed, num_scheduled, num_tokens, num_prompt, tokens, table, cached)."""
+    return (
+        r.request_id,
+        r.num_computed_tokens,
+        r.num_scheduled_tokens,
+        r.num_tokens,
+        r.num_prompt_tokens,
+        r.token_ids.tolist(),
+        r.block_table,
+        r.num_cached_tokens,
+    )
