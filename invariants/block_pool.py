@@ -17,7 +17,7 @@ optional `reserved_block_ids` and are left out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from schedcheck.engines.protocol import KVSnapshot
 from schedcheck.invariants.violation import Violation
 
 BlockContents = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+HASH_MEMORY_MAX = 1 << 20  # block hashes whose content is remembered (oldest forgotten first)
 
 
 class BlockPoolChecker:
@@ -32,6 +33,7 @@ class BlockPoolChecker:
 
     def __init__(self) -> None:
         self.content_of_hash: dict[bytes, int] = {}
+        self.checked_hash_of_block: dict[int, bytes] = {}  # as of the last check
 
     def check(
         self,
@@ -53,11 +55,20 @@ class BlockPoolChecker:
         return out
 
     def _check_cached(
-        self, step: int, cached, block_contents: BlockContents
+        self, step: int, cached: Mapping[int, bytes], block_contents: BlockContents
     ) -> list[Violation]:
-        if not cached:
+        """Check the blocks cached (or re-cached under a new hash) since the last check.
+
+        A block that stays cached under the same hash is not checked again: if its slots are
+        overwritten later, whoever reads them through a cache hit sees it (shadow-kv.read).
+        """
+        checked = self.checked_hash_of_block
+        fresh = [b for b, h in cached.items() if checked.get(b) != h]
+        self.checked_hash_of_block = dict(cached)
+        if not fresh:
             return []
-        block_ids = np.fromiter(sorted(cached), np.int64, len(cached))
+        fresh.sort()
+        block_ids = np.asarray(fresh, dtype=np.int64)
         identity, complete = block_contents(block_ids)
         out: list[Violation] = []
         for b in block_ids[~complete][:1]:
@@ -65,6 +76,8 @@ class BlockPoolChecker:
                                  f"block {int(b)} is in the prefix cache but not all of its slots "
                                  "were written", block=int(b)))  # fmt: skip
         seen = self.content_of_hash
+        for _ in range(max(0, len(seen) + len(fresh) - HASH_MEMORY_MAX)):  # bounded memory
+            del seen[next(iter(seen))]  # the oldest (dict order is insertion order)
         for b, ident in zip(block_ids[complete].tolist(), identity[complete].tolist(), strict=True):
             h = cached[b]
             first = seen.setdefault(h, ident)

@@ -102,6 +102,10 @@ class SymbolicExecutor:
     def execute(self, meta: RunnerMetadata) -> dict[str, int]:
         self.violations = []
         step = meta.output.step
+        for rid in meta.output.preempted_req_ids:  # its blocks are gone: verify again later
+            preempted = self.requests.get(rid)
+            if preempted is not None:
+                self._unverify(preempted, 0)
         reqs = [self.requests.get(rid) for rid in meta.req_ids]
         for rid, req in zip(meta.req_ids, reqs, strict=True):
             if req is None:

@@ -1,0 +1,96 @@
+"""Accounting and block-pool checkers on hand-built steps and snapshots: exact violations."""
+
+import numpy as np
+
+from schedcheck.engines.protocol import EngineConfig, ScheduledRequest, SchedulerOutput
+from schedcheck.invariants.accounting import AccountingChecker
+from schedcheck.invariants.block_pool import BlockPoolChecker, check_no_leak
+
+CFG = EngineConfig(block_size=4, num_gpu_blocks=8, max_num_batched_tokens=16, max_num_seqs=2)
+
+
+def _req(rid, ncomp, nsched, ntok, table, cached=0):
+    tokens = np.zeros(nsched, np.int64)
+    return ScheduledRequest(rid, ncomp, nsched, ntok, ntok, tokens, tuple(table), cached)
+
+
+def _names(violations):
+    return [(v.invariant, v.request_id) for v in violations]
+
+
+def test_clean_chunks_pass_and_each_accounting_fault_is_named():
+    acc = AccountingChecker(CFG)
+    assert acc.check_step(SchedulerOutput(1, (_req("a", 0, 8, 10, [0, 1]),)), {"a": 10}) == []
+    assert acc.check_step(SchedulerOutput(2, (_req("a", 8, 2, 10, [0, 1, 2]),)), {"a": 10}) == []
+    gap = acc.check_step(SchedulerOutput(3, (_req("a", 11, 1, 12, [0, 1, 2]),)), {"a": 11})
+    assert _names(gap) == [("accounting.num-tokens", "a"), ("accounting.contiguity", "a")]
+    acc = AccountingChecker(CFG)
+    step = SchedulerOutput(1, (_req("b", 8, 2, 10, [0, 1]), _req("c", 0, 8, 8, [3, 4]),
+                               _req("d", 0, 8, 8, [5, 6])))  # fmt: skip
+    assert _names(acc.check_step(step, {})) == [
+        ("accounting.budget", ""),
+        ("accounting.max-num-seqs", ""),
+        ("accounting.block-table-short", "b"),
+        ("accounting.admission", "b"),
+    ]
+
+
+def test_full_cache_hit_must_leave_one_token():
+    acc = AccountingChecker(CFG)
+    out = acc.check_step(SchedulerOutput(1, (_req("a", 8, 1, 8, [0, 1, 2], cached=8),)), {})
+    assert ("accounting.full-hit-cap", "a") in _names(out)
+
+
+class _Snap:
+    block_size, num_blocks = 4, 6
+
+    def __init__(self, ref, free, cached, tables):
+        self._ref, self._free, self._cached, self._tables = ref, free, cached, tables
+
+    def ref_cnt(self):
+        return np.array(self._ref)
+
+    def free_block_ids(self):
+        return self._free
+
+    def cached_blocks(self):
+        return self._cached
+
+    def block_tables(self):
+        return self._tables
+
+    def num_computed_tokens(self):
+        return {}
+
+
+def _contents(ids):
+    return np.asarray(ids, dtype=np.uint64) % 3 + 1, np.ones(len(ids), dtype=bool)
+
+
+def test_block_pool_faults():
+    pool = BlockPoolChecker()
+    ok = _Snap([1, 1, 0, 0, 0, 0], [2, 3, 4, 5], {}, {"a": [0, 1]})
+    assert pool.check(1, ok, {"a"}, _contents) == []
+    bad_ref = _Snap([2, 1, 0, 0, 0, 0], [2, 3, 4, 5], {}, {"a": [0, 1]})
+    assert [v.invariant for v in pool.check(2, bad_ref, {"a"}, _contents)] == ["block-pool.ref-cnt"]
+    lost = _Snap([1, 1, 0, 0, 0, 0], [2, 3, 4], {}, {"a": [0, 1]})
+    assert [(v.invariant, v.block) for v in pool.check(3, lost, {"a"}, _contents)] == [
+        ("block-pool.leak", 5)
+    ]
+    referenced_free = _Snap([1, 1, 0, 0, 0, 0], [1, 2, 3, 4, 5], {}, {"a": [0, 1]})
+    assert [v.invariant for v in pool.check(4, referenced_free, {"a"}, _contents)] == [
+        "block-pool.free-queue"
+    ]
+    stale = _Snap([1, 1, 0, 0, 0, 0], [2, 3, 4, 5], {}, {"gone": [0, 1]})
+    assert [v.invariant for v in pool.check(5, stale, {"a"}, _contents)] == ["block-pool.owner"]
+
+
+def test_equal_hash_must_mean_equal_content():
+    pool = BlockPoolChecker()
+    snap = _Snap([0] * 6, [0, 1, 2, 3, 4, 5], {0: b"h", 1: b"h"}, {})
+    out = pool.check(1, snap, set(), _contents)  # blocks 0 and 1 hold different identities
+    assert [(v.invariant, v.block) for v in out] == [("block-pool.hash-content", 1)]
+
+
+def test_no_leak_after_the_last_request():
+    assert check_no_leak(9, _Snap([0, 0, 1, 0, 0, 0], [], {}, {}))[0].block == 2
