@@ -55,6 +55,8 @@ class Fingerprint:
             )
             sha.update(np.ascontiguousarray(req.token_ids, dtype="<i8").tobytes())
             sha.update(array("q", table[keep:]).tobytes())  # native order: little-endian here
+        copies = output.block_copies
+        sha.update(_ints(len(copies), *(b for pair in copies for b in pair)))
         for ids in (output.preempted_req_ids, output.finished_req_ids, output.rejected_req_ids):
             sha.update(_ints(len(ids)))
             for rid in ids:
@@ -102,6 +104,7 @@ def output_to_json(output: SchedulerOutput) -> dict[str, Any]:
         "finished_req_ids": list(output.finished_req_ids),
         "rejected_req_ids": list(output.rejected_req_ids),
         "rejected_reasons": list(output.rejected_reasons),
+        "block_copies": [list(pair) for pair in output.block_copies],
     }
 
 
@@ -126,6 +129,7 @@ def output_from_json(obj: dict[str, Any]) -> SchedulerOutput:
         finished_req_ids=tuple(obj.get("finished_req_ids", ())),
         rejected_req_ids=tuple(obj.get("rejected_req_ids", ())),
         rejected_reasons=tuple(obj.get("rejected_reasons", ())),
+        block_copies=tuple((int(a), int(b)) for a, b in obj.get("block_copies", ())),
     )
 
 

@@ -102,6 +102,8 @@ class SymbolicExecutor:
     def execute(self, meta: RunnerMetadata) -> dict[str, int]:
         self.violations = []
         step = meta.output.step
+        for src, dst in meta.output.block_copies:  # copy-on-write, before the forward
+            self._copy_block(step, src, dst)
         for rid in meta.output.preempted_req_ids:  # its blocks are gone: verify again later
             preempted = self.requests.get(rid)
             if preempted is not None:
@@ -153,6 +155,24 @@ class SymbolicExecutor:
         if changed.any():
             self._invalidate_overwritten(meta, slots_ok[changed], row_req[valid][changed], reqs)
         return written
+
+    def _copy_block(self, step: int, src: int, dst: int) -> None:
+        bs = self.block_size
+        if not (0 <= src < self.num_blocks and 0 <= dst < self.num_blocks):
+            self._violate("shadow-kv.copy-out-of-bounds", step, "",
+                          f"block copy {src} -> {dst} outside the KV cache", block=dst)  # fmt: skip
+            return
+        if self.verifiers[dst] > 0:
+            holders = [n for n, r in self.requests.items() if dst in r.verified_table]
+            self._violate("block-pool.write-into-shared-block", step, holders[0] if holders else "",
+                          f"copy-on-write {src} -> {dst} overwrites a block live requests read",
+                          block=dst)  # fmt: skip
+            for name in holders:
+                req = self.requests[name]
+                self._unverify(req, req.verified_table.index(dst) * bs)
+        lo, hi, s_lo = dst * bs, (dst + 1) * bs, src * bs
+        for arr in (self.shadow, self.writer_req, self.writer_pos, self.writer_step):
+            arr[lo:hi] = arr[s_lo : s_lo + bs]
 
     def _check_alignment(self, meta: RunnerMetadata) -> set[int]:
         """Row r must attend exactly keys 0..positions[r] (causal, bottom-right aligned)."""

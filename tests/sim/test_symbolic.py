@@ -136,3 +136,12 @@ def test_a_preempted_request_no_longer_owns_what_it_verified():
     ex.execute(build_metadata(preempt, BS))
     assert ex.violations == []  # B may reuse A's freed block 1
     assert (ex.requests["A"].verified_len, ex.verifiers[[3, 1, 6]].tolist()) == (0, [0, 1, 0])
+
+
+def test_block_copies_are_applied_before_the_forward():
+    ex = _executor()
+    _step(ex, 1, _sched("A", PROMPT_A, 0, 6, [3, 1]))  # block 1 holds positions 4, 5
+    cow = SchedulerOutput(2, (_sched("A", PROMPT_A, 6, 4, [3, 2, 6]),), block_copies=((1, 2),))
+    ex.execute(build_metadata(cow, BS))
+    assert ex.violations == []
+    assert ex.shadow[8:12].tolist() == hash_model.identities(PROMPT_A)[4:8].tolist()

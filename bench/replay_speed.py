@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Replay speed of the reference engine: simulated seconds per wall second, per-step cost
+with and without invariants, and peak memory. Not a test: a benchmark to read side by side.
+
+Default: the whole Mooncake conversation trace from ../shared/traces at block size 16
+through the reference engine (hashed block manager) in the default deployment (Llama-3.1-8B
+on one H100 80GB). Both runs (bare loop, then every invariant) happen in this one process,
+one after the other, so their ratio is measured under the same machine load. CPU time
+(process_time) is reported beside wall time: these machines are shared and noisy.
+
+    python bench/replay_speed.py                      # the whole trace (long)
+    python bench/replay_speed.py --max-requests 1000  # a window
+    python bench/replay_speed.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+from schedcheck.sim.deployment import LLAMA3_8B_H100
+from schedcheck.sim.loop import SimOptions, run
+from schedcheck.traces import iter_trace
+
+TRACE = Path(__file__).resolve().parents[1].parent / "shared/traces/mooncake/conversation_trace.jsonl"
+
+
+def measure(args: argparse.Namespace, check_invariants: bool) -> dict[str, float]:
+    config = LLAMA3_8B_H100.engine_config(args.block_size, block_manager=args.block_manager)
+    requests = iter_trace(args.trace, "mooncake", max_requests=args.max_requests,
+                          duration_s=args.duration_s, time_scale=args.time_scale)  # fmt: skip
+    options = SimOptions(check_invariants=check_invariants, progress=args.progress)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    result = run(requests, "reference", config, options, LLAMA3_8B_H100.cost_model())
+    cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+    assert not result.violations, [v.headline() for v in result.violations[:3]]
+    return {
+        "requests": result.requests,
+        "finished": result.finished,
+        "steps": result.steps,
+        "sim_time_s": result.sim_time_s,
+        "wall_time_s": wall_s,
+        "cpu_time_s": cpu_s,
+        "sim_per_cpu": result.sim_time_s / cpu_s,
+        "step_cpu_us": 1e6 * cpu_s / max(result.steps, 1),
+        "invariants_checked": result.invariants_checked,
+        "fingerprint": result.fingerprint,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trace", default=str(TRACE))
+    parser.add_argument("--max-requests", type=int, default=None)
+    parser.add_argument("--duration-s", type=float, default=None)
+    parser.add_argument("--time-scale", type=float, default=1.0)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--block-manager", default="hashed")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--progress", action="store_true")
+    args = parser.parse_args()
+    bare = measure(args, check_invariants=False)
+    full = measure(args, check_invariants=True)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert bare["fingerprint"] == full["fingerprint"], "invariants must not change the schedule"
+    report = {
+        "bare": bare,
+        "invariants": full,
+        "invariant_overhead": full["cpu_time_s"] / bare["cpu_time_s"],
+        "faster_than_real_time_cpu": full["sim_per_cpu"],
+        "peak_rss_mb": peak_mb,
+    }
+    if args.json:
+        json.dump(report, sys.stdout, indent=1)
+        print()
+        return 0
+    for name in ("bare", "invariants"):
+        r = report[name]
+        print(f"{name:10s} {r['requests']} requests, {r['steps']} steps, {r['sim_time_s']:.0f} s "
+              f"simulated in {r['cpu_time_s']:.1f} s CPU ({r['wall_time_s']:.1f} s wall): "
+              f"{r['sim_per_cpu']:.1f}x real time, {r['step_cpu_us']:.0f} us/step")  # fmt: skip
+    print(f"invariant overhead {report['invariant_overhead']:.2f}x, peak RSS {peak_mb:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
