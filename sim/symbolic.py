@@ -153,7 +153,8 @@ class SymbolicExecutor:
         self.writer_pos[slots_ok] = meta.positions[valid]
         self.writer_step[slots_ok] = step
         if changed.any():
-            self._invalidate_overwritten(meta, slots_ok[changed], row_req[valid][changed], reqs)
+            rows = np.flatnonzero(valid)[changed]
+            self._invalidate_overwritten(meta, slots_ok[changed], rows, reqs)
         return written
 
     def _copy_block(self, step: int, src: int, dst: int) -> None:
@@ -329,12 +330,19 @@ class SymbolicExecutor:
         self,
         meta: RunnerMetadata,
         slots: np.ndarray,
-        row_reqs: np.ndarray,
+        rows: np.ndarray,
         reqs: list[_ShadowRequest],
     ) -> None:
-        """A write changed a slot: any live request that had verified it must re-read it."""
-        blocks = slots // self.block_size
-        if not (self.verifiers[blocks] > 0).any():
+        """A write changed a slot: any live request that had verified it must re-read it.
+
+        The common case is a request writing the stale rest of its own last, partly
+        verified block; only a block verified by some *other* live request takes the slow
+        path, which finds the requests and re-verifies them from that key.
+        """
+        row_reqs = meta.row_req[rows]
+        own_blocks = np.fromiter((len(r.verified_table) for r in reqs), I64, len(reqs))
+        self_verified = (meta.positions[rows] // self.block_size) < own_blocks[row_reqs]
+        if not (self.verifiers[slots // self.block_size] > self_verified).any():
             return
         for name, req in self.requests.items():  # rare path: only on overwrites of verified KV
             table = np.asarray(req.verified_table, I64)
