@@ -101,16 +101,17 @@ def build_metadata(
         )
     row_req = np.repeat(np.arange(num_reqs, dtype=np.int64), query_lens)
     positions = num_computed[row_req] + (np.arange(row_req.size) - query_start_loc[row_req])
-    slot_base = positions
+    slot_starts = [r.num_computed_tokens for r in reqs]
     if mutant == "slot-mapping-from-zero":  # vllm#36580: slots of a chunk start at 0
-        slot_base = positions - num_computed[row_req]
-    slot_mapping = gather_slots([r.block_table for r in reqs], row_req, slot_base, block_size)
+        slot_starts = [0] * num_reqs
+    tables = [r.block_table for r in reqs]
+    slot_mapping = gather_slots(tables, slot_starts, query_lens.tolist(), block_size)
     input_ids = (
         np.concatenate([r.token_ids for r in reqs]) if reqs else np.zeros(0, dtype=np.int64)
     )
     sampling = [i for i, r in enumerate(reqs) if r.samples]
     logits_indices = query_start_loc[1:][sampling] - 1 if sampling else np.zeros(0, np.int64)
-    return RunnerMetadata(
+    meta = RunnerMetadata(
         output=output,
         block_size=block_size,
         req_ids=tuple(r.request_id for r in reqs),
@@ -123,36 +124,45 @@ def build_metadata(
         logits_indices=logits_indices.astype(np.int64, copy=False),
         sampling_req_ids=tuple(reqs[i].request_id for i in sampling),
     )
+    meta.__dict__["row_req"] = row_req  # computed already: seed the cached property
+    return meta
 
 
 def gather_slots(
-    block_tables: Sequence[tuple[int, ...]], row_req: IntArray, positions: IntArray, block_size: int
+    block_tables: Sequence[tuple[int, ...]],
+    starts: Sequence[int],
+    counts: Sequence[int],
+    block_size: int,
 ) -> IntArray:
-    """The slot holding `positions[r]` of request `row_req[r]`, through its block table.
+    """Slots of the positions [starts[i], starts[i] + counts[i]) of each request i, concatenated,
+    through its block table::
 
-    `row_req` is sorted (rows grouped by request, as in a batch) and every request in
-    `block_tables` has at least one row. Only the block-table entries the positions touch
-    are gathered. A position whose logical block lies past the end of its block table gets
-    slot -1 (an out-of-bounds block-table access).
+        position p of request i -> block_tables[i][p // block_size] * block_size
+                                   + p % block_size
+
+    Only the block-table entries the ranges touch are gathered. A position whose logical
+    block lies past the end of its block table gets slot -1 (an out-of-bounds access).
+    Every count is >= 1.
     """
-    if row_req.size == 0:
-        return np.zeros(0, dtype=np.int64)
     num_reqs = len(block_tables)
-    logical = positions // block_size
-    starts = np.searchsorted(row_req, np.arange(num_reqs))
-    ends = np.searchsorted(row_req, np.arange(num_reqs), side="right")
-    first = np.minimum.reduceat(logical, starts)
-    last = np.maximum.reduceat(logical, starts)
-    assert (ends > starts).all(), "every request has at least one row"
-    pieces: list[tuple[int, ...]] = []
+    assert len(starts) == len(counts) == num_reqs
+    flat: list[int] = []
+    first_blocks = np.zeros(num_reqs, dtype=np.int64)
     offsets = np.zeros(num_reqs, dtype=np.int64)
-    total = 0
-    for i, table in enumerate(block_tables):  # bounded: num_reqs
-        lo, hi = int(first[i]), int(last[i]) + 1
-        piece = table[lo:hi]
-        pieces.append(piece + (-1,) * (hi - lo - len(piece)))  # past the table end: -1
-        offsets[i] = total
-        total += hi - lo
-    gathered = np.fromiter((b for p in pieces for b in p), np.int64, total)
-    block_ids = gathered[offsets[row_req] + logical - first[row_req]]
+    for i in range(num_reqs):  # bounded: num_reqs
+        start, count, table = starts[i], counts[i], block_tables[i]
+        assert start >= 0 and count >= 1
+        lo, hi = start // block_size, (start + count - 1) // block_size + 1
+        first_blocks[i], offsets[i] = lo, len(flat)
+        flat.extend(table[lo:hi])
+        flat.extend((-1,) * (hi - lo - max(0, min(hi, len(table)) - lo)))  # past the end: -1
+    counts_arr = np.asarray(counts, dtype=np.int64)
+    row_req = np.repeat(np.arange(num_reqs, dtype=np.int64), counts_arr)
+    row_start = np.zeros(num_reqs, dtype=np.int64)
+    np.cumsum(counts_arr[:-1], out=row_start[1:])
+    positions = np.asarray(starts, dtype=np.int64)[row_req] + (
+        np.arange(row_req.size, dtype=np.int64) - row_start[row_req]
+    )
+    logical = positions // block_size
+    block_ids = np.asarray(flat, dtype=np.int64)[offsets[row_req] + logical - first_blocks[row_req]]
     return np.where(block_ids >= 0, block_ids * block_size + positions % block_size, -1)

@@ -33,35 +33,33 @@ class Fingerprint:
         self.num_steps = 0
 
     def update(self, output: SchedulerOutput) -> None:
-        sha = self._sha
         tables = self._tables
-        sha.update(_ints(output.step, len(output.scheduled)))
+        ints = array("q", (output.step, len(output.scheduled)))
+        parts: list[bytes] = []
         for req in output.scheduled:
             table = req.block_table
             prev = tables.get(req.request_id, ())
             keep = len(prev) if len(prev) <= len(table) and table[: len(prev)] == prev else 0
             tables[req.request_id] = table
-            sha.update(_str(req.request_id))
-            sha.update(
-                _ints(
-                    req.num_computed_tokens,
-                    req.num_scheduled_tokens,
-                    req.num_tokens,
-                    req.num_prompt_tokens,
-                    req.num_cached_tokens,
-                    len(table),
-                    keep,
-                )
-            )
-            sha.update(np.ascontiguousarray(req.token_ids, dtype="<i8").tobytes())
-            sha.update(array("q", table[keep:]).tobytes())  # native order: little-endian here
+            raw_id = req.request_id.encode("utf-8")
+            ints.extend((len(raw_id), req.num_computed_tokens, req.num_scheduled_tokens,
+                         req.num_tokens, req.num_prompt_tokens, req.num_cached_tokens,
+                         len(table), keep, len(table) - keep))  # fmt: skip
+            ints.extend(table[keep:])
+            parts.append(raw_id)
+            parts.append(req.token_ids.astype("<i8", copy=False).tobytes())
         copies = output.block_copies
-        sha.update(_ints(len(copies), *(b for pair in copies for b in pair)))
+        ints.append(len(copies))
+        ints.extend(b for pair in copies for b in pair)
         for ids in (output.preempted_req_ids, output.finished_req_ids, output.rejected_req_ids):
-            sha.update(_ints(len(ids)))
+            ints.append(len(ids))
             for rid in ids:
-                sha.update(_str(rid))
+                raw_id = rid.encode("utf-8")
+                ints.append(len(raw_id))
+                parts.append(raw_id)
                 tables.pop(rid, None)
+        self._sha.update(ints.tobytes())  # native order: little-endian on every supported host
+        self._sha.update(b"".join(parts))
         self.num_steps += 1
 
     def hexdigest(self) -> str:
@@ -73,15 +71,6 @@ def fingerprint(outputs: Iterable[SchedulerOutput]) -> str:
     for output in outputs:
         fp.update(output)
     return fp.hexdigest()
-
-
-def _ints(*values: int) -> bytes:
-    return np.asarray(values, dtype="<i8").tobytes()
-
-
-def _str(text: str) -> bytes:
-    raw = text.encode("utf-8")
-    return _ints(len(raw)) + raw
 
 
 def output_to_json(output: SchedulerOutput) -> dict[str, Any]:

@@ -17,6 +17,7 @@ optional `reserved_block_ids` and are left out.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
@@ -94,7 +95,7 @@ class BlockPoolChecker:
 def _count_holders(tables, num_blocks: int) -> np.ndarray:
     if not tables:
         return np.zeros(num_blocks, dtype=np.int64)
-    flat = np.fromiter((b for t in tables.values() for b in t), np.int64)
+    flat = np.fromiter(itertools.chain.from_iterable(tables.values()), np.int64)
     flat = flat[(flat >= 0) & (flat < num_blocks)]
     return np.bincount(flat, minlength=num_blocks)
 

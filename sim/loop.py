@@ -56,7 +56,7 @@ class SimOptions:
     steps_max: int = 10_000_000
     stall_steps_max: int = 16  # consecutive steps that schedule nothing while work waits
     liveness_steps_max: int = 0  # after the last arrival; 0 = derived from the work left
-    pool_check_interval_steps: int = 0  # 0 = every step up to 4096 blocks, sparser above
+    pool_check_interval_steps: int = 0  # 0 = every step up to 4096 blocks, else every 64th
     keep_going: bool = False  # go on after a violating step
     record_schedule: bool = False  # keep every SchedulerOutput (for bundles)
     check_invariants: bool = True
@@ -473,7 +473,7 @@ def _make_executor(options: SimOptions, config: EngineConfig):
 
 
 def _auto_interval(config: EngineConfig) -> int:
-    return 1 if config.num_gpu_blocks <= 4096 else min(64, config.num_gpu_blocks // 1024)
+    return 1 if config.num_gpu_blocks <= 4096 else 64
 
 
 def _progress(enabled: bool):

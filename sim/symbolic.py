@@ -218,11 +218,13 @@ class SymbolicExecutor:
         if todo.size == 0:
             return set()
         key_req = np.repeat(todo, counts[todo])
-        starts = np.zeros(todo.size + 1, dtype=I64)
-        np.cumsum(counts[todo], out=starts[1:])
-        keys = lows[key_req] + (np.arange(key_req.size) - starts[np.searchsorted(todo, key_req)])
-        slots = gather_slots([tables[i] for i in todo], np.searchsorted(todo, key_req), keys,
-                             self.block_size)  # fmt: skip
+        todo_starts = lows[todo]
+        row_start = np.zeros(todo.size, dtype=I64)
+        np.cumsum(counts[todo][:-1], out=row_start[1:])
+        key_index = np.repeat(np.arange(todo.size), counts[todo])
+        keys = todo_starts[key_index] + (np.arange(key_req.size) - row_start[key_index])
+        slots = gather_slots([tables[i] for i in todo], todo_starts.tolist(),
+                             counts[todo].tolist(), self.block_size)  # fmt: skip
         expected = np.concatenate([self._expected(reqs[i], lows[i], highs[i]) for i in todo])
         in_cache = (slots >= 0) & (slots < self.num_slots)
         found = np.where(in_cache, self.shadow[np.where(in_cache, slots, 0)], U64(0))
