@@ -18,6 +18,8 @@ higher layers inherit errors through attention).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -29,6 +31,7 @@ from schedcheck.gpu.step_plan import StepPlan
 from schedcheck.gpu.tolerances import Tolerance
 
 KV = tuple[torch.Tensor, torch.Tensor]
+ITEMS_PER_CHUNK = 1 << 16  # rows or keys compared at once
 
 
 class ReplayChecker:
@@ -50,16 +53,23 @@ class ReplayChecker:
         self._check_samples(plan, logits, tokens)
 
     # -- K/V ---------------------------------------------------------------------------
-    def _errors(self, found: list[torch.Tensor], rows: np.ndarray) -> np.ndarray:
-        """(L, N) max |found - baseline| over heads and dims; rows -1 give 0."""
+    def _errors(self, fetch: Callable[[int, int, int], KV], rows: np.ndarray) -> np.ndarray:
+        """(L, N) max |found - baseline| over heads and dims, item by item; rows -1 give 0.
+
+        `fetch(layer, lo, hi)` returns the found K and V of items lo..hi; items go in
+        chunks of ITEMS_PER_CHUNK so memory stays bounded for long contexts."""
         base = self.baseline
-        idx = torch.as_tensor(np.maximum(rows, 0)).to(base.keys.device)
-        errs = []
-        for layer, (k, v) in enumerate(zip(found[0::2], found[1::2], strict=True)):
-            dk = (k.to(torch.float64) - base.keys[layer, idx].to(torch.float64)).abs()
-            dv = (v.to(torch.float64) - base.values[layer, idx].to(torch.float64)).abs()
-            errs.append(torch.maximum(dk.amax(dim=(1, 2)), dv.amax(dim=(1, 2))))
-        out = torch.stack(errs).cpu().numpy() if errs else np.zeros((0, rows.size))
+        num_layers = base.keys.shape[0]
+        out = np.zeros((num_layers, rows.size))
+        for lo in range(0, rows.size, ITEMS_PER_CHUNK):
+            hi = min(rows.size, lo + ITEMS_PER_CHUNK)
+            idx = torch.as_tensor(np.maximum(rows[lo:hi], 0)).to(base.keys.device)
+            for layer in range(num_layers):
+                k, v = fetch(layer, lo, hi)
+                dk = (k.to(torch.float64) - base.keys[layer, idx].to(torch.float64)).abs()
+                dv = (v.to(torch.float64) - base.values[layer, idx].to(torch.float64)).abs()
+                err = torch.maximum(dk.amax(dim=(1, 2)), dv.amax(dim=(1, 2)))
+                out[layer, lo:hi] = err.cpu().numpy()
         out[:, rows < 0] = 0.0
         return out
 
@@ -85,8 +95,11 @@ class ReplayChecker:
     def _check_writes(self, plan: StepPlan, written: list[KV]) -> None:
         md = plan.metadata
         rows = self.baseline.rows(md.req_ids, plan.row_request, md.positions)
-        flat = [t for kv in written for t in kv]
-        errors = self._errors(flat, rows)
+
+        def fetch(layer: int, lo: int, hi: int) -> KV:
+            return written[layer][0][lo:hi], written[layer][1][lo:hi]
+
+        errors = self._errors(fetch, rows)
         self._report_kv("kv-write", plan, errors, plan.row_request, md.positions,
                         md.slot_mapping)
 
@@ -95,10 +108,12 @@ class ReplayChecker:
         owner = np.repeat(np.arange(md.num_reqs), attn.seq_lens_np)
         j = np.arange(owner.size, dtype=np.int64) - attn.cu_seqlens_k_np[owner]
         rows = self.baseline.rows(md.req_ids, owner, j)
-        found: list[torch.Tensor] = []
-        for layer in range(len(cache.key_cache)):
-            found += list(cache.gather(layer, attn.key_slots))
-        errors = self._errors(found, rows)
+        slots_all = attn.key_slots
+
+        def fetch(layer: int, lo: int, hi: int) -> KV:
+            return cache.gather(layer, slots_all[lo:hi])
+
+        errors = self._errors(fetch, rows)
         table = plan.key_table[owner, j // md.block_size]
         slots = np.where(table >= 0, table * md.block_size + j % md.block_size, -1)
         self._report_kv("kv-read", plan, errors, owner, j, slots)

@@ -20,7 +20,7 @@ from schedcheck.gpu.backends.base import AttentionBackend, AttnBatch, gather_key
 from schedcheck.gpu.dtypes import accumulate_dtype
 
 
-ROWS_PER_CHUNK = 1024  # query rows per score matrix: bounds memory to H * 1024 * S
+SCORES_PER_CHUNK = 1 << 24  # elements of one score matrix (H, rows, S): 64 MiB in fp32
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float,
@@ -33,8 +33,9 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_
     vc = v.to(compute_dtype).repeat_interleave(group, dim=1).transpose(0, 1)
     keys = torch.arange(s, device=q.device)[None, :]
     out = torch.empty_like(q)
-    for lo in range(0, n, ROWS_PER_CHUNK):
-        hi = min(n, lo + ROWS_PER_CHUNK)
+    rows_per_chunk = max(1, SCORES_PER_CHUNK // (num_heads * max(s, 1)))
+    for lo in range(0, n, rows_per_chunk):
+        hi = min(n, lo + rows_per_chunk)
         qc = q[lo:hi].to(compute_dtype).transpose(0, 1)  # (H, rows, D)
         scores = (qc @ kc.transpose(1, 2)) * softmax_scale  # (H, rows, S)
         rows = torch.arange(lo, hi, device=q.device)[:, None]
