@@ -106,9 +106,7 @@ def build_metadata(
         slot_starts = [0] * num_reqs
     tables = [r.block_table for r in reqs]
     slot_mapping = gather_slots(tables, slot_starts, query_lens.tolist(), block_size)
-    input_ids = (
-        np.concatenate([r.token_ids for r in reqs]) if reqs else np.zeros(0, dtype=np.int64)
-    )
+    input_ids = np.concatenate([r.token_ids for r in reqs]) if reqs else np.zeros(0, dtype=np.int64)
     sampling = [i for i, r in enumerate(reqs) if r.samples]
     logits_indices = query_start_loc[1:][sampling] - 1 if sampling else np.zeros(0, np.int64)
     meta = RunnerMetadata(

@@ -9,8 +9,8 @@ length prefix; sequences with a length prefix.
 from __future__ import annotations
 
 import hashlib
-from array import array
 import json
+from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -42,9 +42,19 @@ class Fingerprint:
             keep = len(prev) if len(prev) <= len(table) and table[: len(prev)] == prev else 0
             tables[req.request_id] = table
             raw_id = req.request_id.encode("utf-8")
-            ints.extend((len(raw_id), req.num_computed_tokens, req.num_scheduled_tokens,
-                         req.num_tokens, req.num_prompt_tokens, req.num_cached_tokens,
-                         len(table), keep, len(table) - keep))  # fmt: skip
+            ints.extend(
+                (
+                    len(raw_id),
+                    req.num_computed_tokens,
+                    req.num_scheduled_tokens,
+                    req.num_tokens,
+                    req.num_prompt_tokens,
+                    req.num_cached_tokens,
+                    len(table),
+                    keep,
+                    len(table) - keep,
+                )
+            )
             ints.extend(table[keep:])
             parts.append(raw_id)
             parts.append(req.token_ids.astype("<i8", copy=False).tobytes())

@@ -42,19 +42,35 @@ class AccountingChecker:
             self.next_start.pop(rid, None)
         total = output.total_num_scheduled_tokens
         if total > cfg.max_num_batched_tokens:
-            out.append(Violation("accounting.budget", step,
-                                 f"{total} tokens scheduled, max_num_batched_tokens is "
-                                 f"{cfg.max_num_batched_tokens}",
-                                 expected=f"<= {cfg.max_num_batched_tokens}", found=str(total)))  # fmt: skip
+            out.append(
+                Violation(
+                    "accounting.budget",
+                    step,
+                    f"{total} tokens scheduled, max_num_batched_tokens is "
+                    f"{cfg.max_num_batched_tokens}",
+                    expected=f"<= {cfg.max_num_batched_tokens}",
+                    found=str(total),
+                )
+            )
         if len(output.scheduled) > cfg.max_num_seqs:
-            out.append(Violation("accounting.max-num-seqs", step,
-                                 f"{len(output.scheduled)} requests run, max_num_seqs is "
-                                 f"{cfg.max_num_seqs}"))  # fmt: skip
+            out.append(
+                Violation(
+                    "accounting.max-num-seqs",
+                    step,
+                    f"{len(output.scheduled)} requests run, max_num_seqs is {cfg.max_num_seqs}",
+                )
+            )
         seen: set[str] = set()
         for req in output.scheduled:
             if req.request_id in seen:
-                out.append(Violation("accounting.duplicate", step, "scheduled twice in one step",
-                                     request_id=req.request_id))  # fmt: skip
+                out.append(
+                    Violation(
+                        "accounting.duplicate",
+                        step,
+                        "scheduled twice in one step",
+                        request_id=req.request_id,
+                    )
+                )
             seen.add(req.request_id)
             out.extend(self._check_request(step, req, known_num_tokens.get(req.request_id)))
         return out
@@ -70,37 +86,58 @@ class AccountingChecker:
         if ncomp < 0 or nsched < 1:
             bad("accounting.range", f"num_computed_tokens {ncomp}, num_scheduled_tokens {nsched}")
         if end > req.num_tokens:
-            bad("accounting.range",
+            bad(
+                "accounting.range",
                 f"runs tokens up to {end}, the request has {req.num_tokens} (num_computed_tokens "
-                f"{ncomp} + num_scheduled_tokens {nsched})", position=req.num_tokens)  # fmt: skip
+                f"{ncomp} + num_scheduled_tokens {nsched})",
+                position=req.num_tokens,
+            )
         if ncomp >= req.num_tokens:
-            bad("accounting.full-hit-cap",
+            bad(
+                "accounting.full-hit-cap",
                 f"num_computed_tokens {ncomp} covers all {req.num_tokens} tokens: at least one "
-                "must still be computed (vllm#7753)", position=ncomp)  # fmt: skip
+                "must still be computed (vllm#7753)",
+                position=ncomp,
+            )
         if req.token_ids.size != nsched:
-            bad("accounting.chunk",
-                f"chunk holds {req.token_ids.size} token ids for {nsched} scheduled tokens")
+            bad(
+                "accounting.chunk",
+                f"chunk holds {req.token_ids.size} token ids for {nsched} scheduled tokens",
+            )
         if known is not None and known != req.num_tokens:
-            bad("accounting.num-tokens",
+            bad(
+                "accounting.num-tokens",
                 f"scheduled with num_tokens {req.num_tokens}, the request has {known} tokens",
-                expected=str(known), found=str(req.num_tokens))  # fmt: skip
+                expected=str(known),
+                found=str(req.num_tokens),
+            )
         need = -(-end // bs)
         if len(req.block_table) < need:
-            bad("accounting.block-table-short",
+            bad(
+                "accounting.block-table-short",
                 f"block table holds {len(req.block_table)} blocks, tokens up to {end} need {need}",
-                position=end - 1, expected=f">= {need} blocks",
-                found=f"{len(req.block_table)} blocks")  # fmt: skip
+                position=end - 1,
+                expected=f">= {need} blocks",
+                found=f"{len(req.block_table)} blocks",
+            )
         start = self.next_start.get(rid)
         if start is None:
             if ncomp != req.num_cached_tokens:
-                bad("accounting.admission",
+                bad(
+                    "accounting.admission",
                     f"admitted at num_computed_tokens {ncomp}, but its prefix-cache hit is "
-                    f"{req.num_cached_tokens} tokens", position=ncomp)  # fmt: skip
+                    f"{req.num_cached_tokens} tokens",
+                    position=ncomp,
+                )
         elif ncomp != start:
             kind = "gap" if ncomp > start else "overlap"
-            bad("accounting.contiguity",
+            bad(
+                "accounting.contiguity",
                 f"chunk starts at {ncomp}, the previous one ended at {start} ({kind})",
-                position=min(ncomp, start), expected=str(start), found=str(ncomp))  # fmt: skip
+                position=min(ncomp, start),
+                expected=str(start),
+                found=str(ncomp),
+            )
         self.next_start[rid] = end
         return out
 
@@ -110,10 +147,16 @@ class AccountingChecker:
         for rid, start in self.next_start.items():
             have = manager_computed.get(rid)
             if have is not None and have != start:
-                out.append(Violation("accounting.manager-agreement", step,
-                                     f"scheduler has num_computed_tokens {start}, the KV manager "
-                                     f"{have}", request_id=rid, expected=str(start),
-                                     found=str(have)))  # fmt: skip
+                out.append(
+                    Violation(
+                        "accounting.manager-agreement",
+                        step,
+                        f"scheduler has num_computed_tokens {start}, the KV manager {have}",
+                        request_id=rid,
+                        expected=str(start),
+                        found=str(have),
+                    )
+                )
         return out
 
     def forget(self, request_id: str) -> None:

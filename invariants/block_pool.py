@@ -73,9 +73,14 @@ class BlockPoolChecker:
         identity, complete = block_contents(block_ids)
         out: list[Violation] = []
         for b in block_ids[~complete][:1]:
-            out.append(Violation("block-pool.cached-unwritten", step,
-                                 f"block {int(b)} is in the prefix cache but not all of its slots "
-                                 "were written", block=int(b)))  # fmt: skip
+            out.append(
+                Violation(
+                    "block-pool.cached-unwritten",
+                    step,
+                    f"block {int(b)} is in the prefix cache but not all of its slots were written",
+                    block=int(b),
+                )
+            )
         seen = self.content_of_hash
         for _ in range(max(0, len(seen) + len(fresh) - HASH_MEMORY_MAX)):  # bounded memory
             del seen[next(iter(seen))]  # the oldest (dict order is insertion order)
@@ -83,11 +88,17 @@ class BlockPoolChecker:
             h = cached[b]
             first = seen.setdefault(h, ident)
             if first != ident:
-                out.append(Violation("block-pool.hash-content", step,
-                                     f"block {b}'s hash {h.hex()[:16]} named other content "
-                                     "before: equal hash, different tokens or parents",
-                                     block=b, expected=f"identity {first:#x}",
-                                     found=f"identity {ident:#x}"))  # fmt: skip
+                out.append(
+                    Violation(
+                        "block-pool.hash-content",
+                        step,
+                        f"block {b}'s hash {h.hex()[:16]} named other content "
+                        "before: equal hash, different tokens or parents",
+                        block=b,
+                        expected=f"identity {first:#x}",
+                        found=f"identity {ident:#x}",
+                    )
+                )
                 break
         return out
 
@@ -103,8 +114,13 @@ def _count_holders(tables, num_blocks: int) -> np.ndarray:
 def _check_owners(step: int, tables, live) -> list[Violation]:
     stale = [rid for rid in tables if rid not in live and len(tables[rid]) > 0]
     return [
-        Violation("block-pool.owner", step, "holds blocks but is not a live request",
-                  request_id=rid, found=f"{len(tables[rid])} blocks")  # fmt: skip
+        Violation(
+            "block-pool.owner",
+            step,
+            "holds blocks but is not a live request",
+            request_id=rid,
+            found=f"{len(tables[rid])} blocks",
+        )
         for rid in stale[:1]
     ]
 
@@ -113,10 +129,14 @@ def _check_ref_cnt(step: int, ref_cnt, held, reserved) -> list[Violation]:
     diff = ref_cnt != held
     diff[reserved] = False
     return [
-        Violation("block-pool.ref-cnt", step,
-                  f"block {int(b)} has ref_cnt {int(ref_cnt[b])} but {int(held[b])} block tables "
-                  "hold it", block=int(b), expected=str(int(held[b])),
-                  found=str(int(ref_cnt[b])))  # fmt: skip
+        Violation(
+            "block-pool.ref-cnt",
+            step,
+            f"block {int(b)} has ref_cnt {int(ref_cnt[b])} but {int(held[b])} block tables hold it",
+            block=int(b),
+            expected=str(int(held[b])),
+            found=str(int(ref_cnt[b])),
+        )
         for b in np.flatnonzero(diff)[:1]
     ]
 
@@ -126,21 +146,38 @@ def _check_free_queue(step: int, free_ids, ref_cnt, cached, reserved) -> list[Vi
     free = np.fromiter(free_ids, np.int64)
     counts = np.bincount(free, minlength=ref_cnt.size) if free.size else np.zeros_like(ref_cnt)
     for b in np.flatnonzero(counts > 1)[:1]:
-        out.append(Violation("block-pool.free-queue", step,
-                             f"block {int(b)} is in the free queue {int(counts[b])} times",
-                             block=int(b)))  # fmt: skip
+        out.append(
+            Violation(
+                "block-pool.free-queue",
+                step,
+                f"block {int(b)} is in the free queue {int(counts[b])} times",
+                block=int(b),
+            )
+        )
     for b in np.flatnonzero((counts > 0) & (ref_cnt > 0))[:1]:
-        out.append(Violation("block-pool.free-queue", step,
-                             f"block {int(b)} is in the free queue with ref_cnt {int(ref_cnt[b])}: "
-                             "a referenced block could be evicted", block=int(b)))  # fmt: skip
+        out.append(
+            Violation(
+                "block-pool.free-queue",
+                step,
+                f"block {int(b)} is in the free queue with ref_cnt {int(ref_cnt[b])}: "
+                "a referenced block could be evicted",
+                block=int(b),
+            )
+        )
     lost = (counts == 0) & (ref_cnt == 0)
     lost[reserved] = False
     if cached:
         lost[np.fromiter(cached, np.int64, len(cached))] = False
     for b in np.flatnonzero(lost)[:1]:
-        out.append(Violation("block-pool.leak", step,
-                             f"block {int(b)} has ref_cnt 0 but is neither free nor cached: "
-                             "it can never be allocated again", block=int(b)))  # fmt: skip
+        out.append(
+            Violation(
+                "block-pool.leak",
+                step,
+                f"block {int(b)} has ref_cnt 0 but is neither free nor cached: "
+                "it can never be allocated again",
+                block=int(b),
+            )
+        )
     return out
 
 
@@ -149,8 +186,11 @@ def check_no_leak(step: int, snapshot: KVSnapshot) -> list[Violation]:
     ref_cnt = np.asarray(snapshot.ref_cnt(), dtype=np.int64).copy()
     ref_cnt[np.asarray(getattr(snapshot, "reserved_block_ids", ()), dtype=np.int64)] = 0
     return [
-        Violation("block-pool.leak", step,
-                  f"every request finished, block {int(b)} still has ref_cnt {int(ref_cnt[b])}",
-                  block=int(b))  # fmt: skip
+        Violation(
+            "block-pool.leak",
+            step,
+            f"every request finished, block {int(b)} still has ref_cnt {int(ref_cnt[b])}",
+            block=int(b),
+        )
         for b in np.flatnonzero(ref_cnt != 0)[:1]
     ]

@@ -29,22 +29,41 @@ def check_finished(
     out: list[Violation] = []
     if returned.size != sampled.size or not np.array_equal(returned, sampled):
         k = _first_difference(returned, sampled)
-        out.append(Violation("outputs.returned", step,
-                             f"returns {returned.size} tokens that differ from the {sampled.size} "
-                             f"sampled for it, first at output {k}", request_id=rid,
-                             position=prompt.size + k, expected=_show(sampled, k),
-                             found=_show(returned, k)))  # fmt: skip
+        out.append(
+            Violation(
+                "outputs.returned",
+                step,
+                f"returns {returned.size} tokens that differ from the {sampled.size} "
+                f"sampled for it, first at output {k}",
+                request_id=rid,
+                position=prompt.size + k,
+                expected=_show(sampled, k),
+                found=_show(returned, k),
+            )
+        )
     if finished.reason == "length" and returned.size != max_tokens:
-        out.append(Violation("outputs.length", step,
-                             f"finished for length with {returned.size} outputs, max_tokens is "
-                             f"{max_tokens}", request_id=rid))  # fmt: skip
+        out.append(
+            Violation(
+                "outputs.length",
+                step,
+                f"finished for length with {returned.size} outputs, max_tokens is {max_tokens}",
+                request_id=rid,
+            )
+        )
     k = hash_model.outputs_consistent(prompt, sampled, vocab_size)
     if k >= 0:
         want = hash_model.unchunked_outputs(prompt, k + 1, vocab_size)
-        out.append(Violation("outputs.unchunked", step,
-                             f"output {k} differs from the request run alone, unchunked and "
-                             "uncached", request_id=rid, position=prompt.size + k,
-                             expected=str(int(want[k])), found=str(int(sampled[k]))))  # fmt: skip
+        out.append(
+            Violation(
+                "outputs.unchunked",
+                step,
+                f"output {k} differs from the request run alone, unchunked and uncached",
+                request_id=rid,
+                position=prompt.size + k,
+                expected=str(int(want[k])),
+                found=str(int(sampled[k])),
+            )
+        )
     return out
 
 

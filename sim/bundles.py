@@ -21,9 +21,19 @@ from schedcheck.traces import read_trace, request_to_line
 from schedcheck.traces.bundle import read_bundle, write_bundle
 
 # The simulator options that change what a run does (progress bars and recording do not).
-_SIM_FIELDS = ("seed", "steps_max", "stall_steps_max", "liveness_steps_max",
-               "pool_check_interval_steps", "keep_going", "check_invariants", "vocab_size",
-               "executor", "context_steps", "faults")  # fmt: skip
+_SIM_FIELDS = (
+    "seed",
+    "steps_max",
+    "stall_steps_max",
+    "liveness_steps_max",
+    "pool_check_interval_steps",
+    "keep_going",
+    "check_invariants",
+    "vocab_size",
+    "executor",
+    "context_steps",
+    "faults",
+)
 
 
 def run_config(result: RunResult) -> dict[str, Any]:
@@ -76,8 +86,12 @@ def rerun_bundle(path: str | os.PathLike[str], progress: bool = False) -> tuple[
     bundle = read_bundle(path)
     cfg = bundle.config
     engine_config = EngineConfig(**cfg["engine_config"])
-    options = SimOptions(**cfg["sim"], executor_options=cfg.get("executor_options", {}),
-                         record_schedule=True, progress=progress)  # fmt: skip
+    options = SimOptions(
+        **cfg["sim"],
+        executor_options=cfg.get("executor_options", {}),
+        record_schedule=True,
+        progress=progress,
+    )
     cost = StepCostModel(**cfg["cost"])
     result = run(list(read_trace(bundle.trace_path)), cfg["engine"], engine_config, options, cost)
     return result, bundle

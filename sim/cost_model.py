@@ -49,16 +49,19 @@ class StepCostModel:
         for item in filter(None, (part.strip() for part in spec.split(","))):
             key, sep, raw = item.partition("=")
             if not sep or key not in names:
-                raise ValueError(f"cost override {item!r}: use NAME=VALUE with NAME in "
-                                 f"{', '.join(sorted(names))}")  # fmt: skip
+                raise ValueError(
+                    f"cost override {item!r}: use NAME=VALUE with NAME in "
+                    f"{', '.join(sorted(names))}"
+                )
             try:
                 values[key] = float(raw)
             except ValueError:
                 raise ValueError(f"cost override {item!r}: {raw!r} is not a number") from None
             if values[key] < 0:
                 raise ValueError(f"cost override {item!r}: must be >= 0")
-        return dataclasses.replace(self, name=f"{self.name}+overrides" if values else self.name,
-                                   **values)  # fmt: skip
+        return dataclasses.replace(
+            self, name=f"{self.name}+overrides" if values else self.name, **values
+        )
 
 
 # Llama-3.1-8B in bf16 on one H100 80GB (SXM): decode is bound by reading 16 GB of weights
@@ -77,5 +80,6 @@ def profile(name: str) -> StepCostModel:
     try:
         return PROFILES[name]
     except KeyError:
-        raise ValueError(f"unknown cost profile {name!r}: use one of "
-                         f"{', '.join(sorted(PROFILES))}") from None  # fmt: skip
+        raise ValueError(
+            f"unknown cost profile {name!r}: use one of {', '.join(sorted(PROFILES))}"
+        ) from None

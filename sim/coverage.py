@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-
 from schedcheck.engines.protocol import EngineRequest, SchedulerOutput
 
 RARE_PATHS = (
@@ -97,5 +96,3 @@ def merge(*counts: Mapping[str, int]) -> dict[str, int]:
         for path in RARE_PATHS:
             total[path] += int(c.get(path, 0))
     return total
-
-

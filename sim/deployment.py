@@ -52,7 +52,7 @@ class Deployment:
             "max_model_len": self.max_model_len,
         }
         fields.update({k: v for k, v in overrides.items() if v is not None})
-        return EngineConfig(**fields)  # type: ignore[arg-type]
+        return EngineConfig(**fields)
 
     def cost_model(self) -> StepCostModel:
         return profile(self.cost_profile)

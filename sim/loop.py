@@ -140,8 +140,13 @@ def run(
     cost: StepCostModel | None = None,
 ) -> RunResult:
     """Replay `trace` through engine `engine` (a name or `package.module:factory`)."""
-    return Simulation(trace, engine, config or EngineConfig(), options or SimOptions(),
-                      cost or profile("llama3-8b-h100")).run()  # fmt: skip
+    return Simulation(
+        trace,
+        engine,
+        config or EngineConfig(),
+        options or SimOptions(),
+        cost or profile("llama3-8b-h100"),
+    ).run()
 
 
 class Simulation:
@@ -230,8 +235,16 @@ class Simulation:
                 self.empty_steps = 0
                 yield from self._step(output)
             except EngineCrash as crash:
-                self._violate([Violation("engine-crash", self.fingerprint.num_steps,
-                                         str(crash), found=crash.trace)])  # fmt: skip
+                self._violate(
+                    [
+                        Violation(
+                            "engine-crash",
+                            self.fingerprint.num_steps,
+                            str(crash),
+                            found=crash.trace,
+                        )
+                    ]
+                )
                 self.done = True
 
     def _step(self, output: SchedulerOutput):
@@ -280,8 +293,14 @@ class Simulation:
             return []
         self.result.invariants_checked += 3
         sampled = np.asarray(self.sampled[finished.request_id], dtype=np.int64)
-        return check_finished(step, finished, request.prompt_token_ids, sampled,
-                              request.max_tokens, self.options.vocab_size)  # fmt: skip
+        return check_finished(
+            step,
+            finished,
+            request.prompt_token_ids,
+            sampled,
+            request.max_tokens,
+            self.options.vocab_size,
+        )
 
     def _after_empty_step(self, output: SchedulerOutput) -> None:
         self._retire(output.finished_req_ids, "finished", None)
@@ -357,7 +376,9 @@ class Simulation:
     def _reject(self, output: SchedulerOutput) -> None:
         self._retire(output.rejected_req_ids, "rejected", None)
 
-    def _retire(self, request_ids: Iterable[str], how: str, outputs: tuple[int, ...] | None) -> None:
+    def _retire(
+        self, request_ids: Iterable[str], how: str, outputs: tuple[int, ...] | None
+    ) -> None:
         for rid in request_ids:
             if self.live.pop(rid, None) is None:
                 continue
@@ -378,8 +399,9 @@ class Simulation:
             self.arrivals.finished(rid, done)
         if self.progress is not None and self.fingerprint.num_steps % 64 == 0:
             self.progress.n = self.result.finished + self.result.aborted + self.result.rejected
-            self.progress.set_postfix(sim_s=f"{self.env.now:.0f}", steps=self.fingerprint.num_steps,
-                                      refresh=False)  # fmt: skip
+            self.progress.set_postfix(
+                sim_s=f"{self.env.now:.0f}", steps=self.fingerprint.num_steps, refresh=False
+            )
             self.progress.refresh()
 
     # -- bookkeeping ------------------------------------------------------------------------
@@ -393,8 +415,17 @@ class Simulation:
             hist = self.history.get(r.request_id)
             if hist is None:
                 hist = self.history[r.request_id] = deque(maxlen=keep)
-            hist.append((output.step, r.num_computed_tokens, r.num_scheduled_tokens, r.num_tokens,
-                         r.num_cached_tokens, len(r.block_table), *r.block_table[-3:]))  # fmt: skip
+            hist.append(
+                (
+                    output.step,
+                    r.num_computed_tokens,
+                    r.num_scheduled_tokens,
+                    r.num_tokens,
+                    r.num_cached_tokens,
+                    len(r.block_table),
+                    *r.block_table[-3:],
+                )
+            )
         if self.fingerprint.num_steps >= self.options.steps_max:
             self._stuck(f"steps_max {self.options.steps_max} reached")
 
@@ -412,9 +443,11 @@ class Simulation:
     def _context(self, request_id: str) -> tuple[str, ...]:
         lines = []
         for step, ncomp, nsched, ntok, ncached, nblocks, *tail in self.history.get(request_id, ()):
-            lines.append(f"step {step}: num_computed_tokens {ncomp} + num_scheduled_tokens "
-                         f"{nsched} of num_tokens {ntok} (cached {ncached}); {nblocks} blocks, "
-                         f"last {list(tail)}")  # fmt: skip
+            lines.append(
+                f"step {step}: num_computed_tokens {ncomp} + num_scheduled_tokens "
+                f"{nsched} of num_tokens {ntok} (cached {ncached}); {nblocks} blocks, "
+                f"last {list(tail)}"
+            )
         return tuple(lines)
 
     def _block_contents(self, block_ids: np.ndarray):
@@ -467,8 +500,11 @@ def _make_executor(options: SimOptions, config: EngineConfig):
     if options.executor == "tensor":
         module_name, _, attr = TENSOR_EXECUTOR.partition(":")
         factory = getattr(importlib.import_module(module_name), attr)
-        return factory(block_size=config.block_size, num_blocks=config.num_gpu_blocks,
-                       **dict(options.executor_options))  # fmt: skip
+        return factory(
+            block_size=config.block_size,
+            num_blocks=config.num_gpu_blocks,
+            **dict(options.executor_options),
+        )
     raise ValueError(f"unknown executor {options.executor!r}: use symbolic or tensor")
 
 

@@ -130,19 +130,25 @@ class SymbolicExecutor:
         for r in np.flatnonzero(true_tokens != meta.input_ids)[:1]:
             req = reqs[row_req[r]]
             self._violate(
-                "accounting.chunk-tokens", step, self.req_names[req.index],
+                "accounting.chunk-tokens",
+                step,
+                self.req_names[req.index],
                 f"the chunk's token is {int(meta.input_ids[r])}, the request's token there is "
-                f"{int(true_tokens[r])}", position=int(meta.positions[r]),
-            )  # fmt: skip
+                f"{int(true_tokens[r])}",
+                position=int(meta.positions[r]),
+            )
         slots = meta.slot_mapping
         valid = (slots >= 0) & (slots < self.num_slots)
         for r in np.flatnonzero(~valid)[:1]:
             self._violate(
-                "shadow-kv.write-out-of-bounds", step, meta.req_ids[row_req[r]],
+                "shadow-kv.write-out-of-bounds",
+                step,
+                meta.req_ids[row_req[r]],
                 f"slot_mapping names slot {int(slots[r])}, outside the KV cache "
                 f"(0..{self.num_slots - 1}) or outside the block table",
-                position=int(meta.positions[r]), slot=int(slots[r]),
-            )  # fmt: skip
+                position=int(meta.positions[r]),
+                slot=int(slots[r]),
+            )
         slots_ok = slots[valid]
         old = self.shadow[slots_ok]
         changed = (old != 0) & (old != written[valid])
@@ -160,14 +166,23 @@ class SymbolicExecutor:
     def _copy_block(self, step: int, src: int, dst: int) -> None:
         bs = self.block_size
         if not (0 <= src < self.num_blocks and 0 <= dst < self.num_blocks):
-            self._violate("shadow-kv.copy-out-of-bounds", step, "",
-                          f"block copy {src} -> {dst} outside the KV cache", block=dst)  # fmt: skip
+            self._violate(
+                "shadow-kv.copy-out-of-bounds",
+                step,
+                "",
+                f"block copy {src} -> {dst} outside the KV cache",
+                block=dst,
+            )
             return
         if self.verifiers[dst] > 0:
             holders = [n for n, r in self.requests.items() if dst in r.verified_table]
-            self._violate("block-pool.write-into-shared-block", step, holders[0] if holders else "",
-                          f"copy-on-write {src} -> {dst} overwrites a block live requests read",
-                          block=dst)  # fmt: skip
+            self._violate(
+                "block-pool.write-into-shared-block",
+                step,
+                holders[0] if holders else "",
+                f"copy-on-write {src} -> {dst} overwrites a block live requests read",
+                block=dst,
+            )
             for name in holders:
                 req = self.requests[name]
                 self._unverify(req, req.verified_table.index(dst) * bs)
@@ -193,14 +208,16 @@ class SymbolicExecutor:
                 continue
             bad.add(i)
             self._violate(
-                "shadow-kv.causal-alignment", meta.output.step, meta.req_ids[i],
+                "shadow-kv.causal-alignment",
+                meta.output.step,
+                meta.req_ids[i],
                 f"the row of position {int(meta.positions[r])} attends keys 0..{int(last_key[r])}"
                 f" (seq_len {int(meta.seq_lens[i])}, query_len {int(meta.query_lens[i])}), "
                 f"it must attend keys 0..{int(meta.positions[r])}",
                 position=int(meta.positions[r]),
                 expected=f"key length {int(meta.positions[r]) + 1}",
                 found=f"key length {int(last_key[r]) + 1}",
-            )  # fmt: skip
+            )
         return bad
 
     def _read(self, meta: RunnerMetadata, reqs: list[_ShadowRequest]) -> set[int]:
@@ -223,8 +240,9 @@ class SymbolicExecutor:
         np.cumsum(counts[todo][:-1], out=row_start[1:])
         key_index = np.repeat(np.arange(todo.size), counts[todo])
         keys = todo_starts[key_index] + (np.arange(key_req.size) - row_start[key_index])
-        slots = gather_slots([tables[i] for i in todo], todo_starts.tolist(),
-                             counts[todo].tolist(), self.block_size)  # fmt: skip
+        slots = gather_slots(
+            [tables[i] for i in todo], todo_starts.tolist(), counts[todo].tolist(), self.block_size
+        )
         expected = np.concatenate([self._expected(reqs[i], lows[i], highs[i]) for i in todo])
         in_cache = (slots >= 0) & (slots < self.num_slots)
         found = np.where(in_cache, self.shadow[np.where(in_cache, slots, 0)], U64(0))
@@ -236,9 +254,9 @@ class SymbolicExecutor:
             if i not in bad:
                 bad.add(i)
                 self._report_read(meta, reqs[i], int(keys[k]), int(slots[k]), found[k], expected[k])
-        for i in todo:
-            if int(i) not in bad:
-                self._verify(reqs[i], tables[i], int(highs[i]))
+        for j in todo.tolist():
+            if j not in bad:
+                self._verify(reqs[j], tables[j], int(highs[j]))
         return bad
 
     def _sample(
@@ -267,11 +285,14 @@ class SymbolicExecutor:
             req = reqs[i]
             if position != req.num_tokens - 1:
                 self._violate(
-                    "accounting.sample-position", meta.output.step, meta.req_ids[i],
+                    "accounting.sample-position",
+                    meta.output.step,
+                    meta.req_ids[i],
                     f"samples after position {position}, but the request knows "
                     f"{req.num_tokens} tokens (it must sample after position "
-                    f"{req.num_tokens - 1})", position=position,
-                )  # fmt: skip
+                    f"{req.num_tokens - 1})",
+                    position=position,
+                )
                 continue
             req.append(token, term)
             out[meta.req_ids[i]] = token
@@ -355,12 +376,14 @@ class SymbolicExecutor:
                     writer = reqs[row_req]
                     if writer is not req:
                         self._violate(
-                            "block-pool.write-into-shared-block", meta.output.step,
+                            "block-pool.write-into-shared-block",
+                            meta.output.step,
                             self.req_names[writer.index],
                             f"writes slot {slot} of block {slot // self.block_size}, which holds "
-                            f"key {key} of live request {name}", slot=slot,
+                            f"key {key} of live request {name}",
+                            slot=slot,
                             block=slot // self.block_size,
-                        )  # fmt: skip
+                        )
                     self._unverify(req, key)
                     table = table[: len(req.verified_table)]
 
@@ -379,20 +402,44 @@ class SymbolicExecutor:
         want = f"the KV of {name} position {key}"
         if slot < 0 or slot >= self.num_slots:
             msg = f"reads key {key} past the end of its block table (an illegal memory access)"
-            self._violate("shadow-kv.block-table-out-of-bounds", step, name, msg, position=key,
-                          slot=slot, expected=want, found="no block")  # fmt: skip
+            self._violate(
+                "shadow-kv.block-table-out-of-bounds",
+                step,
+                name,
+                msg,
+                position=key,
+                slot=slot,
+                expected=want,
+                found="no block",
+            )
             return
         if expected == 0:
             got = self._describe(slot, found)
             msg = f"reads key {key}, but the request has only {req.num_tokens} tokens"
-            self._violate("shadow-kv.read-past-tokens", step, name, msg, position=key,
-                          slot=slot, block=block, expected="no read", found=got)  # fmt: skip
+            self._violate(
+                "shadow-kv.read-past-tokens",
+                step,
+                name,
+                msg,
+                position=key,
+                slot=slot,
+                block=block,
+                expected="no read",
+                found=got,
+            )
             return
         got = self._describe(slot, found)
         self._violate(
-            "shadow-kv.read", step, name, f"key {key} holds {got}, expected {want}",
-            position=key, slot=slot, block=block, expected=want, found=got,
-        )  # fmt: skip
+            "shadow-kv.read",
+            step,
+            name,
+            f"key {key} holds {got}, expected {want}",
+            position=key,
+            slot=slot,
+            block=block,
+            expected=want,
+            found=got,
+        )
 
     def _describe(self, slot: int, found: np.uint64) -> str:
         if found == 0:
@@ -401,8 +448,8 @@ class SymbolicExecutor:
         who = self.req_names[writer] if writer >= 0 else "?"
         pos, step = int(self.writer_pos[slot]), int(self.writer_step[slot])
         req = self.requests.get(who)
-        poisoned = req is not None and pos < req.num_tokens and req.ids[pos] ^ found == (
-            hash_model.POISON
+        poisoned = (
+            req is not None and pos < req.num_tokens and req.ids[pos] ^ found == (hash_model.POISON)
         )
         what = "a KV entry computed from a wrong token" if poisoned else "the KV"
         return f"{what} of {who} position {pos} (written at step {step})"
@@ -418,4 +465,3 @@ class SymbolicExecutor:
         slots = base[:, None] + np.arange(self.block_size, dtype=I64)[None, :]
         content = self.shadow[slots]
         return content[:, -1], (content != 0).all(axis=1)
-

@@ -53,14 +53,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sim.add_argument("--bundle", metavar="DIR", help="rerun a bundle instead of a trace")
     sim.add_argument("--steps-max", type=positive_int, default=10_000_000, metavar="N")
     sim.add_argument("--keep-going", action="store_true", help="go on after a violating step")
-    sim.add_argument("--no-invariants", action="store_true",
-                     help="run the bare loop (the shadow-KV executor still runs)")  # fmt: skip
-    sim.add_argument("--cost-profile", choices=sorted(PROFILES), default=None,
-                     help="step cost model profile (default: the deployment's)")  # fmt: skip
-    sim.add_argument("--cost", default="", metavar="K=V,...",
-                     help="override cost coefficients, e.g. fixed_us=4000,prefill_token_us=25")  # fmt: skip
-    sim.add_argument("--executor", choices=("symbolic", "tensor"), default="symbolic",
-                     help="symbolic (shadow KV, default) or tensor (gpu/: a real model)")  # fmt: skip
+    sim.add_argument(
+        "--no-invariants",
+        action="store_true",
+        help="run the bare loop (the shadow-KV executor still runs)",
+    )
+    sim.add_argument(
+        "--cost-profile",
+        choices=sorted(PROFILES),
+        default=None,
+        help="step cost model profile (default: the deployment's)",
+    )
+    sim.add_argument(
+        "--cost",
+        default="",
+        metavar="K=V,...",
+        help="override cost coefficients, e.g. fixed_us=4000,prefill_token_us=25",
+    )
+    sim.add_argument(
+        "--executor",
+        choices=("symbolic", "tensor"),
+        default="symbolic",
+        help="symbolic (shadow KV, default) or tensor (gpu/: a real model)",
+    )
     sim.add_argument("--backend", default="torch-ref", help="tensor executor attention backend")
     sim.add_argument("--device", default="cpu", help="tensor executor device")
     sim.add_argument("--dtype", default="fp32", help="tensor executor dtype")
@@ -71,20 +86,36 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """Engine selection and vLLM-named options (shared with fuzz and diff)."""
     eng = parser.add_argument_group("engine under test")
-    eng.add_argument("--engine", default="reference",
-                     help="reference | vllm-v1 | vllm-v0 | package.module:factory")  # fmt: skip
-    eng.add_argument("--block-manager", default=None,
-                     help="reference: hashed (default) | radix; vllm-v0: v1 | v2")  # fmt: skip
-    eng.add_argument("--deployment", choices=sorted(DEPLOYMENTS), default=LLAMA3_8B_H100.name,
-                     help="the modelled deployment: KV capacity, limits, step cost")  # fmt: skip
+    eng.add_argument(
+        "--engine",
+        default="reference",
+        help="reference | vllm-v1 | vllm-v0 | package.module:factory",
+    )
+    eng.add_argument(
+        "--block-manager",
+        default=None,
+        help="reference: hashed (default) | radix; vllm-v0: v1 | v2",
+    )
+    eng.add_argument(
+        "--deployment",
+        choices=sorted(DEPLOYMENTS),
+        default=LLAMA3_8B_H100.name,
+        help="the modelled deployment: KV capacity, limits, step cost",
+    )
     eng.add_argument("--block-size", type=positive_int, default=16, metavar="N")
-    eng.add_argument("--num-gpu-blocks", type=positive_int, default=None, metavar="N",
-                     help="KV cache blocks (default: the deployment's capacity)")  # fmt: skip
+    eng.add_argument(
+        "--num-gpu-blocks",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="KV cache blocks (default: the deployment's capacity)",
+    )
     eng.add_argument("--max-num-batched-tokens", type=positive_int, default=None, metavar="N")
     eng.add_argument("--max-num-seqs", type=positive_int, default=None, metavar="N")
     eng.add_argument("--max-model-len", type=positive_int, default=None, metavar="N")
-    eng.add_argument("--long-prefill-token-threshold", type=non_negative_int, default=None,
-                     metavar="N")  # fmt: skip
+    eng.add_argument(
+        "--long-prefill-token-threshold", type=non_negative_int, default=None, metavar="N"
+    )
     eng.add_argument("--no-prefix-caching", action="store_true")
     eng.add_argument("--no-chunked-prefill", action="store_true")
     eng.add_argument("--mutant", default=None, help="switch on a named mutant (mutants list)")
@@ -189,13 +220,17 @@ def _report(
         sys.stdout.write("\n")
         return
     speed = result.sim_time_s / result.wall_time_s if result.wall_time_s > 0 else float("inf")
-    print(f"engine {result.engine} ({result.config.block_manager}"
-          f"{', mutant ' + result.config.mutant if result.config.mutant else ''}): "
-          f"{result.requests} requests, {result.finished} finished, {result.aborted} aborted, "
-          f"{result.rejected} rejected")  # fmt: skip
-    print(f"{result.steps} steps, {result.sim_time_s:.1f} s simulated in "
-          f"{result.wall_time_s:.2f} s ({speed:.0f}x real time), "
-          f"{result.invariants_checked} checks")  # fmt: skip
+    print(
+        f"engine {result.engine} ({result.config.block_manager}"
+        f"{', mutant ' + result.config.mutant if result.config.mutant else ''}): "
+        f"{result.requests} requests, {result.finished} finished, {result.aborted} aborted, "
+        f"{result.rejected} rejected"
+    )
+    print(
+        f"{result.steps} steps, {result.sim_time_s:.1f} s simulated in "
+        f"{result.wall_time_s:.2f} s ({speed:.0f}x real time), "
+        f"{result.invariants_checked} checks"
+    )
     print(f"fingerprint {result.fingerprint}")
     for v in result.violations[:10]:
         print(f"VIOLATION {v.headline()}")
@@ -209,8 +244,12 @@ def _report(
         print(f"STUCK {rid}: {why}")
     if "reproduced" in extra:
         verdict = "reproduced" if extra["reproduced"] else "NOT reproduced"
-        print(f"bundle {extra['bundle']}: {verdict} (recorded fingerprint "
-              f"{extra['bundle_fingerprint']})")  # fmt: skip
+        print(
+            f"bundle {extra['bundle']}: {verdict} (recorded fingerprint "
+            f"{extra['bundle_fingerprint']})"
+        )
     if bundle is not None:
-        print(f"bundle written to {bundle.resolve()}\nreproduce: schedcheck replay --bundle "
-              f"{bundle.resolve()}")  # fmt: skip
+        print(
+            f"bundle written to {bundle.resolve()}\nreproduce: schedcheck replay --bundle "
+            f"{bundle.resolve()}"
+        )

@@ -3,7 +3,12 @@
 import numpy as np
 import pytest
 
-from schedcheck.engines.protocol import EngineConfig, EngineRequest, ScheduledRequest, SchedulerOutput
+from schedcheck.engines.protocol import (
+    EngineConfig,
+    EngineRequest,
+    ScheduledRequest,
+    SchedulerOutput,
+)
 from schedcheck.sim.cost_model import profile
 from schedcheck.sim.coverage import Coverage, never_reached
 from schedcheck.sim.faults import draw_faults
@@ -41,8 +46,16 @@ def test_abort_mid_chunk_fault_aborts_a_request_between_chunks():
 
 
 def _req(rid, ncomp, nsched, ntok, cached=0):
-    return ScheduledRequest(rid, ncomp, nsched, ntok, ntok, np.zeros(nsched, np.int64), (0,) * 4,
-                            num_cached_tokens=cached)  # fmt: skip
+    return ScheduledRequest(
+        rid,
+        ncomp,
+        nsched,
+        ntok,
+        ntok,
+        np.zeros(nsched, np.int64),
+        (0,) * 4,
+        num_cached_tokens=cached,
+    )
 
 
 def test_coverage_of_same_prefix_and_fully_cached_prompt():

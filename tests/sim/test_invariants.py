@@ -25,8 +25,9 @@ def test_clean_chunks_pass_and_each_accounting_fault_is_named():
     gap = acc.check_step(SchedulerOutput(3, (_req("a", 11, 1, 12, [0, 1, 2]),)), {"a": 11})
     assert _names(gap) == [("accounting.num-tokens", "a"), ("accounting.contiguity", "a")]
     acc = AccountingChecker(CFG)
-    step = SchedulerOutput(1, (_req("b", 8, 2, 10, [0, 1]), _req("c", 0, 8, 8, [3, 4]),
-                               _req("d", 0, 8, 8, [5, 6])))  # fmt: skip
+    step = SchedulerOutput(
+        1, (_req("b", 8, 2, 10, [0, 1]), _req("c", 0, 8, 8, [3, 4]), _req("d", 0, 8, 8, [5, 6]))
+    )
     assert _names(acc.check_step(step, {})) == [
         ("accounting.budget", ""),
         ("accounting.max-num-seqs", ""),

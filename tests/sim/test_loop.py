@@ -40,7 +40,10 @@ def test_a_stale_decode_token_is_a_chunk_token_violation():
     res = run(_trace(), "toy_engine:make_stale_token_engine", CFG, SimOptions(), UNIT)
     v = res.violations[0]
     assert (res.exit_code, v.invariant, v.request_id, v.position) == (
-        1, "accounting.chunk-tokens", "r0", 38,
+        1,
+        "accounting.chunk-tokens",
+        "r0",
+        38,
     )
 
 
@@ -60,8 +63,15 @@ def test_abort_mid_prefill_frees_the_request():
 def test_a_later_turn_carries_its_parents_prompt_and_outputs():
     trace = [
         TraceRequest("t0", 0.0, 3, prompt_token_ids=(5, 6, 7, 8, 9), session_id="s"),
-        TraceRequest("t1", 0.0, 2, prompt_token_ids=(11, 12), session_id="s",
-                     parent_request_id="t0", think_time_s=1.0),  # fmt: skip
+        TraceRequest(
+            "t1",
+            0.0,
+            2,
+            prompt_token_ids=(11, 12),
+            session_id="s",
+            parent_request_id="t0",
+            think_time_s=1.0,
+        ),
     ]
     res = run(trace, "toy_engine:make_engine", CFG, SimOptions(record_schedule=True), UNIT)
     assert res.exit_code == 0

@@ -13,7 +13,12 @@ def _req(rid, ncomp, nsched, ntok, table):
 
 def _docstring_step():
     return SchedulerOutput(
-        0, (_req("A", 4, 3, 10, [7, 2]), _req("B", 9, 1, 10, [3, 5, 1]), _req("C", 8, 2, 10, [4, 6, 8]))
+        0,
+        (
+            _req("A", 4, 3, 10, [7, 2]),
+            _req("B", 9, 1, 10, [3, 5, 1]),
+            _req("C", 8, 2, 10, [4, 6, 8]),
+        ),
     )
 
 

@@ -132,7 +132,9 @@ def test_block_contents_and_finish_releases_verifiers():
 def test_a_preempted_request_no_longer_owns_what_it_verified():
     ex = _executor()
     _step(ex, 1, _sched("A", PROMPT_A, 0, 8, [3, 1, 6]))
-    preempt = SchedulerOutput(2, (_sched("B", PROMPT_B, 0, 4, [1, 2, 4]),), preempted_req_ids=("A",))
+    preempt = SchedulerOutput(
+        2, (_sched("B", PROMPT_B, 0, 4, [1, 2, 4]),), preempted_req_ids=("A",)
+    )
     ex.execute(build_metadata(preempt, BS))
     assert ex.violations == []  # B may reuse A's freed block 1
     assert (ex.requests["A"].verified_len, ex.verifiers[[3, 1, 6]].tolist()) == (0, [0, 1, 0])

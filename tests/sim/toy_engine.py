@@ -108,8 +108,17 @@ class ToyEngine:
             table = list(r.blocks)
             if self.fault == "swap-blocks" and len(table) >= 2 and start > bs:
                 table[0], table[1] = table[1], table[0]
-            scheduled.append(ScheduledRequest(r.request.request_id, start, n, len(r.tokens),
-                                              r.request.num_prompt_tokens, chunk, tuple(table)))  # fmt: skip
+            scheduled.append(
+                ScheduledRequest(
+                    r.request.request_id,
+                    start,
+                    n,
+                    len(r.tokens),
+                    r.request.num_prompt_tokens,
+                    chunk,
+                    tuple(table),
+                )
+            )
         self.step += 1
         done, self.finished_ids = tuple(self.finished_ids), []
         return SchedulerOutput(self.step, tuple(scheduled), finished_req_ids=done)
