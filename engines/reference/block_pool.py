@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 class BlockPool:
     __slots__ = (
+        "cache_version",
         "cached_block_hash_to_block",
         "cached_hash_of_block",
         "free_block_queue",
@@ -48,6 +49,9 @@ class BlockPool:
         # The inverse map, kept incrementally so that a snapshot costs nothing.
         self.cached_hash_of_block: dict[int, bytes] = {}
         self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        # Bumped whenever the set of cached hashes changes: a lookup made at an unchanged
+        # version would find the same hit.
+        self.cache_version = 0
 
     @property
     def num_free_blocks(self) -> int:
@@ -123,8 +127,10 @@ class BlockPool:
                 continue  # another request cached the same content first
             cached[block_hash] = block_id
             cached_hash_of_block[block_id] = block_hash
+            self.cache_version += 1
 
     def _evict(self, block_id: int) -> None:
         block_hash = self.cached_hash_of_block.pop(block_id)
         assert self.cached_block_hash_to_block.get(block_hash) == block_id
         del self.cached_block_hash_to_block[block_hash]
+        self.cache_version += 1

@@ -60,6 +60,9 @@ class HashedKVManager:
         self._block_table_short = switches.block_table_short
         self._manager_computed_disagree = switches.manager_computed_disagree
         self._uncapped_extra_tokens: dict[str, int] = {}
+        # request id -> ((cache_version, num_tokens), hit) of its last lookup while waiting:
+        # a head-of-line request retried every step costs one dict lookup, not a walk.
+        self._hit_memo: dict[str, tuple[tuple[int, int], PrefixHit]] = {}
         self._plain = not (
             self._cache_partial_block
             or self._no_cache_hit_cap
@@ -75,6 +78,11 @@ class HashedKVManager:
         """The longest run of cached blocks from block 0, capped at num_tokens - 1 tokens."""
         if not self.enable_caching:
             return EMPTY_HIT
+        if self._plain:
+            memo = self._hit_memo.get(request.request_id)
+            key = (self.block_pool.cache_version, request.num_tokens)
+            if memo is not None and memo[0] == key:
+                return memo[1]  # the cache has not changed since: the same hit (BUGS #7)
         max_cache_hit_tokens = request.num_tokens - 1
         if self._no_cache_hit_cap or self._manager_computed_disagree:
             max_cache_hit_tokens = request.num_tokens
@@ -84,7 +92,10 @@ class HashedKVManager:
             extra = max(0, len(block_ids) - capped)
             self._uncapped_extra_tokens[request.request_id] = extra * self.block_size
             block_ids = block_ids[: len(block_ids) - extra]
-        return PrefixHit(tuple(block_ids), len(block_ids) * self.block_size)
+        hit = PrefixHit(tuple(block_ids), len(block_ids) * self.block_size)
+        if self._plain:
+            self._hit_memo[request.request_id] = (key, hit)
+        return hit
 
     def _longest_hit(self, block_hashes: Sequence[bytes], max_num_blocks: int) -> list[int]:
         lookup = self.block_pool.cached_block_hash_to_block.get
@@ -150,6 +161,7 @@ class HashedKVManager:
         if num_new_blocks + num_evictable_hit_blocks > len(queue):
             return False
 
+        self._hit_memo.pop(request_id, None)  # admitted: its lookup is spent
         pool.touch(hit.block_ids)
         new_block_ids = pool.get_new_blocks(num_new_blocks)
         if blocks is None:
@@ -218,6 +230,7 @@ class HashedKVManager:
     def free(self, request: Request, *, aborted: bool = False) -> None:
         """Free in reverse order: the tail blocks join the free queue first (evicted first)."""
         request_id = request.request_id
+        self._hit_memo.pop(request_id, None)
         blocks = self.req_to_blocks.pop(request_id, None)
         if blocks is None:
             return

@@ -156,9 +156,9 @@ class Scheduler:
             return
         if request.status is _RUNNING:
             self.running.remove(request)
-            self.kv_manager.free(request, aborted=True)
         else:
             self.waiting.remove(request)
+        self.kv_manager.free(request, aborted=True)  # a waiting request holds no blocks
         request.status = RequestStatus.FINISHED_ABORTED
         self._pending_finished.append(self._finish(request, "abort"))
 

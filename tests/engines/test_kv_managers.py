@@ -1,0 +1,103 @@
+"""The KVCacheManager interface, for both managers, called directly (no scheduler)."""
+
+from __future__ import annotations
+
+import pytest
+from refengine_helpers import request
+
+from schedcheck.engines.reference.block_hash import BlockHasher
+from schedcheck.engines.reference.hashed_manager import HashedKVManager
+from schedcheck.engines.reference.kv_manager import EMPTY_HIT
+from schedcheck.engines.reference.radix_manager import RadixKVManager
+from schedcheck.engines.reference.request import Request
+
+BLOCK_SIZE = 4
+
+
+def _manager(kind: str, num_blocks: int = 6):
+    cls = HashedKVManager if kind == "hashed" else RadixKVManager
+    return cls(num_blocks, BLOCK_SIZE, True)
+
+
+def _req(rid: str, prompt, max_tokens: int = 4, seq: int = 0) -> Request:
+    return Request(request(rid, prompt, max_tokens), BlockHasher(BLOCK_SIZE), seq)
+
+
+def _state(manager):
+    snapshot = manager.kv_snapshot()
+    return (
+        snapshot.ref_cnt().tolist(),
+        list(snapshot.free_block_ids()),
+        {k: list(v) for k, v in snapshot.block_tables().items()},
+        dict(snapshot.cached_blocks()),
+    )
+
+
+def _run_chunk(manager, req: Request, num_new_tokens: int, hit=EMPTY_HIT) -> None:
+    assert manager.allocate_slots(req, num_new_tokens, hit)
+    req.num_computed_tokens += hit.num_tokens
+    req.num_computed_tokens = manager.cache_blocks(req, req.num_computed_tokens + num_new_tokens)
+
+
+@pytest.mark.parametrize("kind", ["hashed", "radix"])
+def test_failed_allocation_changes_nothing(kind):
+    manager = _manager(kind, num_blocks=5)
+    a = _req("A", range(8), seq=0)
+    _run_chunk(manager, a, 8)
+    manager.free(a)
+    b = _req("B", [*range(8), 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9], seq=1)
+    hit = manager.get_computed_blocks(b)
+    assert (hit.block_ids, hit.num_tokens) == ((0, 1), 8)
+    before = _state(manager)
+    assert not manager.allocate_slots(b, 16, hit)  # 2 hit + 4 new blocks > 5 free or evictable
+    assert _state(manager) == before
+    assert manager.allocate_slots(b, 12, hit)  # 2 hit + 3 new blocks
+    assert manager.block_table("B") == (0, 1, 2, 3, 4)
+
+
+@pytest.mark.parametrize("kind", ["hashed", "radix"])
+def test_hit_is_capped_at_num_tokens_minus_one(kind):
+    manager = _manager(kind)
+    a = _req("A", range(12))
+    _run_chunk(manager, a, 12)
+    manager.free(a)
+    for prompt_len, expected in [(12, 8), (13, 12), (5, 4), (4, 0)]:
+        hit = manager.get_computed_blocks(_req("X", range(prompt_len)))
+        assert hit.num_tokens == expected == len(hit.block_ids) * BLOCK_SIZE, prompt_len
+
+
+@pytest.mark.parametrize("kind", ["hashed", "radix"])
+def test_free_of_a_request_without_blocks_is_a_no_op(kind):
+    manager = _manager(kind)
+    before = _state(manager)
+    manager.free(_req("nobody", range(3)))
+    manager.free(_req("nobody", range(3)), aborted=True)
+    assert _state(manager) == before and manager.num_computed_tokens_of("nobody") == -1
+
+
+def test_hashed_lookup_is_memoized_until_the_cache_changes():
+    manager = _manager("hashed")
+    a = _req("A", range(8))
+    _run_chunk(manager, a, 8)
+    manager.free(a)
+    b = _req("B", range(12), seq=1)
+    first = manager.get_computed_blocks(b)
+    assert manager.get_computed_blocks(b) is first
+    manager.block_pool.get_new_blocks(6)  # takes every free block: evicts blocks 0 and 1
+    again = manager.get_computed_blocks(b)
+    assert (first.num_tokens, again.num_tokens) == (8, 0)
+
+
+def test_radix_decode_pages_join_the_tree_at_finish():
+    manager = _manager("radix", num_blocks=8)
+    a = _req("A", range(6), max_tokens=8)
+    _run_chunk(manager, a, 6)
+    assert sorted(manager.kv_snapshot().cached_blocks()) == [0]
+    for token in (100, 101, 102):  # decode: 7, 8, 9 tokens
+        a.append_output_token(token)
+        _run_chunk(manager, a, 1)
+    assert a.num_computed_tokens == 9 and manager.block_table("A") == (0, 1, 2)
+    assert sorted(manager.kv_snapshot().cached_blocks()) == [0]  # page 1 full, not inserted
+    manager.free(a)
+    assert sorted(manager.kv_snapshot().cached_blocks()) == [0, 1]
+    assert list(manager.kv_snapshot().free_block_ids()) == [3, 4, 5, 6, 7, 2]
