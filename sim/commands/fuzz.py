@@ -1,0 +1,315 @@
+"""`schedcheck fuzz`: a campaign of generated traces and swarm configs against one engine.
+
+Stops at the first finding or when the budget is spent; prints the seed, the options and a
+reproduce command for each finding (--json: one object). `--shrink BUNDLE` instead shrinks
+a failing bundle (e.g. from `schedcheck replay` of a real trace) by delta debugging.
+
+Exit codes: 0 nothing found, 1 found (bundle written), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from schedcheck.engines.registry import EngineLoadError
+from schedcheck.sim.commands.common import (
+    UsageError,
+    add_json_flag,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    run_guarded,
+)
+from schedcheck.sim.fuzz.campaign import CampaignOptions, CampaignResult, run_campaign
+from schedcheck.sim.fuzz.database import DEFAULT_DB_DIR
+from schedcheck.sim.fuzz.regression import write_regression
+from schedcheck.sim.fuzz.shrink import shrink_bundle
+from schedcheck.sim.fuzz.swarm import SwarmSpec
+
+EXIT_NOTHING, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
+DEFAULT_OUT = DEFAULT_DB_DIR / "findings"
+_REPLAYED = ", replayed from the failure database"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "fuzz",
+        help="fuzz an engine with generated traces and swarm configs until a finding",
+        description=(
+            "Fuzz scheduler interleavings: Hypothesis draws small traces that stress index "
+            "arithmetic (block-boundary lengths, same-prefix bursts, fully cached prompts, "
+            "aborts mid-chunk, later turns) and an engine config per example, with fault "
+            "points; every step is checked. A finding is shrunk to a minimal trace and "
+            "config and written as a bundle. The failure database (.schedcheck/fuzz/) is "
+            "replayed first."
+        ),
+        epilog="Exit codes: 0 nothing found, 1 found, 2 bad input.",
+    )
+    add_target_args(parser)
+    add_campaign_args(parser)
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        default=str(DEFAULT_OUT),
+        help=f"bundles of findings go here (default {DEFAULT_OUT})",
+    )
+    parser.add_argument(
+        "--regressions",
+        metavar="DIR",
+        default=None,
+        help="also write a pytest regression test here (e.g. tests/regressions)",
+    )
+    parser.add_argument(
+        "--shrink",
+        metavar="BUNDLE",
+        default=None,
+        help="shrink this failing bundle by delta debugging instead of fuzzing",
+    )
+    add_json_flag(parser)
+    parser.set_defaults(run=run_guarded(_run))
+
+
+def add_target_args(parser: argparse.ArgumentParser) -> None:
+    target = parser.add_argument_group("what to fuzz")
+    target.add_argument(
+        "--engine",
+        default="reference",
+        help="reference | vllm-v1 | vllm-v0 | package.module:factory",
+    )
+    target.add_argument("--mutant", default=None, help="switch on a named mutant (mutants list)")
+    target.add_argument(
+        "--block-manager",
+        default=None,
+        help="fix the block manager (reference: hashed | radix; default drawn)",
+    )
+
+
+def add_campaign_args(parser: argparse.ArgumentParser, budget_s: float = 60.0) -> None:
+    camp = parser.add_argument_group("campaign")
+    camp.add_argument(
+        "--budget-s",
+        type=positive_float,
+        default=budget_s,
+        metavar="S",
+        help=f"wall-clock budget in seconds (default {budget_s:g})",
+    )
+    camp.add_argument("--seed", type=non_negative_int, default=0, metavar="N")
+    camp.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="worker processes, each its own seed stream (default 1)",
+    )
+    camp.add_argument(
+        "--max-examples",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="stop each worker after about N examples (default: the budget)",
+    )
+    camp.add_argument("--examples-per-round", type=positive_int, default=32, metavar="N")
+    camp.add_argument("--shrink-budget-s", type=positive_float, default=20.0, metavar="S")
+    camp.add_argument(
+        "--db",
+        metavar="DIR",
+        default=str(DEFAULT_DB_DIR),
+        help=f"failure database (default {DEFAULT_DB_DIR})",
+    )
+    camp.add_argument(
+        "--no-db", action="store_true", help="neither replay nor record findings (a fresh campaign)"
+    )
+    camp.add_argument("--no-faults", action="store_true", help="no fault points")
+
+
+def campaign_options(args: argparse.Namespace, spec: SwarmSpec, out_dir: str) -> CampaignOptions:
+    return CampaignOptions(
+        spec=spec,
+        seed=args.seed,
+        workers=args.workers,
+        budget_s=args.budget_s,
+        out_dir=out_dir,
+        db_dir=None if args.no_db else args.db,
+        examples_per_round=args.examples_per_round,
+        examples_max=args.max_examples,
+        shrink_budget_s=args.shrink_budget_s,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.shrink:
+        return _shrink(args)
+    spec = SwarmSpec(
+        engine=args.engine,
+        mutant=args.mutant,
+        block_manager=args.block_manager,
+        faults=not args.no_faults,
+    )
+    progress = _progress(args)
+    try:
+        result = run_campaign(campaign_options(args, spec, args.out), progress)
+    except (EngineLoadError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        if progress is not None:
+            progress.close()
+    report = campaign_report(result, reproduce_command(args))
+    if result.finding is not None and result.finding.get("bundle") and args.regressions:
+        test = write_regression(
+            result.finding["bundle"], args.regressions, result.finding["headline"]
+        )
+        report["regression"] = str(test)
+    _print(args, report)
+    return EXIT_FOUND if report["found"] else EXIT_NOTHING
+
+
+def reproduce_command(args: argparse.Namespace) -> str:
+    words = ["schedcheck", "fuzz", "--engine", args.engine]
+    for flag, value in (("--mutant", args.mutant), ("--block-manager", args.block_manager)):
+        if value:
+            words += [flag, value]
+    words += [
+        "--seed",
+        str(args.seed),
+        "--workers",
+        str(args.workers),
+        "--budget-s",
+        f"{args.budget_s:g}",
+        "--no-db",
+    ]
+    if args.no_faults:
+        words.append("--no-faults")
+    return shlex.join(words)
+
+
+def campaign_report(result: CampaignResult, command: str) -> dict[str, Any]:
+    """The JSON object of a campaign (also what the text output is printed from)."""
+    finding = result.finding or {}
+    raw = result.raw[0] if result.raw else {}
+    found = bool(finding) or bool(raw)
+    opts = result.options
+    return {
+        "found": found,
+        "time_to_detect_s": finding.get("time_to_detect_s") if finding else None,
+        "examples": result.examples,
+        "bundle": finding.get("bundle") or raw.get("bundle"),
+        "shrunk_requests": finding.get("shrunk_requests"),
+        "kind": finding.get("kind") or raw.get("kind"),
+        "headline": finding.get("headline") or raw.get("headline"),
+        "seed": opts.seed,
+        "workers": opts.workers,
+        "budget_s": opts.budget_s,
+        "elapsed_s": round(result.elapsed_s, 3),
+        "engine": opts.spec.engine,
+        "mutant": opts.spec.mutant,
+        "block_manager": opts.spec.block_manager,
+        "coverage": dict(result.coverage),
+        "never_reached": result.never_reached(),
+        "finding": finding or None,
+        "raw_bundles": [r.get("bundle") for r in result.raw],
+        "clean_failures": result.clean_failures,
+        "replayed": result.replayed,
+        "interrupted": result.interrupted,
+        "errors": result.errors,
+        "reproduce": (
+            f"schedcheck replay --bundle {finding['bundle']}" if finding.get("bundle") else None
+        ),
+        "reproduce_campaign": command,
+    }
+
+
+def _print(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    if args.json:
+        json.dump(report, sys.stdout, indent=1, sort_keys=True)
+        sys.stdout.write("\n")
+        return
+    print(
+        f"fuzz {report['engine']} (mutant {report['mutant'] or 'none'}): "
+        f"{report['examples']} examples in {report['elapsed_s']:.1f} s, seed {report['seed']}, "
+        f"{report['workers']} worker(s)"
+        f"{', interrupted' if report['interrupted'] else ''}"
+    )
+    finding = report["finding"]
+    if finding:
+        print(
+            f"FOUND {finding['kind']} after {finding['time_to_detect_s']:.2f} s "
+            f"(worker {finding['worker']}, round {finding['round']}, round seed "
+            f"{finding['round_seed']}{_REPLAYED if report['replayed'] else ''})"
+        )
+        print(f"  {finding['headline']}")
+        print(
+            f"  shrunk to {finding['shrunk_requests']} requests; options "
+            f"{json.dumps(finding['scenario']['config'] if finding.get('scenario') else None)}"
+        )
+        print(f"  faults {finding['scenario']['faults'] if finding.get('scenario') else []}")
+        print(f"  reproduce: {report['reproduce']}\n  campaign:  {report['reproduce_campaign']}")
+    elif report["found"]:
+        print(f"FOUND (not shrunk) {report['kind']}: {report['headline']}")
+        print(f"  bundle: {report['bundle']}")
+    else:
+        print("nothing found")
+    for failure in report["clean_failures"][:3]:
+        print(
+            f"CLEAN ENGINE FAILS too (not the mutant's): {failure['headline']}\n"
+            f"  bundle: {failure['bundle']}"
+        )
+    if report.get("regression"):
+        print(f"regression test: {report['regression']}")
+    cov = report["coverage"]
+    print("coverage: " + ", ".join(f"{k} {v}" for k, v in cov.items()))
+    if report["never_reached"]:
+        print("never reached: " + ", ".join(report["never_reached"]))
+    for error in report["errors"]:
+        print(f"worker error: {error}", file=sys.stderr)
+
+
+def _shrink(args: argparse.Namespace) -> int:
+    out = Path(args.out) / (Path(args.shrink).resolve().name + "-shrunk")
+    try:
+        bundle, before, after = shrink_bundle(args.shrink, out)
+    except (KeyError, TypeError, ValueError) as exc:
+        if type(exc).__name__ == "TraceError":
+            raise
+        raise UsageError(f"{args.shrink}: {exc}") from None
+    report = {
+        "found": True,
+        "bundle": str(bundle),
+        "requests": before,
+        "shrunk_requests": after,
+        "reproduce": f"schedcheck replay --bundle {bundle}",
+    }
+    if args.regressions:
+        report["regression"] = str(write_regression(bundle, args.regressions))
+    if args.json:
+        json.dump(report, sys.stdout, indent=1, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        print(f"shrunk {before} -> {after} requests: {bundle}\nreproduce: {report['reproduce']}")
+    return EXIT_FOUND
+
+
+class _Progress:
+    """A tqdm bar of examples on stderr (only built when stderr is a terminal)."""
+
+    def __init__(self) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(desc="fuzz", unit="ex", file=sys.stderr, leave=False, dynamic_ncols=True)
+
+    def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "progress":
+            self.bar.update(int(message["examples"]))
+        elif message["type"] in ("raw", "finding"):
+            self.bar.set_postfix_str(f"found {message['kind']}")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _progress(args: argparse.Namespace) -> _Progress | None:
+    return None if args.json or not sys.stderr.isatty() else _Progress()

@@ -1,0 +1,193 @@
+"""Swarm engine configs: every example draws its own options (TigerBeetle VOPR's swarm).
+
+A fixed config tests one corner; drawing the config per example makes each run test a
+different one, and lets Hypothesis shrink the config along with the trace. Drawn:
+
+    block_size                   4, 2, 8, 16, 1 (shrinks towards 4)
+    max_num_batched_tokens       boundary_lengths: multiples of block_size, +-1, any
+    max_num_seqs                 256, 1, 2, 3, 4, 6
+    prefix caching, chunked      on / off (with chunked prefill off, half the examples
+    prefill                      raise the budget so every prompt fits it)
+    long_prefill_token_threshold 0 (off) or a boundary length
+    block_manager                reference: hashed | radix, unless fixed by the spec/mutant
+    chunk_align, policy          reference only (EngineConfig.extra); chunk_align "block"
+                                 raises the budget and threshold to one block at least (a
+                                 chunk cut to a block boundary is empty below that)
+    num_gpu_blocks               the least that lets every request run alone, plus a slack
+                                 drawn from (64, 0, 1, 2, 4, 8, 16): slack 0 forces
+                                 preemption and eviction; sometimes (reference) one block
+                                 too few for the largest request, which must be rejected
+    faults                       per kind 0 or a per-step probability (sim/faults.py)
+
+The least num_gpu_blocks: request i needs cdiv(kv_tokens_i, block_size) blocks, where
+kv_tokens_i = full prompt (a later turn: parent's full prompt + parent's outputs + own)
++ output_length, minus 1 when the engine never writes KV for the last sampled token (the
+reference engine). An engine we do not know gets the extra token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+from schedcheck.engines.protocol import EngineConfig
+from schedcheck.sim.faults import FAULT_KINDS
+from schedcheck.sim.fuzz.strategies import (
+    TraceFeatures,
+    cdiv,
+    draw_boundary_length,
+    draw_features,
+    pick,
+)
+from schedcheck.traces.schema import TraceRequest
+
+BLOCK_SIZES = (4, 2, 8, 16, 1)
+BUDGET_TOKENS_MAX = 64
+MAX_NUM_SEQS = (256, 1, 2, 3, 4, 6)
+SLACK_BLOCKS = (64, 0, 1, 2, 4, 8, 16)
+FAULT_PROBABILITIES = (0.0, 0.02, 0.1, 0.25)
+BLOCK_MANAGERS = ("hashed", "radix")
+CHUNK_ALIGNS = ("none", "block", "deterministic")
+POLICIES = ("fcfs", "priority")
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmSpec:
+    """What a campaign fuzzes: the engine, its mutant, and which knobs are drawn."""
+
+    engine: str = "reference"
+    mutant: str | None = None
+    block_manager: str | None = None  # None: drawn (reference) or the engine's default
+    faults: bool = True
+    oversize: bool | None = None  # sometimes too few blocks for one request; None: reference
+
+    @property
+    def is_reference(self) -> bool:
+        return self.engine == "reference"
+
+    @property
+    def draws_oversize(self) -> bool:
+        return self.is_reference if self.oversize is None else self.oversize
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """The config drawn before the trace (the trace's lengths depend on them)."""
+
+    block_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    enable_prefix_caching: bool
+    enable_chunked_prefill: bool
+    long_prefill_token_threshold: int
+    block_manager: str
+    extra: tuple[tuple[str, str], ...]
+
+
+def fixed_block_manager(spec: SwarmSpec) -> str | None:
+    """The block manager the spec or its mutant's component imposes (None: free)."""
+    if spec.block_manager is not None:
+        return spec.block_manager
+    if spec.is_reference and spec.mutant is not None:
+        from schedcheck.engines.reference.mutants import get_mutant
+
+        component = get_mutant(spec.mutant).component
+        if component in BLOCK_MANAGERS:
+            return component
+    return None
+
+
+def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
+    block_size = pick(draw, BLOCK_SIZES)
+    blocks_max = max(2, BUDGET_TOKENS_MAX // block_size)
+    threshold = draw_boundary_length(draw, block_size, blocks_max, 1) if draw(st.booleans()) else 0
+    manager = fixed_block_manager(spec)
+    if manager is None:
+        manager = pick(draw, BLOCK_MANAGERS) if spec.is_reference else "hashed"
+    budget_tokens = draw_boundary_length(draw, block_size, blocks_max, 1)
+    extra: tuple[tuple[str, str], ...] = ()
+    if spec.is_reference:
+        align = pick(draw, CHUNK_ALIGNS)
+        extra = (("chunk_align", align), ("policy", pick(draw, POLICIES)))
+        if align == "block":  # a chunk cut to a block boundary needs room for one block
+            budget_tokens = max(budget_tokens, block_size)
+            threshold = max(threshold, block_size) if threshold else 0
+    return Knobs(
+        block_size=block_size,
+        max_num_batched_tokens=budget_tokens,
+        max_num_seqs=pick(draw, MAX_NUM_SEQS),
+        enable_prefix_caching=draw(st.booleans()),
+        enable_chunked_prefill=not draw(st.booleans()),  # shrinks towards on
+        long_prefill_token_threshold=threshold,
+        block_manager=manager,
+        extra=extra,
+    )
+
+
+def draw_features_for(draw: st.DrawFn, knob: Knobs) -> TraceFeatures:
+    """The trace features, with priorities only where the priority policy reads them."""
+    return draw_features(draw, priorities=dict(knob.extra).get("policy") == "priority")
+
+
+def kv_blocks_needed(
+    requests: tuple[TraceRequest, ...], block_size: int, last_token_needs_kv: bool
+) -> list[int]:
+    """Blocks each request needs to run alone (a later turn carries its parent's history)."""
+    full_tokens: dict[str, int] = {}
+    out: list[int] = []
+    for request in requests:  # parents come first (the reader's rule)
+        num_tokens = request.num_own_prompt_tokens
+        parent = request.parent_request_id
+        if parent is not None:
+            parent_request = next(r for r in requests if r.request_id == parent)
+            num_tokens += full_tokens[parent] + parent_request.output_length
+        full_tokens[request.request_id] = num_tokens
+        kv_tokens = num_tokens + request.output_length - (0 if last_token_needs_kv else 1)
+        out.append(cdiv(kv_tokens, block_size))
+    return out
+
+
+def draw_num_gpu_blocks(
+    draw: st.DrawFn, spec: SwarmSpec, requests: tuple[TraceRequest, ...], block_size: int
+) -> int:
+    """Enough blocks for the largest request alone, plus a drawn slack (or one too few)."""
+    need_max = max(kv_blocks_needed(requests, block_size, not spec.is_reference))
+    if spec.draws_oversize and draw(st.integers(0, 15)) == 15:
+        return max(1, need_max - 1)
+    return need_max + pick(draw, SLACK_BLOCKS)
+
+
+def draw_faults(draw: st.DrawFn, spec: SwarmSpec) -> tuple[tuple[str, float], ...]:
+    """(kind, probability) for the kinds switched on; () when faults are off."""
+    if not spec.faults or not draw(st.booleans()):
+        return ()
+    drawn = ((kind, pick(draw, FAULT_PROBABILITIES)) for kind in FAULT_KINDS)
+    return tuple((kind, p) for kind, p in drawn if p > 0.0)
+
+
+def budget_for_unchunked(knob: Knobs, requests: tuple[TraceRequest, ...]) -> int:
+    """With chunked prefill off: a budget every prompt (and its outputs) fits in."""
+    need_tokens = max(
+        b * knob.block_size for b in kv_blocks_needed(requests, knob.block_size, True)
+    )
+    return max(knob.max_num_batched_tokens, need_tokens)
+
+
+def engine_config(
+    spec: SwarmSpec, knob: Knobs, num_blocks: int, budget_tokens: int
+) -> EngineConfig:
+    extra: Mapping[str, str] = dict(knob.extra)
+    return EngineConfig(
+        block_size=knob.block_size,
+        num_gpu_blocks=num_blocks,
+        max_num_batched_tokens=budget_tokens,
+        max_num_seqs=knob.max_num_seqs,
+        enable_prefix_caching=knob.enable_prefix_caching,
+        enable_chunked_prefill=knob.enable_chunked_prefill,
+        long_prefill_token_threshold=knob.long_prefill_token_threshold,
+        block_manager=knob.block_manager,
+        mutant=spec.mutant,
+        extra=extra,
+    )

@@ -1,0 +1,237 @@
+"""One worker's seed stream: rounds of Hypothesis until a finding, the budget, or a stop.
+
+    round r:  @seed(round_seed(S, w, r)) @given(scenarios(spec)), max_examples per round
+              ├─ an example fails -> the raw bundle is saved at once (kept on Ctrl-C)
+              ├─ Hypothesis shrinks it (bounded by shrink_budget_s; after that, or once a
+              │  stop is asked for, only examples already seen to fail still fail, so
+              │  Hypothesis ends with the smallest of them)
+              ├─ ddmin removes whole requests Hypothesis could not
+              └─ the shrunk bundle is saved and reported; the worker stops
+
+Between rounds the worker checks the budget and whether the campaign asked it to stop.
+Everything it tells the campaign goes through `report(message)`: plain dicts, so they
+cross a process boundary.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+
+from schedcheck.sim.bundles import save_bundle
+from schedcheck.sim.coverage import merge
+from schedcheck.sim.fuzz.database import FailureDB
+from schedcheck.sim.fuzz.scenario import Scenario, scenarios
+from schedcheck.sim.fuzz.seeds import round_seed
+from schedcheck.sim.fuzz.shrink import shrink_scenario
+from schedcheck.sim.fuzz.swarm import SwarmSpec
+from schedcheck.sim.fuzz.verdict import Verdict, judge
+
+ROUNDS_MAX = 1_000_000
+Report = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    spec: SwarmSpec
+    campaign_seed: int
+    worker_index: int
+    budget_s: float
+    started_at_s: float  # the campaign's start, time.time() (shared by every process)
+    out_dir: str
+    db_dir: str | None = None
+    examples_per_round: int = 32
+    examples_max: int | None = None  # stop after this many examples (tests; None: budget)
+    shrink_budget_s: float = 30.0
+
+
+class FoundBug(Exception):
+    """Raised inside a Hypothesis example: the scenario is a finding."""
+
+    def __init__(self, scenario_json: str, kind: str, headline: str) -> None:
+        super().__init__(scenario_json, kind, headline)
+        self.scenario_json, self.kind, self.headline = scenario_json, kind, headline
+
+
+@dataclass
+class RoundProbe:
+    """Runs and judges each example of one round; remembers what failed."""
+
+    job: WorkerJob
+    round_index: int
+    report: Report
+    stopping: Callable[[], bool]
+    examples: int = 0
+    shrink_runs: int = 0
+    coverage: dict[str, int] = field(default_factory=dict)
+    failed: set[str] = field(default_factory=set)  # scenario JSON of every failing example
+    detected_at_s: float | None = None
+    shrink_deadline_s: float = 0.0
+    clean_failure: dict[str, Any] | None = None
+
+    def __call__(self, scenario: Scenario) -> None:
+        text = scenario.dumps()
+        if self.detected_at_s is not None and self._shrink_over():
+            if text in self.failed:
+                raise FoundBug(text, "", "")
+            return
+        verdict = judge(scenario)
+        self._count(verdict)
+        if verdict.clean_failed and self.clean_failure is None:
+            self.clean_failure = self._save(scenario.with_mutant(None), "clean-failure", verdict)
+        if verdict.failed:
+            self.failed.add(text)
+            if self.detected_at_s is None:
+                self._first_failure(scenario, verdict)
+            raise FoundBug(text, verdict.kind, verdict.headline)
+
+    def _count(self, verdict: Verdict) -> None:
+        if self.detected_at_s is None:
+            self.examples += 1
+            self.coverage = merge(self.coverage, verdict.coverage)
+        else:
+            self.shrink_runs += 1
+
+    def _shrink_over(self) -> bool:
+        return time.monotonic() > self.shrink_deadline_s or self.stopping()
+
+    def _first_failure(self, scenario: Scenario, verdict: Verdict) -> None:
+        self.detected_at_s = time.time() - self.job.started_at_s
+        self.shrink_deadline_s = time.monotonic() + self.job.shrink_budget_s
+        raw = self._save(scenario, "raw", verdict)
+        self.report({"type": "raw", **raw, "examples": self.examples})
+
+    def _save(self, scenario: Scenario, what: str, verdict: Verdict) -> dict[str, Any]:
+        name = f"w{self.job.worker_index}-r{self.round_index}-{what}"
+        bundle = save_scenario_bundle(Path(self.job.out_dir) / name, scenario)
+        return {
+            "worker": self.job.worker_index,
+            "round": self.round_index,
+            "kind": verdict.kind,
+            "headline": verdict.headline,
+            "bundle": bundle,
+            "requests": scenario.num_requests,
+        }
+
+
+def save_scenario_bundle(path: Path, scenario: Scenario) -> str | None:
+    """A bundle of the scenario's run (None if the harness itself cannot run it)."""
+    try:
+        result = scenario.run(record_schedule=True)
+    except Exception:  # a harness crash: keep the scenario alone
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "scenario.json").write_text(scenario.dumps() + "\n", encoding="utf-8")
+        return None
+    if path.exists():
+        shutil.rmtree(path)
+    bundle = save_bundle(path, result)
+    (bundle / "scenario.json").write_text(scenario.dumps() + "\n", encoding="utf-8")
+    return str(bundle)
+
+
+def round_settings(job: WorkerJob, round_index: int) -> settings:
+    """Every setting explicit, so no loaded profile (ci: derandomize) changes a campaign."""
+    phases = [Phase.explicit, Phase.generate, Phase.shrink]
+    database = None
+    if job.db_dir is not None:
+        database = FailureDB(Path(job.db_dir)).hypothesis_db(job.spec)
+        if round_index == 0:
+            phases.insert(1, Phase.reuse)
+    return settings(
+        max_examples=job.examples_per_round,
+        database=database,
+        phases=phases,
+        derandomize=False,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+        verbosity=Verbosity.quiet,
+        print_blob=False,
+    )
+
+
+def run_round(
+    job: WorkerJob, round_index: int, report: Report, stopping: Callable[[], bool]
+) -> tuple[RoundProbe, FoundBug | None]:
+    """One round; returns the probe (counts) and the shrunk finding, if any."""
+    probe = RoundProbe(job, round_index, report, stopping)
+
+    def fuzz_example(scenario: Scenario) -> None:
+        probe(scenario)
+
+    test = round_settings(job, round_index)(
+        seed(round_seed(job.campaign_seed, job.worker_index, round_index))(
+            given(scenarios(job.spec))(fuzz_example)
+        )
+    )
+    try:
+        test()
+    except FoundBug as bug:
+        return probe, bug
+    return probe, None
+
+
+def finish_finding(job: WorkerJob, probe: RoundProbe, bug: FoundBug) -> dict[str, Any]:
+    """ddmin after Hypothesis, the shrunk bundle, and the finding's report."""
+    started = time.monotonic()
+    hypothesis_shrunk = Scenario.from_json_text(bug.scenario_json)
+    shrunk = shrink_scenario(hypothesis_shrunk, lambda s: judge(s).failed)
+    verdict = judge(shrunk)
+    assert verdict.failed, "a shrunk scenario still fails"
+    name = f"w{job.worker_index}-r{probe.round_index}-shrunk"
+    bundle = save_scenario_bundle(Path(job.out_dir) / name, shrunk)
+    return {
+        "type": "finding",
+        "worker": job.worker_index,
+        "round": probe.round_index,
+        "round_seed": round_seed(job.campaign_seed, job.worker_index, probe.round_index),
+        "time_to_detect_s": round(probe.detected_at_s or 0.0, 3),
+        "examples_in_round": probe.examples,
+        "shrink_runs": probe.shrink_runs,
+        "ddmin_s": round(time.monotonic() - started, 3),
+        "hypothesis_requests": hypothesis_shrunk.num_requests,
+        "shrunk_requests": shrunk.num_requests,
+        "kind": verdict.kind,
+        "headline": verdict.headline,
+        "bundle": bundle,
+        "scenario": shrunk.to_json(),
+    }
+
+
+def run_worker(
+    job: WorkerJob,
+    report: Report,
+    should_stop: Callable[[int], bool],
+    stopping: Callable[[], bool],
+) -> None:
+    """Rounds until a finding, the budget, `examples_max`, or `should_stop(round)`."""
+    started = time.monotonic()
+    examples = 0
+    for round_index in range(ROUNDS_MAX):  # bounded: budget and examples_max end it sooner
+        if should_stop(round_index) or time.monotonic() - started >= job.budget_s:
+            break
+        if job.examples_max is not None and examples >= job.examples_max:
+            break
+        probe, bug = run_round(job, round_index, report, stopping)
+        examples += probe.examples
+        report(
+            {
+                "type": "progress",
+                "worker": job.worker_index,
+                "round": round_index,
+                "examples": probe.examples,
+                "coverage": probe.coverage,
+            }
+        )
+        if probe.clean_failure is not None:
+            report({"type": "clean-failure", **probe.clean_failure})
+        if bug is not None:
+            report(finish_finding(job, probe, bug))
+            break
+    report({"type": "done", "worker": job.worker_index, "examples": examples})
