@@ -17,8 +17,14 @@ from schedcheck.engines.metadata import RunnerMetadata
 
 
 class Executor(Protocol):
-    def add_request(self, request_id: str, prompt_token_ids: npt.NDArray[np.int64]) -> None:
-        """Tell the executor a request's true prompt (its oracle for what the chunks hold)."""
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: npt.NDArray[np.int64],
+        cache_salt: str | None = None,
+    ) -> None:
+        """Tell the executor a request's true prompt (its oracle for what the chunks hold);
+        KV built under another `cache_salt` must never be read as this request's."""
         ...
 
     def execute(self, metadata: RunnerMetadata) -> dict[str, int]:

@@ -108,6 +108,7 @@ class AccountingChecker:
             bad(
                 "accounting.num-tokens",
                 f"scheduled with num_tokens {req.num_tokens}, the request has {known} tokens",
+                position=min(known, req.num_tokens),
                 expected=str(known),
                 found=str(req.num_tokens),
             )
@@ -153,6 +154,7 @@ class AccountingChecker:
                         step,
                         f"scheduler has num_computed_tokens {start}, the KV manager {have}",
                         request_id=rid,
+                        position=min(start, have),
                         expected=str(start),
                         found=str(have),
                     )

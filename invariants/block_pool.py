@@ -17,6 +17,7 @@ optional `reserved_block_ids` and are left out.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Collection, Mapping
 
@@ -53,7 +54,7 @@ class BlockPoolChecker:
         cached = snapshot.cached_blocks()
         out.extend(_check_free_queue(step, snapshot.free_block_ids(), ref_cnt, cached, reserved))
         out.extend(self._check_cached(step, cached, block_contents))
-        return out
+        return [_with_holder(v, tables, snapshot.block_size) for v in out]
 
     def _check_cached(
         self, step: int, cached: Mapping[int, bytes], block_contents: BlockContents
@@ -101,6 +102,17 @@ class BlockPoolChecker:
                 )
                 break
         return out
+
+
+def _with_holder(v: Violation, tables, block_size: int) -> Violation:
+    """Name the first request whose block table holds the violation's block, and where."""
+    if v.block < 0 or v.request_id:
+        return v
+    for rid, table in tables.items():  # rare path: only for a violation
+        if v.block in table:
+            position = list(table).index(v.block) * block_size
+            return dataclasses.replace(v, request_id=rid, position=position)
+    return v
 
 
 def _count_holders(tables, num_blocks: int) -> np.ndarray:

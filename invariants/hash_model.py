@@ -7,7 +7,9 @@ as real KV entries are shareable):
     identity(p) = (term(0, t_0) + term(1, t_1) + ... + term(p, t_p)) mod 2**64
     term(i, t)  = mix64((t << 32) | i)
 
-A prefix sum of a fixed integer mix (SplitMix64's finalizer): vectorized with numpy
+A request with a `cache_salt` starts its sum at `salt_identity(cache_salt)` instead of 0, so
+KV built under one salt never passes for another's (GHSA-rm76-4mrf-v9r8). A prefix sum of a
+fixed integer mix (SplitMix64's finalizer): vectorized with numpy
 cumsum, incremental for appended tokens, and the same in every process. Identity 0 means
 "never written" (an identity is 0 with probability 2**-64).
 
@@ -16,6 +18,8 @@ uncached run of a request alone is a pure function of its prompt (`unchunked_out
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +31,14 @@ I64 = npt.NDArray[np.int64]
 SAMPLE_SALT = np.uint64(0x5DEECE66D1B2C3A5)
 POISON = np.uint64(0xA5A5_0000_5A5A_FFFF)  # xor-ed into entries computed from a wrong token
 READ_POISON = np.uint64(0x0F0F_1234_F0F0_4321)  # xor-ed into samples after wrong reads
+
+
+def salt_identity(cache_salt: str | None) -> int:
+    """The identity a salted request's sum starts from (0 without a salt)."""
+    if cache_salt is None:
+        return 0
+    digest = hashlib.sha256(b"schedcheck-cache-salt:" + cache_salt.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "little")
 
 
 def terms(positions: I64, tokens: I64) -> U64:
@@ -50,11 +62,13 @@ def sample_tokens(identity: U64, vocab_size: int = DEFAULT_VOCAB_SIZE) -> I64:
     return (mix64(identity ^ SAMPLE_SALT) % span).astype(np.int64) + FIRST_TOKEN_ID
 
 
-def unchunked_outputs(prompt: I64, num_outputs: int, vocab_size: int = DEFAULT_VOCAB_SIZE) -> I64:
+def unchunked_outputs(
+    prompt: I64, num_outputs: int, vocab_size: int = DEFAULT_VOCAB_SIZE, salt: int = 0
+) -> I64:
     """The outputs of the request run alone: whole prompt in one forward, no cache."""
     assert prompt.size >= 1 and num_outputs >= 0
     out = np.zeros(num_outputs, dtype=np.int64)
-    last = identities(prompt)[-1:]
+    last = identities(prompt, salt)[-1:]
     for k in range(num_outputs):  # bounded: num_outputs
         out[k] = sample_tokens(last, vocab_size)[0]
         pos = np.array([prompt.size + k], dtype=np.int64)
@@ -63,7 +77,9 @@ def unchunked_outputs(prompt: I64, num_outputs: int, vocab_size: int = DEFAULT_V
     return out
 
 
-def outputs_consistent(prompt: I64, outputs: I64, vocab_size: int = DEFAULT_VOCAB_SIZE) -> int:
+def outputs_consistent(
+    prompt: I64, outputs: I64, vocab_size: int = DEFAULT_VOCAB_SIZE, salt: int = 0
+) -> int:
     """Index of the first output that differs from the unchunked run, or -1 if none.
 
     Vectorized: output k must be the sample after identity(len(prompt) + k - 1) of the
@@ -72,7 +88,7 @@ def outputs_consistent(prompt: I64, outputs: I64, vocab_size: int = DEFAULT_VOCA
     """
     if outputs.size == 0:
         return -1
-    ids = identities(np.concatenate([prompt, outputs[:-1]]))
+    ids = identities(np.concatenate([prompt, outputs[:-1]]), salt)
     expected = sample_tokens(ids[prompt.size - 1 :], vocab_size)
     bad = np.flatnonzero(expected != outputs)
     return int(bad[0]) if bad.size else -1

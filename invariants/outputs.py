@@ -23,6 +23,7 @@ def check_finished(
     sampled: np.ndarray,
     max_tokens: int,
     vocab_size: int,
+    salt: int = 0,
 ) -> list[Violation]:
     rid = finished.request_id
     returned = np.asarray(finished.output_token_ids, dtype=np.int64)
@@ -50,9 +51,9 @@ def check_finished(
                 request_id=rid,
             )
         )
-    k = hash_model.outputs_consistent(prompt, sampled, vocab_size)
+    k = hash_model.outputs_consistent(prompt, sampled, vocab_size, salt)
     if k >= 0:
-        want = hash_model.unchunked_outputs(prompt, k + 1, vocab_size)
+        want = hash_model.unchunked_outputs(prompt, k + 1, vocab_size, salt)
         out.append(
             Violation(
                 "outputs.unchunked",

@@ -34,6 +34,7 @@ from schedcheck.engines.protocol import (
 )
 from schedcheck.engines.registry import make_engine
 from schedcheck.engines.schedule_io import Fingerprint
+from schedcheck.invariants import hash_model
 from schedcheck.invariants.accounting import AccountingChecker
 from schedcheck.invariants.block_pool import BlockPoolChecker, check_no_leak
 from schedcheck.invariants.outputs import check_finished
@@ -262,6 +263,9 @@ class Simulation:
         self._record(output)
         self.coverage.observe_step(output, self.live)
         yield self.env.timeout(self.cost.step_time_us(meta) * 1e-6)
+        if violations and not opts.keep_going:  # report before the engine sees the step
+            self._violate(violations)
+            return
         finished = self._call("update_from_output", self.engine.update_from_output, output, sampled)
         for rid, token in sampled.items():
             self.num_tokens[rid] += 1
@@ -300,6 +304,7 @@ class Simulation:
             sampled,
             request.max_tokens,
             self.options.vocab_size,
+            hash_model.salt_identity(request.cache_salt),
         )
 
     def _after_empty_step(self, output: SchedulerOutput) -> None:
@@ -362,11 +367,17 @@ class Simulation:
             max_tokens=trace_req.output_length,
             arrival_time_s=float(self.env.now),
             priority=trace_req.priority,
+            cache_salt=trace_req.cache_salt,
         )
         self.live[request.request_id] = request
         self.num_tokens[request.request_id] = request.num_prompt_tokens
         self.sampled[request.request_id] = []
-        self.executor.add_request(request.request_id, request.prompt_token_ids)
+        if request.cache_salt is None:
+            self.executor.add_request(request.request_id, request.prompt_token_ids)
+        else:
+            self.executor.add_request(
+                request.request_id, request.prompt_token_ids, cache_salt=request.cache_salt
+            )
         self._call("add_request", self.engine.add_request, request)
 
     def _finish_requests(self, finished: list[FinishedRequest]) -> None:

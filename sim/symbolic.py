@@ -83,14 +83,16 @@ class SymbolicExecutor:
 
     # -- the Executor protocol ------------------------------------------------------------
 
-    def add_request(self, request_id: str, prompt_token_ids: np.ndarray) -> None:
+    def add_request(
+        self, request_id: str, prompt_token_ids: np.ndarray, cache_salt: str | None = None
+    ) -> None:
         assert request_id not in self.requests, f"request {request_id} added twice"
         n = int(prompt_token_ids.size)
         capacity = max(16, 2 * n)
         tokens = np.zeros(capacity, dtype=I64)
         tokens[:n] = prompt_token_ids
         ids = np.zeros(capacity, dtype=U64)
-        ids[:n] = hash_model.identities(tokens[:n])
+        ids[:n] = hash_model.identities(tokens[:n], hash_model.salt_identity(cache_salt))
         self.requests[request_id] = _ShadowRequest(len(self.req_names), tokens, ids, n)
         self.req_names.append(request_id)
 

@@ -34,6 +34,7 @@ class TraceRequest:
     session_id: str | None = None
     parent_request_id: str | None = None
     think_time_s: float = 0.0
+    cache_salt: str | None = None  # vLLM's cache_salt: an extra key of every block hash
 
     @property
     def num_own_prompt_tokens(self) -> int:

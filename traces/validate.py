@@ -35,6 +35,7 @@ FIELDS = (
     "session_id",
     "parent_request_id",
     "think_time_s",
+    "cache_salt",
 )
 _KNOWN = frozenset(FIELDS)
 _SHOW_CHARS_MAX = 40
@@ -58,6 +59,7 @@ def parse_request(obj: Any, ctx: LineContext) -> TraceRequest:
         session_id=_text(ctx, fields, "session_id"),
         parent_request_id=_text(ctx, fields, "parent_request_id"),
         think_time_s=_time(ctx, fields, "think_time_s") or 0.0,
+        cache_salt=_text(ctx, fields, "cache_salt"),
     )
     if request.abort_time_s is not None and request.abort_time_s < request.arrival_time_s:
         raise ctx.error(
