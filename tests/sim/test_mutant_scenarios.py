@@ -49,7 +49,8 @@ SCENARIOS = {
     "block-table-short": ([T("a", 0, P((100, 116)))], {"max_num_batched_tokens": 6},
                           (1, "accounting.block-table-short", "a", 11)),
     # c fails to get blocks, the cache changes, c retries with its stale hit count
-    "stale-cache-hit": ([T("a", 0, P((100, 120)), out=8), T("b", 0, P((100, 112), (300, 308)), out=8),
+    "stale-cache-hit": ([T("a", 0, P((100, 120)), out=8),
+                         T("b", 0, P((100, 112), (300, 308)), out=8),
                          T("c", 0, P((100, 112), (400, 420)), out=8)],
                         {"num_gpu_blocks": 12, "max_num_batched_tokens": 8},
                         (1, "shadow-kv.read", "c", 16)),
@@ -120,8 +121,9 @@ def test_replay_names_the_mutants_request_and_position(mutant, tmp_path):
     trace, extra, (code, invariant, request, position) = SCENARIOS[mutant]
     path = tmp_path / "trace.jsonl"
     write_trace(path, trace)
+    bundle = tmp_path / "bundle"
     cmd = [sys.executable, "-m", "schedcheck.sim", "replay", str(path), "--mutant", mutant,
-           "--cost-profile", "unit", "--out", str(tmp_path / "bundle"), "--json", *_options(extra)]  # fmt: skip
+           "--cost-profile", "unit", "--out", str(bundle), "--json", *_options(extra)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=os.environ.copy())
     assert proc.returncode == code, proc.stderr
     out = json.loads(proc.stdout)
@@ -134,7 +136,7 @@ def test_replay_names_the_mutants_request_and_position(mutant, tmp_path):
         request,
         position,
     )
-    assert (tmp_path / "bundle" / "violations.json").is_file()
+    assert (bundle / "violations.json").is_file()
 
 
 @pytest.mark.parametrize("mutant", sorted(SCENARIOS))
