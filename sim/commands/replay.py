@@ -47,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_trace_input_args(parser)
     add_engine_args(parser)
+    add_cost_args(parser)
     sim = parser.add_argument_group("simulation")
     sim.add_argument("--seed", type=non_negative_int, default=0, help="seed (default 0)")
     sim.add_argument("--out", metavar="DIR", help="write a bundle of the run here (always)")
@@ -59,6 +60,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run the bare loop (the shadow-KV executor still runs)",
     )
     sim.add_argument(
+        "--executor",
+        choices=("symbolic", "tensor"),
+        default="symbolic",
+        help="symbolic (shadow KV, default) or tensor (gpu/: a real model)",
+    )
+    sim.add_argument("--backend", default="torch-ref", help="tensor executor attention backend")
+    sim.add_argument("--device", default="cpu", help="tensor executor device")
+    sim.add_argument("--dtype", default="fp32", help="tensor executor dtype")
+    add_json_flag(parser)
+    parser.set_defaults(run=run_guarded(_run))
+
+
+def add_cost_args(parser: argparse.ArgumentParser) -> None:
+    """The step cost model: a named profile and coefficient overrides (replay, fuzz, diff)."""
+    sim = parser.add_argument_group("step cost model")
+    sim.add_argument(
         "--cost-profile",
         choices=sorted(PROFILES),
         default=None,
@@ -70,17 +87,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="K=V,...",
         help="override cost coefficients, e.g. fixed_us=4000,prefill_token_us=25",
     )
-    sim.add_argument(
-        "--executor",
-        choices=("symbolic", "tensor"),
-        default="symbolic",
-        help="symbolic (shadow KV, default) or tensor (gpu/: a real model)",
-    )
-    sim.add_argument("--backend", default="torch-ref", help="tensor executor attention backend")
-    sim.add_argument("--device", default="cpu", help="tensor executor device")
-    sim.add_argument("--dtype", default="fp32", help="tensor executor dtype")
-    add_json_flag(parser)
-    parser.set_defaults(run=run_guarded(_run))
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
