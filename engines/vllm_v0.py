@@ -35,8 +35,6 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from schedcheck.engines.protocol import (
     EngineConfig,
     EngineRequest,
@@ -44,9 +42,8 @@ from schedcheck.engines.protocol import (
     KVSnapshot,
     ScheduledRequest,
     SchedulerOutput,
-    TokenArray,
 )
-from schedcheck.engines.vllm.common import chunk_token_ids, read_only_prompt
+from schedcheck.engines.vllm.common import TokenBuffer, read_only_prompt
 from schedcheck.engines.vllm.v0_build import (
     VLLM_VERSION,
     build_v0,
@@ -76,7 +73,7 @@ class VllmV0Engine:
         self._clock = built.clock
         self._seq_ids = itertools.count()
         self._groups: dict[str, SequenceGroup] = {}  # added, not yet reported finished
-        self._prompts: dict[str, TokenArray] = {}
+        self._tokens: dict[str, TokenBuffer] = {}  # request id -> prompt + outputs
         self._step = 0
         self._last: tuple[SchedulerOutput, list, Any] | None = None
         self._pending_finished: list[FinishedRequest] = []
@@ -89,7 +86,7 @@ class VllmV0Engine:
         group = make_sequence_group(request, next(self._seq_ids), self.config.block_size)
         self.scheduler.add_seq_group(group)
         self._groups[rid] = group
-        self._prompts[rid] = prompt
+        self._tokens[rid] = TokenBuffer(prompt, request.max_tokens)
 
     def abort_request(self, request_id: str) -> None:
         group = self._groups.get(request_id)
@@ -142,7 +139,10 @@ class VllmV0Engine:
                 continue
             group.update_num_computed_tokens(ssg.token_chunk_size)
             if meta.do_sample:
-                self._process_sample(group, sampled_token_ids[group.request_id])
+                token_id = int(sampled_token_ids[group.request_id])
+                self._process_sample(group, token_id)
+                self._tokens[group.request_id].append(token_id)
+                assert _seq(group).get_len() == self._tokens[group.request_id].num_tokens
             if group.is_finished():
                 finished_now.append(group)
         if finished_now or self.version == "0.5.4":  # 0.5.4 frees every step
@@ -190,19 +190,10 @@ class VllmV0Engine:
             num_scheduled_tokens=view.query_len,
             num_tokens=num_tokens,
             num_prompt_tokens=data.get_prompt_len(),
-            token_ids=self._chunk(group.request_id, data, view.context_len, view.seq_len),
+            token_ids=self._tokens[group.request_id].chunk(view.context_len, view.seq_len),
             block_table=tuple(meta.block_tables[seq.seq_id]),
             num_cached_tokens=view.context_len if view.hit_moved_context else 0,
         )
-
-    def _chunk(self, rid: str, data, start: int, stop: int) -> TokenArray:
-        """Tokens [start, stop); a decode reads only the last token (as the runner does)."""
-        prompt = self._prompts[rid]
-        if stop - start == 1 and start >= prompt.size and stop == data.get_len():
-            out = np.array([data.get_last_token_id()], dtype=np.int64)
-            out.flags.writeable = False
-            return out
-        return chunk_token_ids(prompt, data.get_output_token_ids(), start, stop)
 
     def _process_sample(self, group: SequenceGroup, token_id: int) -> None:
         step_output = [sampler_output(_seq(group).seq_id, int(token_id))]
@@ -229,7 +220,7 @@ class VllmV0Engine:
             reason = f"{_seq(group).status.name}: the v0 scheduler ignored the prompt"
             rejected.append((group.request_id, reason))
             self._groups.pop(group.request_id)
-            self._prompts.pop(group.request_id)
+            self._tokens.pop(group.request_id)
             self._pending_finished.append(
                 FinishedRequest(group.request_id, (), f"rejected: {reason}")
             )
@@ -238,7 +229,7 @@ class VllmV0Engine:
     def _report_finished(self, group: SequenceGroup, reason: str) -> None:
         rid = group.request_id
         self._groups.pop(rid)
-        self._prompts.pop(rid)
+        self._tokens.pop(rid)
         outputs = tuple(int(t) for t in _seq(group).get_output_token_ids())
         self._pending_finished.append(FinishedRequest(rid, outputs, reason))
 

@@ -41,7 +41,7 @@ from schedcheck.engines.protocol import (
 )
 from schedcheck.engines.vllm.common import (
     RunnerBlockTables,
-    chunk_token_ids,
+    TokenBuffer,
     frontend_rejection,
     read_only_prompt,
 )
@@ -69,7 +69,7 @@ class VllmV1Engine:
         self.config = config
         self.scheduler = built.scheduler
         self._block_hasher = built.block_hasher
-        self._prompts: dict[str, object] = {}  # request id -> read-only int64 prompt
+        self._tokens: dict[str, TokenBuffer] = {}  # request id -> prompt + outputs
         self._live: dict[str, Request] = {}  # ids added and not yet reported finished
         self._tables = RunnerBlockTables()
         self._step = 0
@@ -80,7 +80,7 @@ class VllmV1Engine:
     # ------------------------------------------------------------------ requests --
     def add_request(self, request: EngineRequest) -> None:
         rid = request.request_id
-        assert rid not in self._live and rid not in self._prompts, f"duplicate id {rid}"
+        assert rid not in self._live, f"duplicate id {rid}"
         reason = frontend_rejection(request, self.config.max_model_len)
         if reason is not None:
             self._rejected.append((rid, reason))
@@ -97,7 +97,7 @@ class VllmV1Engine:
             block_hasher=self._block_hasher,
         )
         self.scheduler.add_request(vllm_request)
-        self._prompts[rid] = prompt
+        self._tokens[rid] = TokenBuffer(prompt, request.max_tokens)
         self._live[rid] = vllm_request
 
     def abort_request(self, request_id: str) -> None:
@@ -125,6 +125,8 @@ class VllmV1Engine:
         self._last = None
         runner_output = self._runner_output(output, sampled_token_ids)
         engine_outputs = self.scheduler.update_from_output(vllm_output, runner_output)
+        for rid, token in sampled_token_ids.items():
+            self._append_token(rid, int(token))
         for outputs in engine_outputs.values():
             for out in outputs.outputs:
                 if out.finish_reason is not None:
@@ -214,9 +216,7 @@ class VllmV1Engine:
             num_scheduled_tokens=num_scheduled,
             num_tokens=request.num_tokens,
             num_prompt_tokens=request.num_prompt_tokens,
-            token_ids=chunk_token_ids(
-                self._prompts[rid], request.output_token_ids, num_computed, end
-            ),
+            token_ids=self._tokens[rid].chunk(num_computed, end),
             block_table=self._tables.table(rid),
             num_cached_tokens=num_computed if admitted else 0,
         )
@@ -240,10 +240,20 @@ class VllmV1Engine:
             sampled_token_ids=sampled,
         )
 
+    def _append_token(self, rid: str, token_id: int) -> None:
+        """Mirror the token vLLM appended (none if the request was aborted mid-step)."""
+        request = self._live.get(rid)
+        if request is None:
+            return
+        buf = self._tokens[rid]
+        if request.num_tokens == buf.num_tokens + 1:
+            buf.append(token_id)
+        assert request.num_tokens == buf.num_tokens, f"{rid}: token counts diverged"
+
     def _report_finished(self, request: Request, reason: str) -> None:
         rid = request.request_id
         self._live.pop(rid)
-        self._prompts.pop(rid)
+        self._tokens.pop(rid)
         self._pending_finished.append(
             FinishedRequest(rid, tuple(int(t) for t in request.output_token_ids), reason)
         )

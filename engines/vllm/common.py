@@ -105,22 +105,41 @@ class RunnerBlockTables:
         return request_id in self._lists
 
 
-def chunk_token_ids(
-    prompt: TokenArray, output_token_ids: Sequence[int], start: int, stop: int
-) -> TokenArray:
-    """Tokens [start, stop) of prompt + outputs, int64 and read-only.
+class TokenBuffer:
+    """A request's tokens (prompt + emitted outputs), as the model runner keeps them: one
+    int64 buffer appended with each sampled token. Chunks are read-only views, no copies;
+    a position once handed out never changes (the buffer only grows).
 
-    A chunk inside the prompt is a view of the (read-only) prompt array; otherwise the
-    output part is copied. `output_token_ids` is the engine's own list of emitted tokens.
+        buffer:  | prompt ............ | out0 out1 ... | (room) |
+                 0          num_prompt_tokens     num_tokens  capacity
     """
-    n_prompt = int(prompt.size)
-    assert 0 <= start < stop <= n_prompt + len(output_token_ids), (start, stop)
-    if stop <= n_prompt:
-        return prompt[start:stop]
-    tail = np.asarray(output_token_ids[max(start - n_prompt, 0) : stop - n_prompt], np.int64)
-    out = tail if start >= n_prompt else np.concatenate([prompt[start:], tail])
-    out.flags.writeable = False
-    return out
+
+    __slots__ = ("_buf", "_view", "num_tokens")
+
+    def __init__(self, prompt: TokenArray, max_tokens: int) -> None:
+        n = int(prompt.size)
+        self._buf = np.empty(n + max_tokens + 1, dtype=np.int64)
+        self._buf[:n] = prompt
+        self._view = self._read_only(self._buf)
+        self.num_tokens = n
+
+    @staticmethod
+    def _read_only(buf: np.ndarray) -> TokenArray:
+        view = buf.view()
+        view.flags.writeable = False
+        return view
+
+    def append(self, token_id: int) -> None:
+        if self.num_tokens == self._buf.size:  # views handed out keep the old buffer
+            self._buf = np.concatenate([self._buf, np.empty_like(self._buf)])
+            self._view = self._read_only(self._buf)
+        self._buf[self.num_tokens] = token_id
+        self.num_tokens += 1
+
+    def chunk(self, start: int, stop: int) -> TokenArray:
+        """Tokens [start, stop) as a read-only view."""
+        assert 0 <= start < stop <= self.num_tokens, (start, stop, self.num_tokens)
+        return self._view[start:stop]
 
 
 def read_only_prompt(prompt: TokenArray) -> TokenArray:
