@@ -73,9 +73,10 @@ class BlockPool:
             return [block_id]
         block_ids = [queue.popitem(last=False)[0] for _ in range(num_blocks)]
         cached_hash_of_block = self.cached_hash_of_block
-        for block_id in block_ids:
-            if block_id in cached_hash_of_block:
-                self._evict(block_id)
+        if not cached_hash_of_block.keys().isdisjoint(block_ids):
+            for block_id in block_ids:
+                if block_id in cached_hash_of_block:
+                    self._evict(block_id)
         if block_ids:
             assert not self.ref_cnt[block_ids].any(), "a free block had holders"
             self.ref_cnt[block_ids] = 1
@@ -118,6 +119,18 @@ class BlockPool:
         assert num_full_blocks <= len(block_hashes)
         cached = self.cached_block_hash_to_block
         cached_hash_of_block = self.cached_hash_of_block
+        new_ids = block_ids[num_cached_blocks:num_full_blocks]
+        new_hashes = block_hashes[num_cached_blocks:num_full_blocks]
+        if (
+            cached_hash_of_block.keys().isdisjoint(new_ids)
+            and cached.keys().isdisjoint(new_hashes)
+            and len(set(new_hashes)) == len(new_hashes)
+        ):  # the common case, in bulk: fresh blocks, content no one cached yet
+            cached.update(zip(new_hashes, new_ids, strict=True))
+            cached_hash_of_block.update(zip(new_ids, new_hashes, strict=True))
+            assert len(cached) == len(cached_hash_of_block), "one block per hash"
+            self.cache_version += 1
+            return
         for index in range(num_cached_blocks, num_full_blocks):
             block_id = block_ids[index]
             if block_id in cached_hash_of_block:

@@ -98,14 +98,12 @@ class HashedKVManager:
         return hit
 
     def _longest_hit(self, block_hashes: Sequence[bytes], max_num_blocks: int) -> list[int]:
+        """Block ids of the leading cached hashes; the lookups run in C (map), then cut."""
         lookup = self.block_pool.cached_block_hash_to_block.get
-        block_ids: list[int] = []
-        for index in range(min(max_num_blocks, len(block_hashes))):
-            block_id = lookup(block_hashes[index])
-            if block_id is None:
-                break
-            block_ids.append(block_id)
-        return block_ids
+        found: list[int | None] = list(map(lookup, block_hashes[:max_num_blocks]))
+        if None in found:
+            del found[found.index(None) :]
+        return found  # type: ignore[return-value]  # no None left
 
     # -- allocation ------------------------------------------------------------------------
 

@@ -195,6 +195,8 @@ class RadixKVManager:
         block_ids = pages.block_ids
         first = pages.num_tree_pages
         assert len(tree_block_ids) == num_full_pages - first
+        if tree_block_ids == block_ids[first:num_full_pages]:
+            tree_block_ids = []  # the common case: the tree took the request's own pages
         for offset, tree_block_id in enumerate(tree_block_ids):
             own = block_ids[first + offset]
             if tree_block_id != own:  # the tree already held this content

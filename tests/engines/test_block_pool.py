@@ -74,3 +74,12 @@ def test_cannot_take_more_than_free():
     pool = BlockPool(2)
     with pytest.raises(AssertionError, match="caller checks the free count"):
         pool.get_new_blocks(3)
+
+
+def test_equal_hashes_within_one_request_cache_the_first_block():
+    """Only possible with a weakened hash (mutant hash-no-parent); the first copy wins."""
+    pool = BlockPool(4)
+    blocks = pool.get_new_blocks(3)
+    pool.cache_full_blocks(blocks, [_h(1), _h(2), _h(1)], 0, 3)
+    assert pool.cached_block_hash_to_block == {_h(1): 0, _h(2): 1}
+    assert pool.cached_hash_of_block == {0: _h(1), 1: _h(2)}
