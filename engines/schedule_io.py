@@ -39,7 +39,12 @@ class Fingerprint:
         for req in output.scheduled:
             table = req.block_table
             prev = tables.get(req.request_id, ())
-            keep = len(prev) if len(prev) <= len(table) and table[: len(prev)] == prev else 0
+            if table is prev:  # engines that cache their tuples: O(1) in the common case
+                keep = len(table)
+            elif len(prev) <= len(table) and table[: len(prev)] == prev:
+                keep = len(prev)
+            else:
+                keep = 0
             tables[req.request_id] = table
             raw_id = req.request_id.encode("utf-8")
             ints.extend(

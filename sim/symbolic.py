@@ -48,6 +48,7 @@ class _ShadowRequest:
     num_tokens: int
     verified_len: int = 0  # count of keys [0, verified_len) read and found right
     verified_table: tuple[int, ...] = ()  # block table prefix covering those keys
+    seen_table: tuple[int, ...] | None = None  # the block table of the last check
 
     def append(self, token: int, term: int) -> None:
         """Append a sampled token whose hash-model term (for its position) is `term`."""
@@ -327,6 +328,9 @@ class SymbolicExecutor:
 
     def _revalidate(self, req: _ShadowRequest, table: tuple[int, ...]) -> int:
         """Keys still verified: those whose block-table entries did not change."""
+        if table is req.seen_table:  # the engine handed the same tuple again: unchanged
+            return req.verified_len
+        req.seen_table = table
         n = len(req.verified_table)
         if n and table[:n] != req.verified_table:
             same = next(
@@ -350,6 +354,7 @@ class SymbolicExecutor:
             np.add.at(self.verifiers, np.asarray(dropped, I64), -1)
         req.verified_table = req.verified_table[:keep_blocks]
         req.verified_len = min(req.verified_len, keep_blocks * self.block_size)
+        req.seen_table = None
 
     def _invalidate_overwritten(
         self,
