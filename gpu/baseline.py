@@ -32,8 +32,9 @@ class Baseline:
     hidden: torch.Tensor  # (N, hidden_size)
     kv_scale: torch.Tensor  # (L,) max |K|, |V| of each layer, fp64 on the host
 
-    def rows(self, req_ids: Sequence[str], owner: npt.NDArray[np.int64],
-             positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    def rows(
+        self, req_ids: Sequence[str], owner: npt.NDArray[np.int64], positions: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
         """Baseline row of each (req_ids[owner[t]], positions[t]); -1 where the request is
         unknown or the position lies past its tokens."""
         offset = np.array([self.offsets.get(r, -1) for r in req_ids], dtype=np.int64)
@@ -44,8 +45,9 @@ class Baseline:
         return np.where(valid, offset[owner] + positions, -1)
 
 
-def run_baseline(model: LlamaModel, backend: AttentionBackend,
-                 sequences: Mapping[str, npt.NDArray[np.int64]]) -> Baseline:
+def run_baseline(
+    model: LlamaModel, backend: AttentionBackend, sequences: Mapping[str, npt.NDArray[np.int64]]
+) -> Baseline:
     """Dense forward of every request's true sequence, in request-id order."""
     assert sequences, "a baseline needs at least one request"
     order = sorted(sequences)
@@ -57,8 +59,9 @@ def run_baseline(model: LlamaModel, backend: AttentionBackend,
         positions = torch.arange(ids.numel(), device=model.device)
         per_layer: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   kept: list = per_layer) -> torch.Tensor:
+        def attend(
+            layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kept: list = per_layer
+        ) -> torch.Tensor:
             kept.append((k, v))
             return backend.dense(q, k, v, scale)
 
@@ -70,5 +73,6 @@ def run_baseline(model: LlamaModel, backend: AttentionBackend,
         total += int(ids.numel())
     k_all, v_all = torch.cat(keys, dim=1), torch.cat(values, dim=1)
     kv_scale = torch.maximum(k_all.abs().amax(dim=(1, 2, 3)), v_all.abs().amax(dim=(1, 2, 3)))
-    return Baseline(offsets, lengths, k_all, v_all, torch.cat(hidden),
-                    kv_scale.to("cpu", torch.float64))
+    return Baseline(
+        offsets, lengths, k_all, v_all, torch.cat(hidden), kv_scale.to("cpu", torch.float64)
+    )

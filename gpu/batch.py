@@ -1,10 +1,10 @@
 """One step's sanitized plan as tensors on the model's device.
 
-    input_ids, positions (T,) int64   the rows, exactly as the runner metadata gives them
-    slot_mapping         (T,) int64   the plan's: -1 = skip the write
-    logits_indices       (S,) int64   rows that sample
-    attn                 AttnBatch    query_start_loc, seq_lens (int32), block table with
-                                      every -1 replaced by the cache's zero block id
+input_ids, positions (T,) int64   the rows, exactly as the runner metadata gives them
+slot_mapping         (T,) int64   the plan's: -1 = skip the write
+logits_indices       (S,) int64   rows that sample
+attn                 AttnBatch    query_start_loc, seq_lens (int32), block table with
+                                  every -1 replaced by the cache's zero block id
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ class StepTensors:
     attn: AttnBatch
 
 
-def step_tensors(plan: StepPlan, zero_block_id: int, device: torch.device,
-                 softmax_scale: float) -> StepTensors:
+def step_tensors(
+    plan: StepPlan, zero_block_id: int, device: torch.device, softmax_scale: float
+) -> StepTensors:
     md = plan.metadata
     table = np.where(plan.key_table >= 0, plan.key_table, zero_block_id).astype(np.int32)
     seq_lens = md.seq_lens.astype(np.int32)
@@ -38,9 +39,19 @@ def step_tensors(plan: StepPlan, zero_block_id: int, device: torch.device,
         return torch.as_tensor(np.ascontiguousarray(array)).to(device)
 
     attn = AttnBatch(
-        query_start_loc=dev(qsl), seq_lens=dev(seq_lens), block_table=dev(table),
-        block_table_np=table, seq_lens_np=seq_lens, query_start_loc_np=qsl,
-        block_size=md.block_size, softmax_scale=softmax_scale)
+        query_start_loc=dev(qsl),
+        seq_lens=dev(seq_lens),
+        block_table=dev(table),
+        block_table_np=table,
+        seq_lens_np=seq_lens,
+        query_start_loc_np=qsl,
+        block_size=md.block_size,
+        softmax_scale=softmax_scale,
+    )
     return StepTensors(
-        input_ids=dev(md.input_ids), positions=dev(md.positions),
-        slot_mapping=dev(plan.slot_mapping), logits_indices=dev(md.logits_indices), attn=attn)
+        input_ids=dev(md.input_ids),
+        positions=dev(md.positions),
+        slot_mapping=dev(plan.slot_mapping),
+        logits_indices=dev(md.logits_indices),
+        attn=attn,
+    )

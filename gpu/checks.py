@@ -45,9 +45,16 @@ class ReplayChecker:
         self.max_kv_error = 0.0  # the largest K/V difference seen within tolerance
         self.max_logprob_error = 0.0
 
-    def on_step(self, plan: StepPlan, tensors: StepTensors, written: list[KV],
-                hidden: torch.Tensor, logits: torch.Tensor, tokens: torch.Tensor,
-                executor) -> None:
+    def on_step(
+        self,
+        plan: StepPlan,
+        tensors: StepTensors,
+        written: list[KV],
+        hidden: torch.Tensor,
+        logits: torch.Tensor,
+        tokens: torch.Tensor,
+        executor,
+    ) -> None:
         self._check_writes(plan, written)
         self._check_reads(plan, tensors, executor.cache)
         self._check_samples(plan, logits, tokens)
@@ -73,8 +80,15 @@ class ReplayChecker:
         out[:, rows < 0] = 0.0
         return out
 
-    def _report_kv(self, kind: str, plan: StepPlan, errors: np.ndarray, owner: np.ndarray,
-                   positions: np.ndarray, slots: np.ndarray) -> None:
+    def _report_kv(
+        self,
+        kind: str,
+        plan: StepPlan,
+        errors: np.ndarray,
+        owner: np.ndarray,
+        positions: np.ndarray,
+        slots: np.ndarray,
+    ) -> None:
         bad = errors > self.kv_tol[:, None]  # (L, N)
         ok_errors = errors[~bad]
         if ok_errors.size:
@@ -86,11 +100,21 @@ class ReplayChecker:
             layer = int(np.flatnonzero(mine.any(axis=1))[0])  # lowest layer, then position
             n = int(np.flatnonzero(mine[layer])[0])
             slot = int(slots[n])
-            self.findings.append(misalignment(
-                kind, plan.step, md.req_ids[i], int(positions[n]),
-                f"{kind} at layer {layer}: |diff| {errors[layer, n]:.3g} > "
-                f"{self.kv_tol[layer]:.3g}", slot=slot, block=slot // bs if slot >= 0 else None,
-                layer=layer, error=float(errors[layer, n]), tolerance=float(self.kv_tol[layer])))
+            self.findings.append(
+                misalignment(
+                    kind,
+                    plan.step,
+                    md.req_ids[i],
+                    int(positions[n]),
+                    f"{kind} at layer {layer}: |diff| {errors[layer, n]:.3g} > "
+                    f"{self.kv_tol[layer]:.3g}",
+                    slot=slot,
+                    block=slot // bs if slot >= 0 else None,
+                    layer=layer,
+                    error=float(errors[layer, n]),
+                    tolerance=float(self.kv_tol[layer]),
+                )
+            )
 
     def _check_writes(self, plan: StepPlan, written: list[KV]) -> None:
         md = plan.metadata
@@ -100,8 +124,7 @@ class ReplayChecker:
             return written[layer][0][lo:hi], written[layer][1][lo:hi]
 
         errors = self._errors(fetch, rows)
-        self._report_kv("kv-write", plan, errors, plan.row_request, md.positions,
-                        md.slot_mapping)
+        self._report_kv("kv-write", plan, errors, plan.row_request, md.positions, md.slot_mapping)
 
     def _check_reads(self, plan: StepPlan, tensors: StepTensors, cache) -> None:
         md, attn = plan.metadata, tensors.attn
@@ -131,20 +154,32 @@ class ReplayChecker:
             return
         base_hidden = self.baseline.hidden[torch.as_tensor(rows[keep]).to(logits.device)]
         base_lp = torch.log_softmax(self.model.logits(base_hidden).to(torch.float64), dim=-1)
-        lp = torch.log_softmax(logits[torch.as_tensor(keep).to(logits.device)].to(torch.float64),
-                               dim=-1)
+        lp = torch.log_softmax(
+            logits[torch.as_tensor(keep).to(logits.device)].to(torch.float64), dim=-1
+        )
         chosen = tokens[torch.as_tensor(keep).to(tokens.device)]
         preferred = base_lp.argmax(dim=-1)
         pick = torch.stack([chosen, preferred], dim=1)
         err = (lp.gather(1, pick) - base_lp.gather(1, pick)).abs().amax(dim=1)
-        margin = base_lp.gather(1, preferred[:, None])[:, 0] - base_lp.gather(1, chosen[:, None])[:, 0]
+        margin = (
+            base_lp.gather(1, preferred[:, None])[:, 0] - base_lp.gather(1, chosen[:, None])[:, 0]
+        )
         self.num_sampled += int(keep.size)
-        for n, (e, m, s, b) in enumerate(zip(err.tolist(), margin.tolist(), chosen.tolist(),
-                                           preferred.tolist(), strict=True)):
+        for n, (e, m, s, b) in enumerate(
+            zip(err.tolist(), margin.tolist(), chosen.tolist(), preferred.tolist(), strict=True)
+        ):
             self._judge_sample(plan, int(keep[n]), int(positions[keep[n]]), e, m, s, b)
 
-    def _judge_sample(self, plan: StepPlan, sample: int, position: int, err: float,
-                      margin: float, chosen: int, preferred: int) -> None:
+    def _judge_sample(
+        self,
+        plan: StepPlan,
+        sample: int,
+        position: int,
+        err: float,
+        margin: float,
+        chosen: int,
+        preferred: int,
+    ) -> None:
         rid = plan.metadata.sampling_req_ids[sample]
         step, tol = plan.step, self.tol
         where = dict(error=err, tolerance=tol.logprob_atol)
@@ -152,16 +187,38 @@ class ReplayChecker:
             self.max_logprob_error = max(self.max_logprob_error, err)
             return
         if chosen == preferred:
-            self.findings.append(misalignment(
-                "logprob", step, rid, position,
-                f"logprob of token {chosen} off by {err:.3g} > {tol.logprob_atol:.3g}", **where))
+            self.findings.append(
+                misalignment(
+                    "logprob",
+                    step,
+                    rid,
+                    position,
+                    f"logprob of token {chosen} off by {err:.3g} > {tol.logprob_atol:.3g}",
+                    **where,
+                )
+            )
         elif margin <= tol.tie_margin and err <= tol.logprob_atol:
-            self.findings.append(Finding(
-                "token", NEAR_TIE, step, rid, position,
-                f"token {chosen} instead of {preferred}: baseline margin {margin:.3g} <= "
-                f"{tol.tie_margin:.3g}, logprobs within {err:.3g}", **where))
+            self.findings.append(
+                Finding(
+                    "token",
+                    NEAR_TIE,
+                    step,
+                    rid,
+                    position,
+                    f"token {chosen} instead of {preferred}: baseline margin {margin:.3g} <= "
+                    f"{tol.tie_margin:.3g}, logprobs within {err:.3g}",
+                    **where,
+                )
+            )
         else:
-            self.findings.append(misalignment(
-                "token", step, rid, position,
-                f"token {chosen} instead of {preferred}: baseline margin {margin:.3g}, "
-                f"logprob diff {err:.3g}", **where))
+            self.findings.append(
+                misalignment(
+                    "token",
+                    step,
+                    rid,
+                    position,
+                    f"token {chosen} instead of {preferred}: baseline margin {margin:.3g}, "
+                    f"logprob diff {err:.3g}",
+                    **where,
+                )
+            )

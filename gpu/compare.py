@@ -72,11 +72,18 @@ class Report:
         kept, dropped = _cap(self.findings)
         first = self.first_divergence()
         return {
-            "bundle": self.bundle, "backend": self.backend, "device": self.device,
-            "dtype": self.dtype, "verdict": self.verdict, "steps": self.steps,
-            "requests": self.requests, "tokens": self.tokens, "sampled": self.sampled,
+            "bundle": self.bundle,
+            "backend": self.backend,
+            "device": self.device,
+            "dtype": self.dtype,
+            "verdict": self.verdict,
+            "steps": self.steps,
+            "requests": self.requests,
+            "tokens": self.tokens,
+            "sampled": self.sampled,
             "first_divergence": {r: f.to_json() for r, f in first.items()},
-            "divergences": [f.to_json() for f in kept], "num_divergences": len(self.findings),
+            "divergences": [f.to_json() for f in kept],
+            "num_divergences": len(self.findings),
             "divergences_left_out": dropped,
             "violations_matched": match_violations(self.violations, first),
             "max_kv_error_within_tolerance": self.max_kv_error,
@@ -96,8 +103,9 @@ def _cap(findings: list[Finding]) -> tuple[list[Finding], int]:
     return kept, len(findings) - len(kept)
 
 
-def match_violations(violations: list[dict[str, Any]],
-                     first: dict[str, Finding]) -> list[dict[str, Any]]:
+def match_violations(
+    violations: list[dict[str, Any]], first: dict[str, Finding]
+) -> list[dict[str, Any]]:
     """For each recorded violation naming a request: does our first divergence agree?"""
     out = []
     for v in violations:
@@ -105,11 +113,15 @@ def match_violations(violations: list[dict[str, Any]],
         if rid is None:
             continue
         ours = first.get(str(rid))
-        out.append({
-            "request_id": rid, "step": v.get("step"), "position": v.get("position"),
-            "found": ours.to_json() if ours else None,
-            "same_position": ours is not None and ours.position == v.get("position"),
-        })
+        out.append(
+            {
+                "request_id": rid,
+                "step": v.get("step"),
+                "position": v.get("position"),
+                "found": ours.to_json() if ours else None,
+                "same_position": ours is not None and ours.position == v.get("position"),
+            }
+        )
     return out
 
 
@@ -135,8 +147,12 @@ def build_model(opts: VerifyOptions) -> LlamaModel:
     return make_model(opts.model_config, seed=opts.seed, device=opts.device, dtype=dtype)
 
 
-def verify_bundle(path: str | Path, opts: VerifyOptions, model: LlamaModel | None = None,
-                  backend: AttentionBackend | None = None) -> Report:
+def verify_bundle(
+    path: str | Path,
+    opts: VerifyOptions,
+    model: LlamaModel | None = None,
+    backend: AttentionBackend | None = None,
+) -> Report:
     """Replay bundle `path` and compare; raises ValueError on a bad bundle or config.
 
     `model` / `backend` instances override opts (a backend given is not checked)."""
@@ -147,14 +163,20 @@ def verify_bundle(path: str | Path, opts: VerifyOptions, model: LlamaModel | Non
     model = model or build_model(opts)
     if opts.model_hook is not None:
         opts.model_hook(model)
-    sequences = true_sequences(read_trace(bundle.trace_path), bundle.outputs,
-                               vocab_size=model.cfg.vocab_size)
+    sequences = true_sequences(
+        read_trace(bundle.trace_path), bundle.outputs, vocab_size=model.cfg.vocab_size
+    )
     check_vocab(sequences, model.cfg.vocab_size)
     schedule = list(bundle.schedule())
     cfg = model.cfg
-    spec = BackendSpec.for_device(model.device, dtype=model.dtype, block_size=block_size,
-                                  head_dim=cfg.head_dim, num_heads=cfg.num_heads,
-                                  num_kv_heads=cfg.num_kv_heads)
+    spec = BackendSpec.for_device(
+        model.device,
+        dtype=model.dtype,
+        block_size=block_size,
+        head_dim=cfg.head_dim,
+        num_heads=cfg.num_heads,
+        num_kv_heads=cfg.num_kv_heads,
+    )
     backend = backend or choose_backend(opts.backend, spec)
     start = time.perf_counter()
     baseline = run_baseline(model, backend, sequences)
@@ -163,17 +185,24 @@ def verify_bundle(path: str | Path, opts: VerifyOptions, model: LlamaModel | Non
     checker = ReplayChecker(baseline, model, opts.tolerance or tolerance_for(opts.dtype))
     executor = TensorExecutor(model, backend, block_size, num_blocks, observer=checker)
     executor.set_true_tokens(sequences)
-    stats = replay_schedule(schedule, executor, block_size, bundle.config.get("mutant"),
-                            opts.transform)
+    stats = replay_schedule(
+        schedule, executor, block_size, bundle.config.get("mutant"), opts.transform
+    )
     return Report(
-        bundle=str(path), backend=backend.name, device=str(model.device),
-        dtype=dtype_name(model.dtype), steps=stats.steps, requests=len(sequences),
-        tokens=stats.tokens, sampled=stats.sampled,
+        bundle=str(path),
+        backend=backend.name,
+        device=str(model.device),
+        dtype=dtype_name(model.dtype),
+        steps=stats.steps,
+        requests=len(sequences),
+        tokens=stats.tokens,
+        sampled=stats.sampled,
         findings=executor.findings + checker.findings,
-        timing_s={"baseline": baseline_s, "replay": stats.replay_s,
-                  "forward": executor.forward_s},
-        violations=list(bundle.violations), max_kv_error=checker.max_kv_error,
-        max_logprob_error=checker.max_logprob_error)
+        timing_s={"baseline": baseline_s, "replay": stats.replay_s, "forward": executor.forward_s},
+        violations=list(bundle.violations),
+        max_kv_error=checker.max_kv_error,
+        max_logprob_error=checker.max_logprob_error,
+    )
 
 
 def _sync(device: torch.device) -> None:

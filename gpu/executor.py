@@ -12,9 +12,10 @@ tables, logits_indices):
 A slot -1 or a block id out of range never crashes: it is a `misalignment` finding in
 `executor.findings` (writes skipped, reads of the zero block); `violations` holds the last
 step's findings as invariants' Violations (`tensor.<kind>`) for the engine loop, and
-`block_contents` answers the block-pool invariant from a hash-model shadow (shadow.py). The executor's oracle of
-what the chunks hold is each request's true prompt (`add_request`) plus the tokens it
-sampled; a replay sets the whole true sequence up front (`set_true_tokens`).
+`block_contents` answers the block-pool invariant from a hash-model shadow (shadow.py).
+The executor's oracle of what the chunks hold is each request's true prompt
+(`add_request`) plus the tokens it sampled; a replay sets the whole true sequence up front
+(`set_true_tokens`).
 
 An observer (see `checks.py`) may watch each step: `on_step(plan, tensors, written, hidden,
 logits, tokens, executor)` with `written` = per layer (K, V) of every row.
@@ -61,19 +62,39 @@ KV = tuple[torch.Tensor, torch.Tensor]
 
 
 class StepObserver(Protocol):
-    def on_step(self, plan: StepPlan, tensors: StepTensors, written: list[KV],
-                hidden: torch.Tensor, logits: torch.Tensor, tokens: torch.Tensor,
-                executor: TensorExecutor) -> None: ...
+    def on_step(
+        self,
+        plan: StepPlan,
+        tensors: StepTensors,
+        written: list[KV],
+        hidden: torch.Tensor,
+        logits: torch.Tensor,
+        tokens: torch.Tensor,
+        executor: TensorExecutor,
+    ) -> None: ...
 
 
 class TensorExecutor:
-    def __init__(self, model: LlamaModel, backend: AttentionBackend, block_size: int,
-                 num_blocks: int, observer: StepObserver | None = None):
+    def __init__(
+        self,
+        model: LlamaModel,
+        backend: AttentionBackend,
+        block_size: int,
+        num_blocks: int,
+        observer: StepObserver | None = None,
+    ):
         cfg = model.cfg
         self.model = model
         self.backend = backend
-        self.cache = PagedKVCache(cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads,
-                                  cfg.head_dim, device=model.device, dtype=model.dtype)
+        self.cache = PagedKVCache(
+            cfg.num_layers,
+            num_blocks,
+            block_size,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            device=model.device,
+            dtype=model.dtype,
+        )
         self.observer = observer
         self.findings: list[Finding] = []
         self.tokens: dict[str, npt.NDArray[np.int64]] = {}  # the oracle: true tokens
@@ -97,8 +118,9 @@ class TensorExecutor:
         self.violations = [_violation(f) for f in plan.findings]
         self._write_shadow(plan)
         self.cache.ensure(plan.max_block_id)
-        tensors = step_tensors(plan, self.cache.zero_block_id, self.model.device,
-                               self.model.cfg.softmax_scale)
+        tensors = step_tensors(
+            plan, self.cache.zero_block_id, self.model.device, self.model.cfg.softmax_scale
+        )
         start = time.perf_counter()
         written, hidden, logits, tokens = self._forward(tensors)
         token_list = [int(t) for t in tokens.tolist()]  # synchronizes the device
@@ -117,23 +139,24 @@ class TensorExecutor:
     # -- internals ---------------------------------------------------------------------
     def _write_shadow(self, plan: StepPlan) -> None:
         md = plan.metadata
-        ident = row_identities(self.shadow, md.req_ids, plan.row_request, md.positions,
-                               md.input_ids, self.tokens)
+        ident = row_identities(
+            self.shadow, md.req_ids, plan.row_request, md.positions, md.input_ids, self.tokens
+        )
         self.shadow.write(plan.slot_mapping, ident)
 
     def set_true_tokens(self, tokens: Mapping[str, npt.NDArray[np.int64]]) -> None:
         """Replay: the whole true sequence of every request is known up front."""
         self.tokens = {rid: np.asarray(t, dtype=np.int64) for rid, t in tokens.items()}
 
-    def _forward(self, t: StepTensors) -> tuple[list[KV], torch.Tensor, torch.Tensor,
-                                                 torch.Tensor]:
+    def _forward(self, t: StepTensors) -> tuple[list[KV], torch.Tensor, torch.Tensor, torch.Tensor]:
         written: list[KV] = []
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
             self.cache.write(layer, k, v, t.slot_mapping)
             written.append((k, v))
-            return self.backend.paged(q, self.cache.key_cache[layer],
-                                      self.cache.value_cache[layer], t.attn)
+            return self.backend.paged(
+                q, self.cache.key_cache[layer], self.cache.value_cache[layer], t.attn
+            )
 
         with torch.inference_mode():
             hidden = self.model.forward(t.input_ids, t.positions, attend)
@@ -151,15 +174,29 @@ class TensorExecutor:
 
 
 def _violation(f: Finding) -> Violation:
-    return Violation(f"tensor.{f.kind}", f.step, f.message, request_id=f.request_id,
-                     position=f.position, slot=-1 if f.slot is None else f.slot,
-                     block=-1 if f.block is None else f.block)
+    return Violation(
+        f"tensor.{f.kind}",
+        f.step,
+        f.message,
+        request_id=f.request_id,
+        position=f.position,
+        slot=-1 if f.slot is None else f.slot,
+        block=-1 if f.block is None else f.block,
+    )
 
 
-def make_executor(backend: str = "auto", device: str = "cpu", dtype: Any = "fp32",
-                  block_size: int = 16, num_blocks: int = 27_000, seed: int = 0, *,
-                  model_dir: str | None = None, model_config: ModelConfig | None = None,
-                  observer: StepObserver | None = None) -> TensorExecutor:
+def make_executor(
+    backend: str = "auto",
+    device: str = "cpu",
+    dtype: Any = "fp32",
+    block_size: int = 16,
+    num_blocks: int = 27_000,
+    seed: int = 0,
+    *,
+    model_dir: str | None = None,
+    model_config: ModelConfig | None = None,
+    observer: StepObserver | None = None,
+) -> TensorExecutor:
     """The factory the engine loop loads by name (signature in the module docstring)."""
     torch_dt = torch_dtype(dtype) if isinstance(dtype, str) else dtype
     if model_dir is not None:
@@ -169,8 +206,13 @@ def make_executor(backend: str = "auto", device: str = "cpu", dtype: Any = "fp32
     else:
         model = make_model(model_config, seed=seed, device=device, dtype=torch_dt)
     cfg = model.cfg
-    spec = BackendSpec.for_device(model.device, dtype=torch_dt, block_size=block_size,
-                                  head_dim=cfg.head_dim, num_heads=cfg.num_heads,
-                                  num_kv_heads=cfg.num_kv_heads)
+    spec = BackendSpec.for_device(
+        model.device,
+        dtype=torch_dt,
+        block_size=block_size,
+        head_dim=cfg.head_dim,
+        num_heads=cfg.num_heads,
+        num_kv_heads=cfg.num_kv_heads,
+    )
     chosen = choose_backend(backend, spec)
     return TensorExecutor(model, chosen, block_size, num_blocks, observer=observer)

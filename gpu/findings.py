@@ -70,8 +70,9 @@ class Finding:
 _KIND_ORDER = {kind: i for i, kind in enumerate(KINDS)}
 
 
-def misalignment(kind: str, step: int, request_id: str, position: int, message: str,
-                 **where: Any) -> Finding:
+def misalignment(
+    kind: str, step: int, request_id: str, position: int, message: str, **where: Any
+) -> Finding:
     return Finding(kind, MISALIGNMENT, step, request_id, position, message, **where)
 
 

@@ -17,9 +17,17 @@ import torch
 
 
 class PagedKVCache:
-    def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
-                 head_dim: int, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32, initial_blocks: int = 64):
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        initial_blocks: int = 64,
+    ):
         assert num_layers >= 1 and num_blocks >= 1 and block_size >= 1
         self.num_blocks = num_blocks  # the engine's block count: valid ids are below it
         self.block_size = block_size
@@ -56,8 +64,9 @@ class PagedKVCache:
                 caches[layer] = new
         self.capacity = capacity
 
-    def write(self, layer: int, key: torch.Tensor, value: torch.Tensor,
-              slot_mapping: torch.Tensor) -> None:
+    def write(
+        self, layer: int, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor
+    ) -> None:
         """Row t of key/value (T, Hk, D) goes to slot slot_mapping[t]; -1 rows are skipped.
 
         Slots must be unique among the rows written (the step plan keeps the last writer).

@@ -19,8 +19,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * normed.to(x.dtype)
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
-                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(T, head_dim) cos and sin of angle positions[t] * theta^(-2i/head_dim).
 
     Angles are computed in fp64 from the integer positions, so position p gets the same
@@ -37,7 +38,7 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float,
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate x (T, heads, head_dim) by the half-split convention (HF Llama's rotate_half).
 
-        x = [x1 | x2]  ->  [x1*cos - x2*sin | x2*cos + x1*sin]
+    x = [x1 | x2]  ->  [x1*cos - x2*sin | x2*cos + x1*sin]
     """
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
@@ -45,8 +46,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos[:, None, :] + rotated * sin[:, None, :]
 
 
-def swiglu(x: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor,
-           down_w: torch.Tensor) -> torch.Tensor:
+def swiglu(
+    x: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: torch.Tensor
+) -> torch.Tensor:
     """down(silu(gate(x)) * up(x)); weights in nn.Linear layout (out, in)."""
     hidden = torch.nn.functional.silu(x @ gate_w.T) * (x @ up_w.T)
     return hidden @ down_w.T

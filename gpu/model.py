@@ -96,8 +96,13 @@ def random_weights(cfg: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
 class LlamaModel:
     """Weights on one device in one dtype, and the forward pass over flattened tokens."""
 
-    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor],
-                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        weights: dict[str, torch.Tensor],
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ):
         expected = weight_shapes(cfg)
         missing = sorted(set(expected) - set(weights))
         assert not missing, f"weights missing: {missing[:3]}"
@@ -109,8 +114,9 @@ class LlamaModel:
         self.w = {k: weights[k].to(device=self.device, dtype=dtype) for k in expected}
         self.head64 = weights["lm_head.weight"].to(device=self.device, dtype=torch.float64)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                attend: AttendFn) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attend: AttendFn
+    ) -> torch.Tensor:
         """(T,) ids and positions -> (T, hidden) final-normed hidden states."""
         assert input_ids.shape == positions.shape and input_ids.ndim == 1
         cfg, w = self.cfg, self.w
@@ -128,8 +134,12 @@ class LlamaModel:
             assert a.shape == q.shape, f"attention output {tuple(a.shape)} != {tuple(q.shape)}"
             x = x + a.reshape(num_tokens, -1) @ w[p + "self_attn.o_proj.weight"].T
             h = layers.rms_norm(x, w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
-            x = x + layers.swiglu(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
-                                  w[p + "mlp.down_proj.weight"])
+            x = x + layers.swiglu(
+                h,
+                w[p + "mlp.gate_proj.weight"],
+                w[p + "mlp.up_proj.weight"],
+                w[p + "mlp.down_proj.weight"],
+            )
         return layers.rms_norm(x, w["model.norm.weight"], cfg.rms_norm_eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -148,8 +158,12 @@ class LlamaModel:
             self.head64 = value.to(device=self.device, dtype=torch.float64)
 
 
-def make_model(cfg: ModelConfig | None = None, seed: int = 0, device: str = "cpu",
-               dtype: torch.dtype = torch.float32) -> LlamaModel:
+def make_model(
+    cfg: ModelConfig | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> LlamaModel:
     """A model with random weights from `seed` (drawn on CPU, then moved)."""
     cfg = cfg or ModelConfig()
     return LlamaModel(cfg, random_weights(cfg, seed), device=device, dtype=dtype)

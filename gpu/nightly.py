@@ -72,32 +72,59 @@ def judge(path: Path, backend: str, report, pinned: scenarios.Expected | None) -
         expected, failed = "consistent", verdict == "misaligned"
         message = f"first divergences {first}" if first else "no divergence"
     t = report.timing_s
-    return Result(str(path), backend, verdict, expected, failed, message, t["replay"],
-                  t["forward"], t["baseline"], report.tokens, report.to_json())
+    return Result(
+        str(path),
+        backend,
+        verdict,
+        expected,
+        failed,
+        message,
+        t["replay"],
+        t["forward"],
+        t["baseline"],
+        report.tokens,
+        report.to_json(),
+    )
 
 
-def run_one(path: Path, backend: AttentionBackend, opts: VerifyOptions, model,
-            pinned: scenarios.Expected | None) -> Result:
+def run_one(
+    path: Path,
+    backend: AttentionBackend,
+    opts: VerifyOptions,
+    model,
+    pinned: scenarios.Expected | None,
+) -> Result:
     bundle_cfg = read_bundle(path).config.get("engine_config", {})
     cfg = model.cfg
-    spec = BackendSpec.for_device(model.device, dtype=model.dtype,
-                                  block_size=int(bundle_cfg.get("block_size", 16)),
-                                  head_dim=cfg.head_dim, num_heads=cfg.num_heads,
-                                  num_kv_heads=cfg.num_kv_heads)
+    spec = BackendSpec.for_device(
+        model.device,
+        dtype=model.dtype,
+        block_size=int(bundle_cfg.get("block_size", 16)),
+        head_dim=cfg.head_dim,
+        num_heads=cfg.num_heads,
+        num_kv_heads=cfg.num_kv_heads,
+    )
     refusal = backend.refusal(spec)
     if refusal is not None:
         return Result(str(path), backend.name, "refused", "-", False, refusal)
     try:
         report = verify_bundle(path, opts, model=model, backend=backend)
     except Exception as exc:  # a kernel error must not stop the other bundles
-        return Result(str(path), backend.name, "error", "-", True,
-                      f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}")
+        return Result(
+            str(path),
+            backend.name,
+            "error",
+            "-",
+            True,
+            f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}",
+        )
     return judge(path, backend.name, report, pinned)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m schedcheck.gpu.nightly",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m schedcheck.gpu.nightly", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("dirs", nargs="*", type=Path, help="more directories holding bundles")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -121,22 +148,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     pinned = {} if args.no_scenarios else write_scenarios(args.out / "scenarios", args.block_size)
-    corpus = list(pinned) + find_bundles([REPO_ROOT / "tests" / "regressions", *args.dirs],
-                                         args.max_bundles)
+    corpus = list(pinned) + find_bundles(
+        [REPO_ROOT / "tests" / "regressions", *args.dirs], args.max_bundles
+    )
     opts = VerifyOptions(device=args.device, dtype=dtype, seed=args.seed)
     model = build_model(opts)
     started = time.perf_counter()
-    results = [run_one(path, backend, opts, model, pinned.get(path))
-               for backend in backends for path in corpus]
-    meta = {"device": _device_name(args.device), "dtype": dtype, "torch": torch.__version__,
-            "bundles": len(corpus), "wall_s": round(time.perf_counter() - started, 2)}
+    results = [
+        run_one(path, backend, opts, model, pinned.get(path))
+        for backend in backends
+        for path in corpus
+    ]
+    meta = {
+        "device": _device_name(args.device),
+        "dtype": dtype,
+        "torch": torch.__version__,
+        "bundles": len(corpus),
+        "wall_s": round(time.perf_counter() - started, 2),
+    }
     write_junit(args.out / "nightly.xml", results)
     write_json(args.out / "nightly.json", results, meta)
     write_markdown(args.out / "nightly.md", results, meta)
     for r in results:
         if r.failed:
-            print(f"FAIL {r.backend} {r.bundle}: {r.verdict} (expected {r.expected}): "
-                  f"{r.message.splitlines()[0]}")
+            print(
+                f"FAIL {r.backend} {r.bundle}: {r.verdict} (expected {r.expected}): "
+                f"{r.message.splitlines()[0]}"
+            )
     print(", ".join(f"{k}: {v}" for k, v in meta.items()))
     print("\n".join(table(results)))
     return 1 if any(r.failed for r in results) else 0

@@ -36,9 +36,13 @@ class ReplayStats:
     replay_s: float = 0.0
 
 
-def replay_schedule(schedule: Sequence[SchedulerOutput], executor: TensorExecutor,
-                    block_size: int, mutant: str | None = None,
-                    transform: Transform | None = None) -> ReplayStats:
+def replay_schedule(
+    schedule: Sequence[SchedulerOutput],
+    executor: TensorExecutor,
+    block_size: int,
+    mutant: str | None = None,
+    transform: Transform | None = None,
+) -> ReplayStats:
     stats = ReplayStats()
     start = time.perf_counter()
     for output in schedule:
@@ -64,15 +68,16 @@ class Recorder:
 
     samples: dict[tuple[int, str, int], torch.Tensor] = field(default_factory=dict)
     kv: dict[tuple[str, int], list[tuple[int, torch.Tensor, torch.Tensor]]] = field(
-        default_factory=dict)
+        default_factory=dict
+    )
 
-    def on_step(self, plan, tensors, written: list[KV], hidden, logits, tokens,
-                executor) -> None:
+    def on_step(self, plan, tensors, written: list[KV], hidden, logits, tokens, executor) -> None:
         md = plan.metadata
         keys = torch.stack([k for k, _ in written], dim=1).to("cpu", torch.float64)
         values = torch.stack([v for _, v in written], dim=1).to("cpu", torch.float64)
-        for t, (i, pos) in enumerate(zip(plan.row_request.tolist(), md.positions.tolist(),
-                                         strict=True)):
+        for t, (i, pos) in enumerate(
+            zip(plan.row_request.tolist(), md.positions.tolist(), strict=True)
+        ):
             self.kv.setdefault((md.req_ids[i], pos), []).append((plan.step, keys[t], values[t]))
         host = logits.to("cpu", torch.float64)
         rows = md.logits_indices.tolist()

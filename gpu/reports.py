@@ -37,53 +37,75 @@ class Result:
 
 
 def write_junit(path: Path, results: Sequence[Result]) -> None:
-    suite = ET.Element("testsuite", name="schedcheck-gpu-nightly", tests=str(len(results)),
-                       failures=str(sum(r.failed for r in results)),
-                       skipped=str(sum(r.verdict == "refused" for r in results)),
-                       time=f"{sum(r.replay_s + r.baseline_s for r in results):.3f}")
+    suite = ET.Element(
+        "testsuite",
+        name="schedcheck-gpu-nightly",
+        tests=str(len(results)),
+        failures=str(sum(r.failed for r in results)),
+        skipped=str(sum(r.verdict == "refused" for r in results)),
+        time=f"{sum(r.replay_s + r.baseline_s for r in results):.3f}",
+    )
     for r in results:
-        case = ET.SubElement(suite, "testcase", classname=r.backend, name=r.bundle,
-                             time=f"{r.replay_s + r.baseline_s:.3f}")
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=r.backend,
+            name=r.bundle,
+            time=f"{r.replay_s + r.baseline_s:.3f}",
+        )
         if r.verdict == "refused":
             ET.SubElement(case, "skipped", message=r.message)
         elif r.failed:
-            ET.SubElement(case, "failure", message=f"{r.verdict}, expected {r.expected}").text = (
-                r.message)
+            ET.SubElement(
+                case, "failure", message=f"{r.verdict}, expected {r.expected}"
+            ).text = r.message
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
 
 
 def write_json(path: Path, results: Sequence[Result], meta: dict[str, Any]) -> None:
     rows = [{**asdict(r), "cost": r.cost} for r in results]
-    path.write_text(json.dumps({"meta": meta, "results": rows}, indent=1) + "\n",
-                    encoding="utf-8")
+    path.write_text(json.dumps({"meta": meta, "results": rows}, indent=1) + "\n", encoding="utf-8")
 
 
 def table(results: Sequence[Result]) -> list[str]:
     """Markdown rows: per backend, bundles consistent / misaligned / near-tie and the cost."""
-    lines = ["| backend | bundles | consistent | misaligned | near-tie | refused/error | "
-             "failures | replay / bare forward |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| backend | bundles | consistent | misaligned | near-tie | refused/error | "
+        "failures | replay / bare forward |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for backend in dict.fromkeys(r.backend for r in results):
         rows = [r for r in results if r.backend == backend]
-        count = {v: sum(r.verdict == v for r in rows)
-                 for v in ("consistent", "misaligned", "near-tie")}
+        count = {
+            v: sum(r.verdict == v for r in rows) for v in ("consistent", "misaligned", "near-tie")
+        }
         other = sum(r.verdict in ("refused", "error") for r in rows)
         ran = [r for r in rows if r.forward_s > 0]
         replay, forward = sum(r.replay_s for r in ran), sum(r.forward_s for r in ran)
         cost = f"{replay / forward:.2f}x ({replay:.2f} s / {forward:.2f} s)" if forward else "-"
-        lines.append(f"| {backend} | {len(rows)} | {count['consistent']} | "
-                     f"{count['misaligned']} | {count['near-tie']} | {other} | "
-                     f"{sum(r.failed for r in rows)} | {cost} |")
+        lines.append(
+            f"| {backend} | {len(rows)} | {count['consistent']} | "
+            f"{count['misaligned']} | {count['near-tie']} | {other} | "
+            f"{sum(r.failed for r in rows)} | {cost} |"
+        )
     return lines
 
 
 def write_markdown(path: Path, results: Sequence[Result], meta: dict[str, Any]) -> None:
-    lines = ["# schedcheck GPU nightly", "",
-             ", ".join(f"{k}: {v}" for k, v in meta.items()), "", *table(results), ""]
+    lines = [
+        "# schedcheck GPU nightly",
+        "",
+        ", ".join(f"{k}: {v}" for k, v in meta.items()),
+        "",
+        *table(results),
+        "",
+    ]
     failures = [r for r in results if r.failed]
     if failures:
         lines += ["## Failures", ""]
-        lines += [f"- `{r.bundle}` on {r.backend}: {r.verdict} (expected {r.expected}): "
-                  f"{r.message}" for r in failures]
+        lines += [
+            f"- `{r.bundle}` on {r.backend}: {r.verdict} (expected {r.expected}): {r.message}"
+            for r in failures
+        ]
         lines.append("")
     path.write_text("\n".join(lines), encoding="utf-8")

@@ -46,8 +46,13 @@ def full_prompts(
     return resolved
 
 
-def _resolve(rid: str, by_id: Mapping[str, TraceRequest], outputs: Mapping[str, Sequence[int]],
-             vocab_size: int, resolved: dict[str, TokenArray]) -> TokenArray:
+def _resolve(
+    rid: str,
+    by_id: Mapping[str, TraceRequest],
+    outputs: Mapping[str, Sequence[int]],
+    vocab_size: int,
+    resolved: dict[str, TokenArray],
+) -> TokenArray:
     chain: list[str] = []  # rid, its parent, ... up to a resolved or parentless request
     cursor: str | None = rid
     for _ in range(len(by_id) + 1):

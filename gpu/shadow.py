@@ -55,10 +55,14 @@ class IdentityShadow:
         return content[:, -1], (content != 0).all(axis=1)
 
 
-def row_identities(shadow: IdentityShadow, req_ids: tuple[str, ...],
-                   row_request: npt.NDArray[np.int64], positions: npt.NDArray[np.int64],
-                   input_ids: npt.NDArray[np.int64],
-                   tokens: dict[str, npt.NDArray[np.int64]]) -> U64:
+def row_identities(
+    shadow: IdentityShadow,
+    req_ids: tuple[str, ...],
+    row_request: npt.NDArray[np.int64],
+    positions: npt.NDArray[np.int64],
+    input_ids: npt.NDArray[np.int64],
+    tokens: dict[str, npt.NDArray[np.int64]],
+) -> U64:
     """The identity each row writes: identity(p) of its true tokens, poisoned if wrong."""
     out = np.zeros(positions.size, dtype=np.uint64)
     for i, rid in enumerate(req_ids):

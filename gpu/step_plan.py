@@ -48,8 +48,9 @@ class StepPlan:
         return self.metadata.output.step
 
 
-def plan_step(metadata: RunnerMetadata, num_blocks: int,
-              tokens: Mapping[str, npt.NDArray[np.int64]]) -> StepPlan:
+def plan_step(
+    metadata: RunnerMetadata, num_blocks: int, tokens: Mapping[str, npt.NDArray[np.int64]]
+) -> StepPlan:
     """Sanitize `metadata` for a cache of `num_blocks` blocks; `tokens`: true sequences."""
     assert num_blocks >= 1
     bs = metadata.block_size
@@ -79,8 +80,9 @@ def _first_rows(mask: npt.NDArray[np.bool_], row_request: IntArray) -> list[tupl
     return [(int(i), int(rows[f])) for i, f in zip(reqs, first, strict=True)]
 
 
-def _token_findings(md: RunnerMetadata, row_request: IntArray,
-                    tokens: Mapping[str, npt.NDArray[np.int64]]) -> list[Finding]:
+def _token_findings(
+    md: RunnerMetadata, row_request: IntArray, tokens: Mapping[str, npt.NDArray[np.int64]]
+) -> list[Finding]:
     """Unknown requests, rows past the known tokens, chunk token ids that are not true."""
     step = md.output.step
     out: list[Finding] = []
@@ -88,37 +90,63 @@ def _token_findings(md: RunnerMetadata, row_request: IntArray,
         lo, hi = int(md.query_start_loc[i]), int(md.query_start_loc[i + 1])
         positions = md.positions[lo:hi]
         if rid not in tokens:
-            out.append(misalignment("unknown-request", step, rid, int(positions[0]),
-                                    f"step {step} schedules {rid!r}, which is not known"))
+            out.append(
+                misalignment(
+                    "unknown-request",
+                    step,
+                    rid,
+                    int(positions[0]),
+                    f"step {step} schedules {rid!r}, which is not known",
+                )
+            )
             continue
         true = tokens[rid]
         past = positions >= true.size
         if past.any():
             j = int(np.flatnonzero(past)[0])
-            out.append(misalignment(
-                "position-beyond-tokens", step, rid, int(positions[j]),
-                f"row {lo + j} runs position {int(positions[j])} but {rid!r} has "
-                f"{true.size} tokens"))
+            out.append(
+                misalignment(
+                    "position-beyond-tokens",
+                    step,
+                    rid,
+                    int(positions[j]),
+                    f"row {lo + j} runs position {int(positions[j])} but {rid!r} has "
+                    f"{true.size} tokens",
+                )
+            )
         inside = ~past
         wrong = np.zeros_like(past)
         wrong[inside] = md.input_ids[lo:hi][inside] != true[positions[inside]]
         if wrong.any():
             j = int(np.flatnonzero(wrong)[0])
             p = int(positions[j])
-            out.append(misalignment(
-                "input-token", step, rid, p,
-                f"chunk token at position {p} is {int(md.input_ids[lo + j])}, true token "
-                f"{int(true[p])} ({int(wrong.sum())} wrong in this chunk)"))
+            out.append(
+                misalignment(
+                    "input-token",
+                    step,
+                    rid,
+                    p,
+                    f"chunk token at position {p} is {int(md.input_ids[lo + j])}, true token "
+                    f"{int(true[p])} ({int(wrong.sum())} wrong in this chunk)",
+                )
+            )
         too_long = int(md.seq_lens[i]) > true.size
         if too_long and not past.any():
-            out.append(misalignment(
-                "position-beyond-tokens", step, rid, int(true.size),
-                f"seq_len {int(md.seq_lens[i])} reads keys past the {true.size} tokens"))
+            out.append(
+                misalignment(
+                    "position-beyond-tokens",
+                    step,
+                    rid,
+                    int(true.size),
+                    f"seq_len {int(md.seq_lens[i])} reads keys past the {true.size} tokens",
+                )
+            )
     return out
 
 
-def _sanitize_slots(md: RunnerMetadata, row_request: IntArray,
-                    num_slots: int) -> tuple[IntArray, list[Finding]]:
+def _sanitize_slots(
+    md: RunnerMetadata, row_request: IntArray, num_slots: int
+) -> tuple[IntArray, list[Finding]]:
     """Invalid slots -> -1 with a finding; of rows sharing a slot only the last writes."""
     slots = md.slot_mapping.astype(np.int64, copy=True)
     bad = (slots < 0) | (slots >= num_slots)
@@ -126,10 +154,17 @@ def _sanitize_slots(md: RunnerMetadata, row_request: IntArray,
     for i, row in _first_rows(bad, row_request):
         slot = int(slots[row])
         count = int(bad[row_request == i].sum())
-        findings.append(misalignment(
-            "slot-invalid", md.output.step, md.req_ids[i], int(md.positions[row]),
-            f"slot {slot} is outside [0, {num_slots}); {count} write(s) skipped",
-            slot=slot, block=slot // md.block_size if slot >= 0 else None))
+        findings.append(
+            misalignment(
+                "slot-invalid",
+                md.output.step,
+                md.req_ids[i],
+                int(md.positions[row]),
+                f"slot {slot} is outside [0, {num_slots}); {count} write(s) skipped",
+                slot=slot,
+                block=slot // md.block_size if slot >= 0 else None,
+            )
+        )
     slots[bad] = -1
     reversed_slots = slots[::-1]
     _, last = np.unique(reversed_slots, return_index=True)
@@ -155,11 +190,20 @@ def _key_table(md: RunnerMetadata, num_blocks: int) -> tuple[IntArray, list[Find
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
             block = int(ids[k]) if k < given.size else None
-            what = "has no entry" if block is None else f"is block {block}, outside [0, {num_blocks})"
-            findings.append(misalignment(
-                "block-invalid", md.output.step, req.request_id, k * bs,
-                f"logical block {k} (key positions {k * bs}..) {what}; "
-                f"{int(bad.sum())} of {n} blocks read invalid", block=block))
+            what = (
+                "has no entry" if block is None else f"is block {block}, outside [0, {num_blocks})"
+            )
+            findings.append(
+                misalignment(
+                    "block-invalid",
+                    md.output.step,
+                    req.request_id,
+                    k * bs,
+                    f"logical block {k} (key positions {k * bs}..) {what}; "
+                    f"{int(bad.sum())} of {n} blocks read invalid",
+                    block=block,
+                )
+            )
         ids[bad] = -1
         table[i, :n] = ids
     return table, findings

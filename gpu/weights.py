@@ -45,8 +45,7 @@ def config_from_hf(obj: dict[str, Any]) -> ModelConfig:
 
 def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
     obj = {theirs: getattr(cfg, ours) for ours, theirs in _HF_KEYS.items()}
-    obj.update(architectures=["LlamaForCausalLM"], model_type="llama",
-               tie_word_embeddings=False)
+    obj.update(architectures=["LlamaForCausalLM"], model_type="llama", tie_word_embeddings=False)
     return obj
 
 
@@ -73,26 +72,35 @@ def load_weights(directory: str | Path) -> tuple[ModelConfig, dict[str, torch.Te
     return config_from_hf(hf), weights
 
 
-def save_weights(directory: str | Path, cfg: ModelConfig, weights: dict[str, torch.Tensor],
-                 max_shard_tensors: int = 0) -> Path:
+def save_weights(
+    directory: str | Path,
+    cfg: ModelConfig,
+    weights: dict[str, torch.Tensor],
+    max_shard_tensors: int = 0,
+) -> Path:
     """Write config.json + safetensors; `max_shard_tensors` > 0 splits into shards."""
     from safetensors.torch import save_file
 
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text(json.dumps(config_to_hf(cfg), indent=1) + "\n",
-                                      encoding="utf-8")
+    (root / "config.json").write_text(
+        json.dumps(config_to_hf(cfg), indent=1) + "\n", encoding="utf-8"
+    )
     names = sorted(weights)
     size = max_shard_tensors if max_shard_tensors > 0 else len(names)
     shards = [names[i : i + size] for i in range(0, len(names), size)]
     for index, shard in enumerate(shards, start=1):
-        name = (f"model-{index:05d}-of-{len(shards):05d}.safetensors" if len(shards) > 1
-                else "model.safetensors")
+        name = (
+            f"model-{index:05d}-of-{len(shards):05d}.safetensors"
+            if len(shards) > 1
+            else "model.safetensors"
+        )
         save_file({k: weights[k].contiguous() for k in shard}, str(root / name))
     return root
 
 
-def load_model(directory: str | Path, device: str = "cpu",
-               dtype: torch.dtype = torch.float32) -> LlamaModel:
+def load_model(
+    directory: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> LlamaModel:
     cfg, weights = load_weights(directory)
     return LlamaModel(cfg, weights, device=device, dtype=dtype)

@@ -53,12 +53,12 @@ class BackendSpec:
 class AttnBatch:
     """One step's attention metadata as tensors on the model's device.
 
-        query_start_loc (B+1,) int32   rows of request i: [qsl[i], qsl[i+1])
-        seq_lens        (B,)   int32   key length of request i (a count)
-        block_table     (B, W) int32   logical block -> block id; invalid and padding
-                                       entries hold the cache's zero block id
-        key_slots       (sum seq_lens,) int64  slot of key j of request i, requests
-                                       concatenated (cu_seqlens_k marks the starts)
+    query_start_loc (B+1,) int32   rows of request i: [qsl[i], qsl[i+1])
+    seq_lens        (B,)   int32   key length of request i (a count)
+    block_table     (B, W) int32   logical block -> block id; invalid and padding
+                                   entries hold the cache's zero block id
+    key_slots       (sum seq_lens,) int64  slot of key j of request i, requests
+                                   concatenated (cu_seqlens_k marks the starts)
     """
 
     query_start_loc: torch.Tensor
@@ -104,8 +104,9 @@ class AttnBatch:
         return torch.as_tensor(self.key_slots_np).to(self.seq_lens.device)
 
 
-def gather_keys(key_cache: torch.Tensor, value_cache: torch.Tensor,
-                batch: AttnBatch) -> tuple[torch.Tensor, torch.Tensor]:
+def gather_keys(
+    key_cache: torch.Tensor, value_cache: torch.Tensor, batch: AttnBatch
+) -> tuple[torch.Tensor, torch.Tensor]:
     """K and V of every request's keys, concatenated: (sum seq_lens, Hk, D) each."""
     tail = key_cache.shape[2:]
     keys = key_cache.view(-1, *tail).index_select(0, batch.key_slots)
@@ -139,8 +140,10 @@ class AttentionBackend:
         if self.min_capability is not None:
             major, minor = self.min_capability
             cap = f" (compute capability >= {major}.{minor})"
-        return (f"devices {', '.join(self.devices)}{cap}; dtypes {dtypes}; "
-                f"{self.head_dims_text}; {self.block_sizes_text}")
+        return (
+            f"devices {', '.join(self.devices)}{cap}; dtypes {dtypes}; "
+            f"{self.head_dims_text}; {self.block_sizes_text}"
+        )
 
     def refusal(self, spec: BackendSpec) -> str | None:
         """Why this backend refuses `spec`, or None if it takes it."""
@@ -154,12 +157,14 @@ class AttentionBackend:
         if reason is not None:
             raise BackendRefused(reason)
 
-    def paged(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-              batch: AttnBatch) -> torch.Tensor:
+    def paged(
+        self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, batch: AttnBatch
+    ) -> torch.Tensor:
         raise NotImplementedError
 
-    def dense(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-              softmax_scale: float) -> torch.Tensor:
+    def dense(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float
+    ) -> torch.Tensor:
         raise NotImplementedError
 
 

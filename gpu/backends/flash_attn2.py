@@ -33,7 +33,8 @@ class FlashAttn2Backend(AttentionBackend):
     min_capability: ClassVar[tuple[int, int] | None] = (8, 0)
     head_dims_text: ClassVar[str] = "head_dim 8..256, a multiple of 8"
     block_sizes_text: ClassVar[str] = (
-        "any block size (paged only when divisible by 256, else gathered)")
+        "any block size (paged only when divisible by 256, else gathered)"
+    )
 
     def unavailable(self) -> str | None:
         try:
@@ -48,20 +49,35 @@ class FlashAttn2Backend(AttentionBackend):
     def head_dim_ok(self, head_dim: int, block_size: int) -> bool:
         return 8 <= head_dim <= 256 and head_dim % 8 == 0
 
-    def paged(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-              batch: AttnBatch) -> torch.Tensor:
+    def paged(
+        self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, batch: AttnBatch
+    ) -> torch.Tensor:
         fn = _import_fa2().flash_attn_varlen_func
-        common = dict(cu_seqlens_q=batch.query_start_loc, cu_seqlens_k=batch.cu_seqlens_k,
-                      max_seqlen_q=batch.max_query_len, max_seqlen_k=batch.max_seq_len,
-                      softmax_scale=batch.softmax_scale, causal=True)
+        common = dict(
+            cu_seqlens_q=batch.query_start_loc,
+            cu_seqlens_k=batch.cu_seqlens_k,
+            max_seqlen_q=batch.max_query_len,
+            max_seqlen_k=batch.max_seq_len,
+            softmax_scale=batch.softmax_scale,
+            causal=True,
+        )
         if batch.block_size % PAGED_BLOCK_MULTIPLE == 0:
             return fn(q, key_cache, value_cache, block_table=batch.block_table, **common)
         keys, values = gather_keys(key_cache, value_cache, batch)
         return fn(q, keys, values, **common)
 
-    def dense(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-              softmax_scale: float) -> torch.Tensor:
+    def dense(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float
+    ) -> torch.Tensor:
         cu = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
         return _import_fa2().flash_attn_varlen_func(
-            q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=q.shape[0],
-            max_seqlen_k=k.shape[0], softmax_scale=softmax_scale, causal=True)
+            q,
+            k,
+            v,
+            cu_seqlens_q=cu,
+            cu_seqlens_k=cu,
+            max_seqlen_q=q.shape[0],
+            max_seqlen_k=k.shape[0],
+            softmax_scale=softmax_scale,
+            causal=True,
+        )

@@ -24,13 +24,20 @@ def _aten_op():
     return torch.ops.aten._flash_attention_forward
 
 
-def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
-                  cu_k: torch.Tensor, max_q: int, max_k: int, scale: float) -> torch.Tensor:
+def flash_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_q: torch.Tensor,
+    cu_k: torch.Tensor,
+    max_q: int,
+    max_k: int,
+    scale: float,
+) -> torch.Tensor:
     """One call of the aten op; cu_q / cu_k int32 (B+1,); returns out (T, H, D)."""
     assert cu_q.dtype == torch.int32 and cu_k.dtype == torch.int32
     assert q.shape[1] % k.shape[1] == 0 and k.shape == v.shape
-    result = _aten_op()(
-        q, k, v, cu_q, cu_k, max_q, max_k, 0.0, True, False, scale=scale)
+    result = _aten_op()(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, True, False, scale=scale)
     return result[0]
 
 
@@ -49,13 +56,23 @@ class TorchFlashBackend(AttentionBackend):
     def head_dim_ok(self, head_dim: int, block_size: int) -> bool:
         return 8 <= head_dim <= 256 and head_dim % 8 == 0
 
-    def paged(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-              batch: AttnBatch) -> torch.Tensor:
+    def paged(
+        self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, batch: AttnBatch
+    ) -> torch.Tensor:
         keys, values = gather_keys(key_cache, value_cache, batch)
-        return flash_forward(q, keys, values, batch.query_start_loc, batch.cu_seqlens_k,
-                             batch.max_query_len, batch.max_seq_len, batch.softmax_scale)
+        return flash_forward(
+            q,
+            keys,
+            values,
+            batch.query_start_loc,
+            batch.cu_seqlens_k,
+            batch.max_query_len,
+            batch.max_seq_len,
+            batch.softmax_scale,
+        )
 
-    def dense(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-              softmax_scale: float) -> torch.Tensor:
+    def dense(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float
+    ) -> torch.Tensor:
         cu = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
         return flash_forward(q, k, v, cu, cu, q.shape[0], k.shape[0], softmax_scale)

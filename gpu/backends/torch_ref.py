@@ -19,12 +19,16 @@ import torch
 from schedcheck.gpu.backends.base import AttentionBackend, AttnBatch, gather_keys
 from schedcheck.gpu.dtypes import accumulate_dtype
 
-
 SCORES_PER_CHUNK = 1 << 24  # elements of one score matrix (H, rows, S): 64 MiB in fp32
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float,
-                     compute_dtype: torch.dtype) -> torch.Tensor:
+def causal_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float,
+    compute_dtype: torch.dtype,
+) -> torch.Tensor:
     """q (n, H, D), k/v (S, Hk, D) -> (n, H, D), bottom-right causal, in compute_dtype."""
     n, num_heads, _ = q.shape
     s = k.shape[0]
@@ -49,7 +53,11 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_
 class TorchRefBackend(AttentionBackend):
     name: ClassVar[str] = "torch-ref"
     dtypes: ClassVar[tuple[torch.dtype, ...]] = (
-        torch.float64, torch.float32, torch.bfloat16, torch.float16)
+        torch.float64,
+        torch.float32,
+        torch.bfloat16,
+        torch.float16,
+    )
 
     def __init__(self, compute_dtype: torch.dtype | None = None):
         assert compute_dtype in (None, torch.float32, torch.float64)
@@ -58,18 +66,25 @@ class TorchRefBackend(AttentionBackend):
     def _compute(self, dtype: torch.dtype) -> torch.dtype:
         return self.compute_dtype or accumulate_dtype(dtype)
 
-    def paged(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-              batch: AttnBatch) -> torch.Tensor:
+    def paged(
+        self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, batch: AttnBatch
+    ) -> torch.Tensor:
         keys, values = gather_keys(key_cache, value_cache, batch)
         out = torch.empty_like(q)
         qsl, cu_k = batch.query_start_loc_np, batch.cu_seqlens_k_np
         for i in range(batch.num_reqs):
             lo, hi = int(qsl[i]), int(qsl[i + 1])
             klo, khi = int(cu_k[i]), int(cu_k[i + 1])
-            out[lo:hi] = causal_attention(q[lo:hi], keys[klo:khi], values[klo:khi],
-                                          batch.softmax_scale, self._compute(q.dtype))
+            out[lo:hi] = causal_attention(
+                q[lo:hi],
+                keys[klo:khi],
+                values[klo:khi],
+                batch.softmax_scale,
+                self._compute(q.dtype),
+            )
         return out
 
-    def dense(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-              softmax_scale: float) -> torch.Tensor:
+    def dense(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float
+    ) -> torch.Tensor:
         return causal_attention(q, k, v, softmax_scale, self._compute(q.dtype))

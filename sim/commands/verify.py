@@ -39,17 +39,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog="Exit codes: 0 consistent, 1 misalignment, 2 bad input.",
     )
     parser.add_argument("input", metavar="BUNDLE|TRACE", help="a bundle directory or a trace")
-    parser.add_argument("--backend", choices=BACKENDS, default="auto",
-                        help="attention backend (default auto: the best one available)")
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="attention backend (default auto: the best one available)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
     parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="model dtype")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="weights seed")
-    parser.add_argument("--model-dir", default=None, metavar="DIR",
-                        help="a local safetensors model directory instead of random weights")
+    parser.add_argument(
+        "--model-dir",
+        default=None,
+        metavar="DIR",
+        help="a local safetensors model directory instead of random weights",
+    )
     parser.add_argument("--engine", default="reference", help="TRACE input: engine under test")
     parser.add_argument("--mutant", default=None, help="TRACE input: a named mutant")
-    parser.add_argument("--out", default=None, metavar="DIR",
-                        help="TRACE input: write the recorded bundle here (default: a temp dir)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="TRACE input: write the recorded bundle here (default: a temp dir)",
+    )
     add_json_flag(parser)
     parser.set_defaults(run=run_guarded(_run))
 
@@ -65,8 +77,13 @@ def _run(args: argparse.Namespace) -> int:
     path = Path(args.input)
     if not path.exists():
         return _bad(f"{path}: no such bundle or trace")
-    opts = VerifyOptions(backend=args.backend, device=args.device, dtype=args.dtype,
-                         seed=args.seed, model_dir=args.model_dir)
+    opts = VerifyOptions(
+        backend=args.backend,
+        device=args.device,
+        dtype=args.dtype,
+        seed=args.seed,
+        model_dir=args.model_dir,
+    )
     try:
         bundle = path if path.is_dir() else _record_bundle(args, path)
         report = verify_bundle(bundle, opts)
@@ -100,17 +117,23 @@ def _record_bundle(args: argparse.Namespace, trace: Path) -> Path:
 
 
 def _print(report: dict[str, Any]) -> None:
-    print(f"{report['bundle']}: {report['verdict']} ({report['backend']}, {report['device']}, "
-          f"{report['dtype']}): {report['steps']} steps, {report['requests']} requests, "
-          f"{report['tokens']} tokens, {report['sampled']} samples")
+    print(
+        f"{report['bundle']}: {report['verdict']} ({report['backend']}, {report['device']}, "
+        f"{report['dtype']}): {report['steps']} steps, {report['requests']} requests, "
+        f"{report['tokens']} tokens, {report['sampled']} samples"
+    )
     for rid, f in report["first_divergence"].items():
         where = "".join(f" {k} {f[k]}" for k in ("slot", "block", "layer") if k in f)
-        print(f"  {rid}: {f['cls']} {f['kind']} at step {f['step']} position "
-              f"{f['position']}{where}: {f['message']}")
+        print(
+            f"  {rid}: {f['cls']} {f['kind']} at step {f['step']} position "
+            f"{f['position']}{where}: {f['message']}"
+        )
     t = report["timing_s"]
-    print(f"  baseline {t['baseline']:.3f} s, replay {t['replay']:.3f} s "
-          f"(forward {t['forward']:.3f} s); max |KV diff| within tolerance "
-          f"{report['max_kv_error_within_tolerance']:.2e}")
+    print(
+        f"  baseline {t['baseline']:.3f} s, replay {t['replay']:.3f} s "
+        f"(forward {t['forward']:.3f} s); max |KV diff| within tolerance "
+        f"{report['max_kv_error_within_tolerance']:.2e}"
+    )
 
 
 def _bad(message: str) -> int:

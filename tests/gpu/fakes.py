@@ -34,9 +34,20 @@ def _varlen(q, keys_of, cu_q, scale):
 def fa4_module(calls: list[dict]) -> types.ModuleType:
     """flash_attn.cute with flash_attn_varlen_func (FA4's keyword interface)."""
 
-    def flash_attn_varlen_func(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None,
-                               max_seqlen_q=None, max_seqlen_k=None, seqused_k=None,
-                               page_table=None, softmax_scale=None, causal=False, **rest):
+    def flash_attn_varlen_func(
+        q,
+        k,
+        v,
+        cu_seqlens_q=None,
+        cu_seqlens_k=None,
+        max_seqlen_q=None,
+        max_seqlen_k=None,
+        seqused_k=None,
+        page_table=None,
+        softmax_scale=None,
+        causal=False,
+        **rest,
+    ):
         calls.append(dict(paged=page_table is not None, causal=causal, rest=rest))
         assert q.dtype in HALF and q.dtype == k.dtype == v.dtype, "inputs must be fp16/bf16"
         assert causal and not rest
@@ -53,8 +64,10 @@ def fa4_module(calls: list[dict]) -> types.ModuleType:
             def keys_of(i):
                 n = int(seqused_k[i])
                 pages = page_table[i, : -(-n // page)].long()
-                return (k[pages].reshape(-1, *k.shape[2:])[:n],
-                        v[pages].reshape(-1, *v.shape[2:])[:n])
+                return (
+                    k[pages].reshape(-1, *k.shape[2:])[:n],
+                    v[pages].reshape(-1, *v.shape[2:])[:n],
+                )
         else:
             _int32_vector(cu_seqlens_k, batch + 1, "cu_seqlens_k")
 
@@ -73,9 +86,19 @@ def fa4_module(calls: list[dict]) -> types.ModuleType:
 def fa2_module(calls: list[dict]) -> types.ModuleType:
     """flash_attn 2.x with flash_attn_varlen_func (paged only for block sizes % 256 == 0)."""
 
-    def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                               max_seqlen_k, softmax_scale=None, causal=False,
-                               block_table=None, **rest):
+    def flash_attn_varlen_func(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale=None,
+        causal=False,
+        block_table=None,
+        **rest,
+    ):
         calls.append(dict(paged=block_table is not None))
         assert q.dtype in HALF and causal and not rest
         batch = cu_seqlens_q.numel() - 1
@@ -88,8 +111,10 @@ def fa2_module(calls: list[dict]) -> types.ModuleType:
             def keys_of(i):
                 n = int(cu_seqlens_k[i + 1] - cu_seqlens_k[i])
                 pages = block_table[i, : -(-n // page)].long()
-                return (k[pages].reshape(-1, *k.shape[2:])[:n],
-                        v[pages].reshape(-1, *v.shape[2:])[:n])
+                return (
+                    k[pages].reshape(-1, *k.shape[2:])[:n],
+                    v[pages].reshape(-1, *v.shape[2:])[:n],
+                )
         else:
             assert k.shape[0] == int(cu_seqlens_k[-1])
 
@@ -108,8 +133,9 @@ def fa2_module(calls: list[dict]) -> types.ModuleType:
 def aten_flash(calls: list[dict]):
     """aten._flash_attention_forward's positional interface, on CPU."""
 
-    def op(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, is_causal, return_debug_mask, *,
-           scale=None):
+    def op(
+        q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, is_causal, return_debug_mask, *, scale=None
+    ):
         calls.append(dict(max_q=max_q, max_k=max_k))
         assert q.dtype in HALF and dropout_p == 0.0 and is_causal and not return_debug_mask
         batch = cu_q.numel() - 1

@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from schedcheck.gpu import scenarios
-from schedcheck.gpu.backends import choose_backend, get_backend
-from schedcheck.gpu.backends import flash_attn4, torch_flash
+from schedcheck.gpu.backends import choose_backend, flash_attn4, get_backend, torch_flash
 from schedcheck.gpu.backends.base import BackendRefused, BackendSpec
 from schedcheck.gpu.compare import VerifyOptions, verify_bundle
 from schedcheck.gpu.model import make_model

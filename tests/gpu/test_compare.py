@@ -54,6 +54,7 @@ def test_misaligned_schedules_name_request_and_position(tmp_path: Path, model, s
 
 def _shift_slots(rid: str, step: int):
     """Row p of `rid` writes the slot of p + 1 at `step` (an off-by-one slot mapping)."""
+
     def transform(md: RunnerMetadata) -> RunnerMetadata:
         if md.output.step != step:
             return md
@@ -61,6 +62,7 @@ def _shift_slots(rid: str, step: int):
         slots = md.slot_mapping.copy()
         slots[md.query_start_loc[i] : md.query_start_loc[i + 1]] += 1
         return replace(md, slot_mapping=slots)
+
     return transform
 
 
@@ -71,6 +73,7 @@ def _longer_seq_len(rid: str, step: int):
         seq_lens = md.seq_lens.copy()
         seq_lens[md.req_ids.index(rid)] += 1
         return replace(md, seq_lens=seq_lens)
+
     return transform
 
 

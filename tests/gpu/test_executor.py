@@ -22,20 +22,29 @@ def _factory():
 
 
 def _executor(**kw):
-    return _factory()(backend="torch-ref", device="cpu", dtype="fp32", block_size=BS,
-                      num_blocks=8, seed=0, model_config=ModelConfig(vocab_size=512), **kw)
+    return _factory()(
+        backend="torch-ref",
+        device="cpu",
+        dtype="fp32",
+        block_size=BS,
+        num_blocks=8,
+        seed=0,
+        model_config=ModelConfig(vocab_size=512),
+        **kw,
+    )
 
 
 def _step(step: int, computed: int, chunk: np.ndarray, table: tuple[int, ...]):
     end = computed + chunk.size
-    req = ScheduledRequest("r", computed, chunk.size, max(end, PROMPT.size), PROMPT.size, chunk,
-                           table)
+    req = ScheduledRequest(
+        "r", computed, chunk.size, max(end, PROMPT.size), PROMPT.size, chunk, table
+    )
     return build_metadata(SchedulerOutput(step, (req,)), BS)
 
 
 def test_live_steps_sample_and_extend_the_oracle() -> None:
     ex = _executor()
-    assert all(callable(getattr(ex, name)) for name in vars(Executor) if not name.startswith('_'))
+    assert all(callable(getattr(ex, name)) for name in vars(Executor) if not name.startswith("_"))
     ex.add_request("r", PROMPT)
     first = ex.execute(_step(0, 0, PROMPT[:4], (2,)))
     assert first == {}  # a non-final chunk samples nothing

@@ -8,8 +8,15 @@ from schedcheck.gpu.kv_cache import PagedKVCache
 
 
 def _cache(**kw) -> PagedKVCache:
-    args = dict(num_layers=2, num_blocks=32, block_size=4, num_kv_heads=2, head_dim=8,
-                dtype=torch.float32, initial_blocks=2)
+    args = dict(
+        num_layers=2,
+        num_blocks=32,
+        block_size=4,
+        num_kv_heads=2,
+        head_dim=8,
+        dtype=torch.float32,
+        initial_blocks=2,
+    )
     args.update(kw)
     return PagedKVCache(**args)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from schedcheck.gpu.model import LlamaModel, ModelConfig, make_model, random_weights
 from schedcheck.gpu.backends.torch_ref import causal_attention
+from schedcheck.gpu.model import LlamaModel, ModelConfig, make_model, random_weights
 
 
 def _dense_forward(model: LlamaModel, ids: list[int]) -> torch.Tensor:
@@ -37,7 +37,12 @@ def test_other_seed_other_weights(small_config: ModelConfig) -> None:
 def test_default_size_is_tiny_llama() -> None:
     cfg = ModelConfig()
     assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (
-        2, 128, 4, 2, 32)
+        2,
+        128,
+        4,
+        2,
+        32,
+    )
     assert cfg.vocab_size == 32_000
 
 
@@ -61,6 +66,7 @@ def test_rope_depends_on_position_only(small_config: ModelConfig) -> None:
             if layer == 0:
                 seen[name] = k
             return causal_attention(q, k, v, small_config.softmax_scale, torch.float64)
+
         return attend
 
     model.forward(torch.tensor([7, 8, 9]), torch.tensor([0, 1, 2]), capture("all"))

@@ -30,8 +30,9 @@ class _Hidden:
 
     def on_step(self, plan, tensors, written, hidden, logits, tokens, executor) -> None:
         md = plan.metadata
-        for n, (rid, row) in enumerate(zip(md.sampling_req_ids, md.logits_indices.tolist(),
-                                           strict=True)):
+        for n, (rid, row) in enumerate(
+            zip(md.sampling_req_ids, md.logits_indices.tolist(), strict=True)
+        ):
             self.rows.append((plan.step, rid, int(md.positions[row]), hidden[n].double()))
 
 
@@ -44,7 +45,8 @@ def _crafted_head(scenario):
     executor = TensorExecutor(model, backend, BS, scenario.num_gpu_blocks, observer=seen)
     executor.set_true_tokens(scenario.sequences())
     replay_schedule(scenario.schedule, executor, BS)
-    for step, rid, pos, h_s in seen.rows:
+    for row in seen.rows:
+        step, rid, pos, h_s = row
         h_b = base.hidden[base.offsets[rid] + pos].double()
         if (h_s - h_b).abs().max() > 0:
             break

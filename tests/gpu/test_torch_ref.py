@@ -33,8 +33,9 @@ def _setup(dtype=torch.float64):
         keys.append(k)
         values.append(v)
         queries.append(torch.randn(n, H, D, generator=gen, dtype=dtype))
-    batch = attn_batch(tables, [n for n, _ in SHAPES], [s for _, s in SHAPES], BS, 0.3,
-                       cache.zero_block_id)
+    batch = attn_batch(
+        tables, [n for n, _ in SHAPES], [s for _, s in SHAPES], BS, 0.3, cache.zero_block_id
+    )
     return cache, batch, torch.cat(queries), keys, values
 
 
@@ -77,7 +78,7 @@ def test_bottom_right_alignment_and_empty_rows() -> None:
 
 def test_dense_matches_paged_for_one_request() -> None:
     cache, batch, q, keys, values = _setup()
-    n, s = SHAPES[2]
+    n = SHAPES[2][0]
     start = sum(m for m, _ in SHAPES[:2])
     dense = TorchRefBackend().dense(q[start : start + n], keys[2], values[2], 0.3)
     paged = TorchRefBackend().paged(q, cache.key_cache[0], cache.value_cache[0], batch)

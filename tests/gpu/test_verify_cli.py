@@ -32,7 +32,11 @@ def test_misaligned_bundle_exits_1_with_json(bundles, capsys) -> None:
     assert code == 1 and report["verdict"] == "misaligned" and report["dtype"] == "fp64"
     first = report["first_divergence"]["B"]
     assert (first["cls"], first["kind"], first["step"], first["position"]) == (
-        "misalignment", "kv-read", 1, 4)
+        "misalignment",
+        "kv-read",
+        1,
+        4,
+    )
     assert (first["slot"], first["block"]) == (8, 2)
     assert report["num_divergences"] == len(report["divergences"]) + report["divergences_left_out"]
     assert all(d["cls"] in ("misalignment", "near-tie") for d in report["divergences"])
@@ -50,7 +54,9 @@ def test_bad_inputs_exit_2(bundles, tmp_path: Path, capsys, monkeypatch) -> None
 
 
 def test_importing_gpu_and_the_cli_does_not_import_torch() -> None:
-    code = ("import sys, schedcheck.gpu, schedcheck.gpu.findings, schedcheck.gpu.scenarios, "
-            "schedcheck.gpu.step_plan, schedcheck.sim.cli as c; c.build_parser(); "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, schedcheck.gpu, schedcheck.gpu.findings, schedcheck.gpu.scenarios, "
+        "schedcheck.gpu.step_plan, schedcheck.sim.cli as c; c.build_parser(); "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

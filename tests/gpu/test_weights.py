@@ -29,8 +29,15 @@ def test_round_trip_is_bitwise(tmp_path: Path, small_config: ModelConfig, shard:
 
 
 def test_tied_embeddings_and_default_head_dim(tmp_path: Path) -> None:
-    cfg = ModelConfig(vocab_size=64, hidden_size=64, num_heads=4, num_kv_heads=4, head_dim=16,
-                      intermediate_size=96, num_layers=1)
+    cfg = ModelConfig(
+        vocab_size=64,
+        hidden_size=64,
+        num_heads=4,
+        num_kv_heads=4,
+        head_dim=16,
+        intermediate_size=96,
+        num_layers=1,
+    )
     weights = random_weights(cfg, seed=0)
     del weights["lm_head.weight"]
     save_weights(tmp_path, cfg, weights)
@@ -44,14 +51,21 @@ def test_tied_embeddings_and_default_head_dim(tmp_path: Path) -> None:
 
 
 def test_missing_directory_pieces_are_clear(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="no config.json"):
+    with pytest.raises(ValueError, match=r"no config\.json"):
         load_weights(tmp_path)
     (tmp_path / "config.json").write_text("{}")
-    with pytest.raises(ValueError, match="no \\*.safetensors"):
+    with pytest.raises(ValueError, match=r"no \*\.safetensors"):
         load_weights(tmp_path)
 
 
 def test_hf_names_map_to_ours() -> None:
-    cfg = config_from_hf({"num_hidden_layers": 3, "hidden_size": 96, "num_attention_heads": 6,
-                          "num_key_value_heads": 2, "vocab_size": 100})
+    cfg = config_from_hf(
+        {
+            "num_hidden_layers": 3,
+            "hidden_size": 96,
+            "num_attention_heads": 6,
+            "num_key_value_heads": 2,
+            "vocab_size": 100,
+        }
+    )
     assert (cfg.num_layers, cfg.head_dim, cfg.num_kv_heads) == (3, 16, 2)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Download flash-attn-4 and its dependencies for the GPU machine (Python 3.12, manylinux
+# x86_64, CUDA 13 torch) and pack them into wheels/fa4-site.tar.xz, small enough to travel
+# with the working tree (the GPU machine has no network; see ../shared/GPU_NOTES.md).
+#
+#   bash gpu/fetch_wheels.sh            # run here, with network to the package index
+#   -> wheels/fa4-site.tar.xz           # `site/`: every wheel unzipped into one folder
+#
+# wheels/ is ignored by git: never commit it. device_check.sh unpacks the archive and sets
+# PYTHONPATH=SITE:SITE/nvidia_cutlass_dsl/dsl_packages (PYTHONPATH runs no .pth file).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+WHEELS="$REPO/wheels"
+PIP=${PIP:-pip}
+PACKAGES=(
+  "flash-attn-4==4.0.0b36"
+  "nvidia-cutlass-dsl==4.8.1"
+  "nvidia-cutlass-dsl-libs-core==4.8.1"
+  "nvidia-cutlass-dsl-libs-base==4.8.1"
+  "nvidia-cutlass-dsl-libs-cu13==4.8.1"
+  "apache-tvm-ffi==0.1.15.post2"
+  "torch-c-dlpack-ext==0.1.5"
+  "quack-kernels==0.6.5"
+)
+# einops, typing_extensions and cuda-bindings are in the GPU machine's image.
+
+mkdir -p "$WHEELS/dl"
+"$PIP" download --no-deps --only-binary=:all: --dest "$WHEELS/dl" \
+  --python-version 3.12 --implementation cp --abi cp312 \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+  "${PACKAGES[@]}"
+
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+mkdir "$STAGE/site"
+for name in "${PACKAGES[@]}"; do
+  stem=${name%%==*}
+  wheel=$(ls "$WHEELS/dl/${stem//-/_}"-"${name##*==}"-*.whl | head -n 1)
+  python3 -m zipfile -e "$wheel" "$STAGE/site"
+done
+test -f "$STAGE/site/flash_attn/cute/interface.py"
+test -d "$STAGE/site/nvidia_cutlass_dsl/dsl_packages/cutlass"
+
+tar -C "$STAGE" -cf - site | xz --x86 --lzma2=preset=9e,dict=256MiB -T1 >"$WHEELS/fa4-site.tar.xz.part"
+mv "$WHEELS/fa4-site.tar.xz.part" "$WHEELS/fa4-site.tar.xz"
+ls -l "$WHEELS/fa4-site.tar.xz"
+echo "packed $(du -sh "$STAGE/site" | cut -f1) of wheels into wheels/fa4-site.tar.xz"

@@ -1,0 +1,61 @@
+"""The nightly job on a CPU: outputs written, table printed last, exit 1 on a failure."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from schedcheck.gpu import nightly, scenarios
+
+
+def test_scenarios_pass_and_outputs_are_written(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    code = nightly.main(
+        [
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--backends",
+            "torch-ref,sdpa",
+            "--block-size",
+            "4",
+            "--max-bundles",
+            "0",
+        ]
+    )
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert code == 0
+    assert printed[-2].startswith("| torch-ref | 8 | 2 | 6 | 0 | 0 | 0 |")
+    assert printed[-1].startswith("| sdpa | 8 | 2 | 6 | 0 | 0 | 0 |")
+    suite = ET.parse(out / "nightly.xml").getroot()
+    assert suite.get("tests") == "16" and suite.get("failures") == "0"
+    data = json.loads((out / "nightly.json").read_text())
+    assert {r["verdict"] for r in data["results"]} == {"consistent", "misaligned"}
+    assert all(r["cost"] > 0 for r in data["results"])
+    assert "| backend | bundles |" in (out / "nightly.md").read_text()
+
+
+def test_unexpected_misalignment_fails(tmp_path: Path, capsys) -> None:
+    stale = scenarios.misaligned(4)[0]
+    bundle = scenarios.write_scenario_bundle(stale, tmp_path / "corpus" / "stale")
+    (bundle / "violations.json").write_text("[]\n")  # recorded as a clean run
+    out = tmp_path / "out"
+    code = nightly.main(
+        [
+            str(tmp_path / "corpus"),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--backends",
+            "torch-ref,flash-attn-4",
+            "--no-scenarios",
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert code == 1 and "FAIL torch-ref" in printed
+    suite = ET.parse(out / "nightly.xml").getroot()
+    assert (suite.get("failures"), suite.get("skipped")) == ("1", "1")
+    assert "misaligned" in (out / "nightly.md").read_text()
