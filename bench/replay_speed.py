@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Replay speed of the reference engine: simulated seconds per wall second, per-step cost
-with and without invariants, and peak memory. Not a test: a benchmark to read side by side.
+with and without invariants (bare: the hash-model executor, no shadow KV, no checks; the
+same schedule and fingerprint), and peak memory. Not a test: a benchmark to read side by side.
 
 Default: the whole Mooncake conversation trace from ../shared/traces at block size 16
 through the reference engine (hashed block manager) in the default deployment (Llama-3.1-8B
@@ -40,7 +41,10 @@ def measure(args: argparse.Namespace, check_invariants: bool) -> dict[str, float
         duration_s=args.duration_s,
         time_scale=args.time_scale,
     )
-    options = SimOptions(check_invariants=check_invariants, progress=args.progress)
+    executor = "symbolic" if check_invariants else "hash"  # bare: no shadow KV either
+    options = SimOptions(
+        check_invariants=check_invariants, executor=executor, progress=args.progress
+    )
     cpu0, wall0 = time.process_time(), time.perf_counter()
     result = run(requests, "reference", config, options, LLAMA3_8B_H100.cost_model())
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0

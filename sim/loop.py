@@ -43,6 +43,7 @@ from schedcheck.sim.arrivals import Abort, Arrivals, Release
 from schedcheck.sim.cost_model import StepCostModel, profile
 from schedcheck.sim.coverage import Coverage
 from schedcheck.sim.faults import check_faults, draw_faults
+from schedcheck.sim.hash_executor import HashModelExecutor
 from schedcheck.sim.symbolic import SymbolicExecutor
 from schedcheck.traces.schema import TraceRequest
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
@@ -62,7 +63,7 @@ class SimOptions:
     record_schedule: bool = False  # keep every SchedulerOutput (for bundles)
     check_invariants: bool = True
     vocab_size: int = DEFAULT_VOCAB_SIZE
-    executor: str = "symbolic"  # or "tensor" (gpu/, loaded lazily)
+    executor: str = "symbolic"  # "hash" (bare: no shadow KV) or "tensor" (gpu/, lazily)
     executor_options: Mapping[str, Any] = field(default_factory=dict)
     context_steps: int = 4  # steps of a request quoted in its violations
     faults: Mapping[str, float] = field(default_factory=dict)  # kind -> probability per step
@@ -462,7 +463,10 @@ class Simulation:
         return tuple(lines)
 
     def _block_contents(self, block_ids: np.ndarray):
-        return self.executor.block_contents(block_ids)
+        contents = getattr(self.executor, "block_contents", None)
+        if contents is None:  # an executor without a shadow: no content to check
+            return np.zeros(block_ids.size, np.uint64), np.ones(block_ids.size, bool)
+        return contents(block_ids)
 
     def _call(self, where: str, fn, *args):
         try:
@@ -508,6 +512,8 @@ class Simulation:
 def _make_executor(options: SimOptions, config: EngineConfig):
     if options.executor == "symbolic":
         return SymbolicExecutor(config.num_gpu_blocks, config.block_size, options.vocab_size)
+    if options.executor == "hash":
+        return HashModelExecutor(options.vocab_size)
     if options.executor == "tensor":
         module_name, _, attr = TENSOR_EXECUTOR.partition(":")
         factory = getattr(importlib.import_module(module_name), attr)
@@ -516,7 +522,7 @@ def _make_executor(options: SimOptions, config: EngineConfig):
             num_blocks=config.num_gpu_blocks,
             **dict(options.executor_options),
         )
-    raise ValueError(f"unknown executor {options.executor!r}: use symbolic or tensor")
+    raise ValueError(f"unknown executor {options.executor!r}: use symbolic, hash or tensor")
 
 
 def _auto_interval(config: EngineConfig) -> int:

@@ -86,3 +86,12 @@ def test_same_run_same_fingerprint():
     a = run(_trace(), "toy_engine:make_engine", CFG, SimOptions(), UNIT)
     b = run(_trace(), "toy_engine:make_engine", CFG, SimOptions(), UNIT)
     assert a.fingerprint == b.fingerprint and len(a.fingerprint) == 64
+
+
+def test_bare_hash_executor_gives_the_same_schedule_as_the_checked_run():
+    checked = run(_trace(), "reference", CFG, SimOptions(), UNIT)
+    bare = run(
+        _trace(), "reference", CFG, SimOptions(executor="hash", check_invariants=False), UNIT
+    )
+    assert checked.exit_code == 0
+    assert (bare.fingerprint, bare.outputs) == (checked.fingerprint, checked.outputs)
