@@ -55,6 +55,9 @@ class Scenario:
     def with_requests(self, requests: tuple[TraceRequest, ...]) -> Scenario:
         return dataclasses.replace(self, requests=requests)
 
+    def with_config(self, **changes: Any) -> Scenario:
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, **changes))
+
     def with_mutant(self, mutant: str | None) -> Scenario:
         return dataclasses.replace(self, config=dataclasses.replace(self.config, mutant=mutant))
 

@@ -21,20 +21,54 @@ from schedcheck.sim.bundles import save_bundle
 from schedcheck.sim.cost_model import StepCostModel
 from schedcheck.sim.fuzz.ddmin import ddmin, subtrace
 from schedcheck.sim.fuzz.scenario import Scenario
+from schedcheck.sim.fuzz.swarm import kv_blocks_needed
 from schedcheck.sim.fuzz.verdict import LIVENESS
 from schedcheck.sim.loop import RunResult, SimOptions, run
 from schedcheck.traces import read_trace
 from schedcheck.traces.bundle import read_bundle
 from schedcheck.traces.schema import TraceRequest
 
+TIGHTEN_ROUNDS = 3
+
 
 def shrink_scenario(scenario: Scenario, still_fails: Callable[[Scenario], bool]) -> Scenario:
-    """The scenario with a 1-minimal subset of its requests for which `still_fails` holds."""
+    """A 1-minimal subset of the requests that still fails, under the fewest blocks tried.
 
+    Fewer KV blocks put the same pressure on the cache with fewer requests, so ddmin runs
+    again after each tightening (at most TIGHTEN_ROUNDS times).
+    """
+    current = _ddmin_requests(scenario, still_fails)
+    for _ in range(TIGHTEN_ROUNDS):  # bounded
+        tighter = _fewest_blocks(current, still_fails)
+        if tighter.config.num_gpu_blocks == current.config.num_gpu_blocks:
+            break
+        current = _ddmin_requests(tighter, still_fails)
+    return current
+
+
+def _ddmin_requests(scenario: Scenario, still_fails: Callable[[Scenario], bool]) -> Scenario:
     def fails(requests: tuple[TraceRequest, ...]) -> bool:
         return still_fails(scenario.with_requests(subtrace(requests)))
 
     return scenario.with_requests(subtrace(ddmin(scenario.requests, fails)))
+
+
+def _fewest_blocks(scenario: Scenario, still_fails: Callable[[Scenario], bool]) -> Scenario:
+    """The scenario with the fewest blocks (of a few tried) that every request fits alone."""
+    blocks = scenario.config.num_gpu_blocks
+    need = max(
+        kv_blocks_needed(
+            scenario.requests, scenario.config.block_size, scenario.engine != "reference"
+        )
+    )
+    if blocks <= need:
+        return scenario  # already tight, or an oversize scenario (a rejection path)
+    for candidate in sorted({need, need + 1, need + 2, (need + blocks) // 2}):
+        if candidate < blocks:
+            tighter = scenario.with_config(num_gpu_blocks=candidate)
+            if still_fails(tighter):
+                return tighter
+    return scenario
 
 
 def failure_kind(result: RunResult) -> str:
