@@ -118,3 +118,12 @@ def test_bad_input_exits_2(trace, tmp_path):
     assert (proc.returncode, "unknown engine" in proc.stderr) == (2, True)
     proc = _cli("replay", "--bundle", str(tmp_path))
     assert (proc.returncode, "not a bundle" in proc.stderr) == (2, True)
+
+
+def test_reference_engine_fingerprint_is_the_same_under_any_hash_seed():
+    runs = [
+        json.loads(_cli("replay", "--max-requests", "20", "--json", hashseed=seed).stdout)
+        for seed in ("0", "4242")
+    ]
+    assert runs[0]["violations"] == [] and runs[0]["finished"] == 20
+    assert runs[0]["fingerprint"] == runs[1]["fingerprint"]
