@@ -38,6 +38,7 @@ class BlockPool:
         "cached_hash_of_block",
         "free_block_queue",
         "num_blocks",
+        "num_evicted_blocks",
         "ref_cnt",
     )
 
@@ -52,6 +53,7 @@ class BlockPool:
         # Bumped whenever the set of cached hashes changes: a lookup made at an unchanged
         # version would find the same hit.
         self.cache_version = 0
+        self.num_evicted_blocks = 0  # cached blocks evicted for new allocations, in total
 
     @property
     def num_free_blocks(self) -> int:
@@ -147,3 +149,4 @@ class BlockPool:
         assert self.cached_block_hash_to_block.get(block_hash) == block_id
         del self.cached_block_hash_to_block[block_hash]
         self.cache_version += 1
+        self.num_evicted_blocks += 1

@@ -90,6 +90,7 @@ class RadixCache:
         self._evict_heap: list[tuple[int, int, TreeNode]] = []
         self.evictable_num_pages = 0  # pages of nodes with lock_ref == 0
         self.page_hash: dict[int, bytes] = {}  # every tree page -> its content hash
+        self.num_evicted_pages = 0  # in total
 
     # -- structure -------------------------------------------------------------------------
 
@@ -209,6 +210,7 @@ class RadixCache:
             if not self._is_evictable(node) or node.last_access_tick != tick:
                 continue  # a stale entry
             freed.extend(reversed(node.block_ids))
+            self.num_evicted_pages += len(node.block_ids)
             parent = self._delete_leaf(node)
             self._push_if_evictable(parent)
         return freed

@@ -288,6 +288,11 @@ class RadixKVSnapshot:
     def num_blocks(self) -> int:
         return self._manager.num_blocks
 
+    @property
+    def num_evicted_blocks(self) -> int:
+        """Cached blocks evicted for new allocations so far (read by sim/coverage.py)."""
+        return self._manager.tree.num_evicted_pages
+
     def ref_cnt(self) -> npt.NDArray[np.int64]:
         return self._manager._ref_cnt_view
 

@@ -417,3 +417,15 @@ def test_missing_sampled_token_is_an_error():
     out = eng.schedule()
     with pytest.raises(ValueError, match="no token for it"):
         eng.update_from_output(out, {})
+
+
+@pytest.mark.parametrize("bm", BLOCK_MANAGERS)
+def test_snapshot_counts_evicted_cached_blocks(bm):
+    eng = engine(bm, num_gpu_blocks=4)
+    eng.add_request(request("A", range(8), max_tokens=1))
+    step(eng)  # blocks 0, 1 cached, then free (hashed) / evictable (radix)
+    assert eng.kv_snapshot().num_evicted_blocks == 0
+    eng.add_request(request("B", range(100, 112), max_tokens=1))
+    out, _ = step(eng)  # 3 blocks: 2 free + 1 evicted (radix evicts A's whole leaf)
+    assert summary(out) == [("B", 0, 12, (2, 3, 1))]
+    assert eng.kv_snapshot().num_evicted_blocks == (1 if bm == "hashed" else 2)
