@@ -14,6 +14,7 @@ near tie, else `consistent`. `first_divergence` gives each request's first diver
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -203,6 +204,13 @@ def verify_bundle(
         max_kv_error=checker.max_kv_error,
         max_logprob_error=checker.max_logprob_error,
     )
+
+
+def cpu_threads(device: str) -> None:
+    """For the command-line entry points: on a CPU, the tiny model runs fastest on one
+    thread (SCHEDCHECK_TORCH_THREADS overrides); a no-op on CUDA."""
+    if torch.device(device).type == "cpu":
+        torch.set_num_threads(int(os.environ.get("SCHEDCHECK_TORCH_THREADS", "1")))
 
 
 def _sync(device: torch.device) -> None:

@@ -31,7 +31,7 @@ import torch
 from schedcheck.gpu import scenarios
 from schedcheck.gpu.backends import PREFERENCE, get_backend
 from schedcheck.gpu.backends.base import AttentionBackend, BackendSpec
-from schedcheck.gpu.compare import VerifyOptions, build_model, verify_bundle
+from schedcheck.gpu.compare import VerifyOptions, build_model, cpu_threads, verify_bundle
 from schedcheck.gpu.reports import Result, table, write_json, write_junit, write_markdown
 from schedcheck.traces.bundle import read_bundle
 
@@ -152,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         [REPO_ROOT / "tests" / "regressions", *args.dirs], args.max_bundles
     )
     opts = VerifyOptions(device=args.device, dtype=dtype, seed=args.seed)
+    cpu_threads(args.device)
     model = build_model(opts)
     started = time.perf_counter()
     results = [

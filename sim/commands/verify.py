@@ -18,7 +18,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from schedcheck.sim.commands.common import add_json_flag, non_negative_int, run_guarded
+from schedcheck.sim.commands.common import (
+    add_json_flag,
+    non_negative_int,
+    positive_int,
+    run_guarded,
+)
 
 EXIT_CONSISTENT, EXIT_MISALIGNED, EXIT_BAD_INPUT = 0, 1, 2
 BACKENDS = ("auto", "torch-ref", "flash-attn-4", "flash-attn", "torch-flash", "sdpa")
@@ -54,8 +59,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="DIR",
         help="a local safetensors model directory instead of random weights",
     )
-    parser.add_argument("--engine", default="reference", help="TRACE input: engine under test")
-    parser.add_argument("--mutant", default=None, help="TRACE input: a named mutant")
+    trace = parser.add_argument_group("TRACE input (run through the engine loop first)")
+    trace.add_argument("--engine", default="reference", help="engine under test")
+    trace.add_argument("--mutant", default=None, help="a named mutant")
+    trace.add_argument("--block-size", type=positive_int, default=16, metavar="N")
+    trace.add_argument("--num-gpu-blocks", type=positive_int, default=4096, metavar="N")
+    trace.add_argument("--max-num-batched-tokens", type=positive_int, default=512, metavar="N")
+    trace.add_argument("--max-num-seqs", type=positive_int, default=64, metavar="N")
     parser.add_argument(
         "--out",
         default=None,
@@ -72,11 +82,12 @@ def _run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         return _bad(f"verify needs torch ({exc}); install schedcheck[gpu]")
     from schedcheck.gpu.backends.base import BackendRefused
-    from schedcheck.gpu.compare import VerifyOptions, verify_bundle
+    from schedcheck.gpu.compare import VerifyOptions, cpu_threads, verify_bundle
 
     path = Path(args.input)
     if not path.exists():
         return _bad(f"{path}: no such bundle or trace")
+    cpu_threads(args.device)
     opts = VerifyOptions(
         backend=args.backend,
         device=args.device,
@@ -109,7 +120,13 @@ def _record_bundle(args: argparse.Namespace, trace: Path) -> Path:
     from schedcheck.engines.protocol import EngineConfig
     from schedcheck.traces.reader import read_trace
 
-    config = EngineConfig(mutant=args.mutant)
+    config = EngineConfig(
+        block_size=args.block_size,
+        num_gpu_blocks=args.num_gpu_blocks,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        mutant=args.mutant,
+    )
     options = SimOptions(seed=args.seed, record_schedule=True, keep_going=True)
     result = run(list(read_trace(trace)), args.engine, config, options)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="schedcheck-verify-"))

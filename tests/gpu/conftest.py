@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch", reason="tests/gpu needs torch (the gpu extra)")
+# The model is tiny: one thread per test process is fastest, and far faster than two
+# threads spinning against each other on a loaded machine.
+torch.set_num_threads(1)
 
 
 def cuda_available() -> bool:
