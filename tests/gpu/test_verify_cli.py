@@ -60,3 +60,24 @@ def test_importing_gpu_and_the_cli_does_not_import_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_trace_input_runs_the_engine_loop_first(tmp_path: Path, capsys) -> None:
+    trace = tmp_path / "trace.jsonl"
+    shared = list(range(100, 120))
+    lines = [
+        {"request_id": "a", "arrival_time_s": 0.0, "output_length": 3,
+         "prompt_token_ids": [*shared, 7, 8, 9]},
+        {"request_id": "b", "arrival_time_s": 0.0, "output_length": 4,
+         "prompt_token_ids": [*shared, 5]},
+        {"request_id": "c", "arrival_time_s": 0.01, "output_length": 2,
+         "prompt_token_ids": list(range(300, 311))},
+    ]  # fmt: skip
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "bundle"
+    code = main(["verify", str(trace), "--block-size", "4", "--max-num-batched-tokens", "8",
+                 "--out", str(out), "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["verdict"] == "consistent"
+    assert (out / "schedule.jsonl").is_file() and report["steps"] > 3
+    assert report["sampled"] == 3 + 4 + 2
