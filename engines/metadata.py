@@ -52,6 +52,9 @@ class RunnerMetadata:
     slot_mapping: IntArray  # (T,) where each row's K/V is written
     logits_indices: IntArray  # (S,) flattened row that samples, in batch order
     sampling_req_ids: tuple[str, ...]  # (S,) the request of each logits row
+    # False only when a runner mutant derived these fields otherwise than documented above
+    slot_mapping_from_block_table: bool = True
+    seq_lens_mutated: bool = False
 
     @property
     def num_reqs(self) -> int:
@@ -121,6 +124,8 @@ def build_metadata(
         slot_mapping=slot_mapping,
         logits_indices=logits_indices.astype(np.int64, copy=False),
         sampling_req_ids=tuple(reqs[i].request_id for i in sampling),
+        slot_mapping_from_block_table=mutant != "slot-mapping-from-zero",
+        seq_lens_mutated=mutant == "seq-len-full-prompt",
     )
     meta.__dict__["row_req"] = row_req  # computed already: seed the cached property
     return meta

@@ -118,14 +118,17 @@ class SymbolicExecutor:
         if any(r is None for r in reqs) or meta.num_reqs == 0:
             return {}
         known = [r for r in reqs if r is not None]
-        written = self._write(meta, known)
-        bad_reqs = self._check_alignment(meta) | self._read(meta, known)
+        written, true_ids = self._write(meta, known)
+        bad_reqs = self._check_alignment(meta) | self._read(meta, known, true_ids)
         return self._sample(meta, known, written, bad_reqs)
 
     # -- step phases ------------------------------------------------------------------------
 
-    def _write(self, meta: RunnerMetadata, reqs: list[_ShadowRequest]) -> np.ndarray:
-        """Write every row's identity through slot_mapping; returns the identities written."""
+    def _write(
+        self, meta: RunnerMetadata, reqs: list[_ShadowRequest]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Write every row's identity through slot_mapping; returns the identities written
+        and the identities the request really has at each row's position."""
         step = meta.output.step
         true_ids, true_tokens = self._rows_truth(meta, reqs)
         written = np.where(true_tokens == meta.input_ids, true_ids, true_ids ^ hash_model.POISON)
@@ -164,7 +167,7 @@ class SymbolicExecutor:
         if changed.any():
             rows = np.flatnonzero(valid)[changed]
             self._invalidate_overwritten(meta, slots_ok[changed], rows, reqs)
-        return written
+        return written, true_ids
 
     def _copy_block(self, step: int, src: int, dst: int) -> None:
         bs = self.block_size
@@ -223,44 +226,68 @@ class SymbolicExecutor:
             )
         return bad
 
-    def _read(self, meta: RunnerMetadata, reqs: list[_ShadowRequest]) -> set[int]:
-        """Check every key the kernel reads that was not verified before; returns bad reqs."""
+    def _read(
+        self, meta: RunnerMetadata, reqs: list[_ShadowRequest], true_ids: np.ndarray
+    ) -> set[int]:
+        """Check every key the kernel reads that was not verified before; returns bad reqs.
+
+        Common case: a request's unverified keys are exactly its chunk (it verified
+        everything before), and the metadata's slot_mapping was derived from the block
+        table; then the chunk's rows already name the slots and the expected identities
+        and no second gather is needed. Every other request takes the general path.
+        """
         tables = [r.block_table for r in meta.output.scheduled]
-        seq_lens = meta.seq_lens
         lows = np.fromiter(
             (self._revalidate(req, table) for req, table in zip(reqs, tables, strict=True)),
             I64,
             len(reqs),
         )
-        highs = np.maximum(seq_lens, lows)
-        counts = highs - lows
-        todo = np.flatnonzero(counts > 0)
-        if todo.size == 0:
-            return set()
-        key_req = np.repeat(todo, counts[todo])
-        todo_starts = lows[todo]
-        row_start = np.zeros(todo.size, dtype=I64)
-        np.cumsum(counts[todo][:-1], out=row_start[1:])
-        key_index = np.repeat(np.arange(todo.size), counts[todo])
-        keys = todo_starts[key_index] + (np.arange(key_req.size) - row_start[key_index])
-        slots = gather_slots(
-            [tables[i] for i in todo], todo_starts.tolist(), counts[todo].tolist(), self.block_size
-        )
-        expected = np.concatenate([self._expected(reqs[i], lows[i], highs[i]) for i in todo])
+        highs = np.maximum(meta.seq_lens, lows)
+        chunk_only = (lows == meta.num_computed_tokens) & (highs == meta.seq_lens)
+        if not meta.slot_mapping_from_block_table or meta.seq_lens_mutated:
+            chunk_only[:] = False
+        rows = np.flatnonzero(chunk_only[meta.row_req])
+        parts = [
+            (meta.row_req[rows], meta.positions[rows], meta.slot_mapping[rows], true_ids[rows])
+        ]
+        other = np.flatnonzero(~chunk_only & (highs > lows))
+        if other.size:
+            parts.append(self._gather_keys(reqs, tables, other, lows, highs))
+        key_req, keys, slots, expected = (np.concatenate(p) for p in zip(*parts, strict=True))
         in_cache = (slots >= 0) & (slots < self.num_slots)
         found = np.where(in_cache, self.shadow[np.where(in_cache, slots, 0)], U64(0))
         bad_keys = np.flatnonzero((found != expected) | ~in_cache | (expected == 0))
         self.num_keys_checked += int(keys.size)
         bad: set[int] = set()
-        for k in bad_keys:
+        for k in bad_keys.tolist():
             i = int(key_req[k])
             if i not in bad:
                 bad.add(i)
                 self._report_read(meta, reqs[i], int(keys[k]), int(slots[k]), found[k], expected[k])
-        for j in todo.tolist():
+        for j in np.flatnonzero(highs > lows).tolist():
             if j not in bad:
                 self._verify(reqs[j], tables[j], int(highs[j]))
         return bad
+
+    def _gather_keys(
+        self,
+        reqs: list[_ShadowRequest],
+        tables: list[tuple[int, ...]],
+        todo: np.ndarray,
+        lows: np.ndarray,
+        highs: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(request, key, slot, expected identity) of keys [lows[i], highs[i]) of each i."""
+        counts = (highs - lows)[todo]
+        key_index = np.repeat(np.arange(todo.size), counts)
+        row_start = np.zeros(todo.size, dtype=I64)
+        np.cumsum(counts[:-1], out=row_start[1:])
+        keys = lows[todo][key_index] + (np.arange(key_index.size) - row_start[key_index])
+        slots = gather_slots(
+            [tables[i] for i in todo], lows[todo].tolist(), counts.tolist(), self.block_size
+        )
+        expected = np.concatenate([self._expected(reqs[i], lows[i], highs[i]) for i in todo])
+        return todo[key_index], keys, slots, expected
 
     def _sample(
         self,
