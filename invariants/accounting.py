@@ -61,7 +61,24 @@ class AccountingChecker:
                 )
             )
         seen: set[str] = set()
+        bs, next_start = cfg.block_size, self.next_start
         for req in output.scheduled:
+            rid = req.request_id
+            ncomp, nsched, ntok = req.num_computed_tokens, req.num_scheduled_tokens, req.num_tokens
+            end = ncomp + nsched
+            start = next_start.get(rid)
+            if (  # the common case, all properties at once; the detail only on a failure
+                rid not in seen
+                and 0 <= ncomp < ntok
+                and 1 <= nsched <= ntok - ncomp
+                and req.token_ids.size == nsched
+                and known_num_tokens.get(rid, ntok) == ntok
+                and len(req.block_table) * bs >= end
+                and ncomp == (req.num_cached_tokens if start is None else start)
+            ):
+                seen.add(rid)
+                next_start[rid] = end
+                continue
             if req.request_id in seen:
                 out.append(
                     Violation(

@@ -33,6 +33,7 @@ class Coverage:
         self.mid_prefill: set[str] = set()  # last chunk did not reach num_tokens
         self.admitted_with_hit: set[str] = set()
         self.scheduled_before: set[str] = set()
+        self.first_block_key: dict[str, bytes] = {}  # request id -> its first block's tokens
 
     def observe_step(self, output: SchedulerOutput, live: Mapping[str, EngineRequest]) -> None:
         bs = self.block_size
@@ -43,17 +44,21 @@ class Coverage:
             self.mid_prefill.discard(rid)
         first_blocks: dict[bytes, bool] = {}  # first-block tokens -> computed in this step
         shared = False
+        keys = self.first_block_key
         for r in output.scheduled:
-            if r.request_id not in self.scheduled_before:
-                self._admitted(r.request_id, r.num_cached_tokens, r.num_tokens)
-            if r.num_end_tokens < r.num_tokens:
-                self.mid_prefill.add(r.request_id)
+            rid = r.request_id
+            if rid not in self.scheduled_before:
+                self._admitted(rid, r.num_cached_tokens, r.num_tokens)
+            if r.num_computed_tokens + r.num_scheduled_tokens < r.num_tokens:
+                self.mid_prefill.add(rid)
             else:
-                self.mid_prefill.discard(r.request_id)
-            request = live.get(r.request_id)
-            if request is None or request.num_prompt_tokens < bs:
-                continue
-            key = request.prompt_token_ids[:bs].tobytes()
+                self.mid_prefill.discard(rid)
+            key = keys.get(rid)
+            if key is None:
+                request = live.get(rid)
+                if request is None or request.num_prompt_tokens < bs:
+                    continue
+                key = keys[rid] = request.prompt_token_ids[:bs].tobytes()
             computing = r.num_computed_tokens < bs
             if key in first_blocks and (computing or first_blocks[key]):
                 shared = True
@@ -74,6 +79,7 @@ class Coverage:
             self.counts["abort-mid-chunk"] += 1
 
     def forget(self, rid: str) -> None:
+        self.first_block_key.pop(rid, None)
         self.mid_prefill.discard(rid)
         self.admitted_with_hit.discard(rid)
         self.scheduled_before.discard(rid)
