@@ -27,6 +27,7 @@ KINDS: dict[str, str] = {
     "block-invalid": "a key position's block is missing from the table or out of range",
     "unknown-request": "a request is scheduled that the executor does not know",
     "position-beyond-tokens": "a row or key position lies past the request's known tokens",
+    "causal-alignment": "seq_len - query_len + r is not row r's position: its causal window is off",
     "input-token": "the chunk's token id differs from the request's true token",
     "kv-read": "a key the attention read holds another K/V than the true one",
     "kv-write": "a row wrote K/V that differs from the baseline's at its position",
@@ -57,17 +58,21 @@ class Finding:
         assert self.step >= 0 and self.position >= 0
 
     def sort_key(self) -> tuple[int, int, int, int]:
-        """Earliest step first; within a step metadata findings, then reads, writes, logits;
-        within a kind the lowest layer (a layer-0 K/V error is the cache's own, higher
-        layers inherit it through attention), then the lowest position."""
-        layer = -1 if self.layer is None else self.layer
-        return (self.step, _KIND_ORDER[self.kind], layer, self.position)
+        """Earliest step first; then the level: metadata and layer-0 K/V findings (the
+        cache's own content) before higher layers' (inherited through attention) before
+        logits; then the lowest position; then the kind, in `KINDS` order."""
+        if self.layer is not None:
+            level = self.layer
+        else:
+            level = _LOGITS_LEVEL if self.kind in ("logprob", "token") else 0
+        return (self.step, level, self.position, _KIND_ORDER[self.kind])
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 _KIND_ORDER = {kind: i for i, kind in enumerate(KINDS)}
+_LOGITS_LEVEL = 1 << 20  # after every layer
 
 
 def misalignment(

@@ -219,7 +219,7 @@ def misaligned(block_size: int = 16) -> list[Scenario]:
         name="seq-len-full-prompt",
         mutant="seq-len-full-prompt",
         expected={
-            "A": ("block-invalid", 0, 2 * bs),
+            "A": ("causal-alignment", 0, 0),
             # B reads A's layer-1 K of the shared blocks, which A
             # computed while attending to keys it must not see
             "B": ("kv-read", 1, 0),

@@ -57,6 +57,7 @@ def plan_step(
     row_request = np.repeat(np.arange(metadata.num_reqs, dtype=np.int64), metadata.query_lens)
     findings: list[Finding] = []
     findings += _token_findings(metadata, row_request, tokens)
+    findings += _alignment_findings(metadata)
     slots, slot_findings = _sanitize_slots(metadata, row_request, num_blocks * bs)
     key_table, block_findings = _key_table(metadata, num_blocks)
     valid_blocks = np.concatenate([slots[slots >= 0] // bs, key_table[key_table >= 0]])
@@ -141,6 +142,30 @@ def _token_findings(
                     f"seq_len {int(md.seq_lens[i])} reads keys past the {true.size} tokens",
                 )
             )
+    return out
+
+
+def _alignment_findings(md: RunnerMetadata) -> list[Finding]:
+    """Bottom-right causal: row r of request i sees keys j <= r + seq_len - query_len, which
+    is its own position only if seq_len - query_len == positions of its first row.
+
+        chunk positions 4 5 6, seq_len 10 (not 7): row 0 sees keys 0..7, past itself
+    """
+    first = md.positions[md.query_start_loc[:-1]] if md.num_reqs else md.positions[:0]
+    shift = md.seq_lens - md.query_lens - first  # (B,) 0 when aligned
+    out = []
+    for i in np.flatnonzero(shift).tolist():
+        p = int(first[i])
+        out.append(
+            misalignment(
+                "causal-alignment",
+                md.output.step,
+                md.req_ids[i],
+                p,
+                f"seq_len {int(md.seq_lens[i])} with {int(md.query_lens[i])} rows from position "
+                f"{p}: row 0 sees keys up to {p + int(shift[i])}",
+            )
+        )
     return out
 
 

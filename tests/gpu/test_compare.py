@@ -91,9 +91,12 @@ def test_decode_seq_len_one_too_long(tmp_path: Path, model) -> None:
     scenario = scenarios.prefix_chunked(BS)
     report = _verify(tmp_path, scenario, model, transform=_longer_seq_len("C", 2))
     c_n = scenario.prompts["C"].size
-    # C decodes position c_n + 1 at step 2 and reads key c_n + 2 (layer 0), not written yet
-    assert _first(report)["C"] == ("kv-read", 2, c_n + 2)
+    # C decodes position c_n + 1 at step 2 with a window one key too wide ...
+    assert _first(report)["C"] == ("causal-alignment", 2, c_n + 1)
     assert set(_first(report)) == {"C"}
+    # ... and the numbers show it: key c_n + 2 (layer 0) is read, and not written yet
+    reads = [f for f in report.findings if f.kind == "kv-read" and f.layer == 0]
+    assert [(f.step, f.position) for f in reads] == [(2, c_n + 2)]
 
 
 def test_recorded_outputs_that_are_not_the_models_are_fine(tmp_path: Path, model) -> None:
