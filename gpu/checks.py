@@ -4,6 +4,7 @@ For every step, after the forward (the cache then holds exactly what attention r
 
     write  row t (request r, position p) wrote K/V  vs  baseline K/V of r at p, each layer
     read   key j < seq_len of request r, at slot key_slots[.]  vs  baseline K/V of r at j
+           (only keys whose slot or slot content changed since verified: read_ledger.py)
     sample row t samples token s; baseline at (r, p) prefers b:
              s == b, |logprob diff| <= tol        -> fine
              s == b, diff > tol                   -> `logprob`, misalignment
@@ -27,6 +28,7 @@ from schedcheck.gpu.baseline import Baseline
 from schedcheck.gpu.batch import StepTensors
 from schedcheck.gpu.findings import NEAR_TIE, Finding, misalignment
 from schedcheck.gpu.model import LlamaModel
+from schedcheck.gpu.read_ledger import ReadLedger
 from schedcheck.gpu.step_plan import StepPlan
 from schedcheck.gpu.tolerances import Tolerance
 
@@ -35,7 +37,8 @@ ITEMS_PER_CHUNK = 1 << 16  # rows or keys compared at once
 
 
 class ReplayChecker:
-    def __init__(self, baseline: Baseline, model: LlamaModel, tolerance: Tolerance):
+    def __init__(self, baseline: Baseline, model: LlamaModel, tolerance: Tolerance, num_slots: int):
+        """`num_slots`: slots of the cache including its zero block, (num_blocks + 1) * bs."""
         self.baseline = baseline
         self.model = model
         self.tol = tolerance
@@ -44,6 +47,8 @@ class ReplayChecker:
         self.num_sampled = 0
         self.max_kv_error = 0.0  # the largest K/V difference seen within tolerance
         self.max_logprob_error = 0.0
+        self.ledger = ReadLedger(num_slots)
+        self.num_keys_checked = 0
 
     def on_step(
         self,
@@ -127,16 +132,26 @@ class ReplayChecker:
         self._report_kv("kv-write", plan, errors, plan.row_request, md.positions, md.slot_mapping)
 
     def _check_reads(self, plan: StepPlan, tensors: StepTensors, cache) -> None:
+        """Compare every key read that may have changed since it was last verified."""
         md, attn = plan.metadata, tensors.attn
-        owner = np.repeat(np.arange(md.num_reqs), attn.seq_lens_np)
-        j = np.arange(owner.size, dtype=np.int64) - attn.cu_seqlens_k_np[owner]
+        self.ledger.wrote(plan.slot_mapping)
+        starts, key_slots = attn.cu_seqlens_k_np, attn.key_slots_np
+        need = self.ledger.to_check(md.req_ids, starts, key_slots)
+        owner_all = np.repeat(np.arange(md.num_reqs), attn.seq_lens_np)
+        keys = np.flatnonzero(need)
+        owner = owner_all[keys]
+        j = keys - starts[owner]
         rows = self.baseline.rows(md.req_ids, owner, j)
-        slots_all = attn.key_slots
+        checked = torch.as_tensor(key_slots[keys]).to(attn.key_slots.device)
+        self.num_keys_checked += int(keys.size)
 
         def fetch(layer: int, lo: int, hi: int) -> KV:
-            return cache.gather(layer, slots_all[lo:hi])
+            return cache.gather(layer, checked[lo:hi])
 
         errors = self._errors(fetch, rows)
+        failed = np.zeros(key_slots.size, dtype=bool)
+        failed[keys] = (errors > self.kv_tol[:, None]).any(axis=0)
+        self.ledger.mark(md.req_ids, starts, key_slots, failed)
         table = plan.key_table[owner, j // md.block_size]
         slots = np.where(table >= 0, table * md.block_size + j % md.block_size, -1)
         self._report_kv("kv-read", plan, errors, owner, j, slots)

@@ -183,7 +183,8 @@ def verify_bundle(
     baseline = run_baseline(model, backend, sequences)
     _sync(model.device)
     baseline_s = time.perf_counter() - start
-    checker = ReplayChecker(baseline, model, opts.tolerance or tolerance_for(opts.dtype))
+    tolerance = opts.tolerance or tolerance_for(dtype_name(model.dtype))
+    checker = ReplayChecker(baseline, model, tolerance, (num_blocks + 1) * block_size)
     executor = TensorExecutor(model, backend, block_size, num_blocks, observer=checker)
     executor.set_true_tokens(sequences)
     stats = replay_schedule(
