@@ -3,6 +3,7 @@
 # from a copy of the repo, within 5 minutes.
 #
 #   bash gpu/device_check.sh [OUT]      # OUT defaults to $OUT, else out/device_check
+#   DEVICE=cpu DTYPE=fp32 PYTHON=... bash gpu/device_check.sh   # a dry run without a GPU
 #
 # 1. makes `schedcheck.*` importable without installing (a namespace folder of symlinks);
 # 2. unpacks wheels/fa4-site.tar.xz (made by gpu/fetch_wheels.sh; carried with the tree
@@ -15,6 +16,8 @@ set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT_DIR=${1:-${OUT:-$REPO/out/device_check}}
 PY=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+DTYPE=${DTYPE:-bf16}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$OUT_DIR" "$TMP/ns/schedcheck"
@@ -56,8 +59,8 @@ else
 fi
 
 cd "$REPO"
-timeout 210 "$PY" -m schedcheck.gpu.nightly --out "$OUT_DIR" --device cuda --dtype bf16 \
-  --block-size 16 2>"$OUT_DIR/nightly_stderr.txt"
+timeout 210 "$PY" -m schedcheck.gpu.nightly --out "$OUT_DIR" --device "$DEVICE" \
+  --dtype "$DTYPE" --block-size 16 2>"$OUT_DIR/nightly_stderr.txt"
 code=$?
 [ $code -eq 124 ] && echo "nightly: timed out after 210 s"
 exit $code

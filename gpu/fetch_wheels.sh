@@ -6,8 +6,10 @@
 #   bash gpu/fetch_wheels.sh            # run here, with network to the package index
 #   -> wheels/fa4-site.tar.xz           # `site/`: every wheel unzipped into one folder
 #
-# wheels/ is ignored by git: never commit it. device_check.sh unpacks the archive and sets
-# PYTHONPATH=SITE:SITE/nvidia_cutlass_dsl/dsl_packages (PYTHONPATH runs no .pth file).
+# Only the archive lands in wheels/ (ignored by git: never commit it); carry just that file
+# to the GPU machine (the device tool's carry: ["wheels/fa4-site.tar.xz"], 55 of 64 MiB).
+# device_check.sh unpacks it and sets PYTHONPATH=SITE:SITE/nvidia_cutlass_dsl/dsl_packages
+# (PYTHONPATH runs no .pth file). xz with a 256 MiB dictionary takes minutes and ~3 GB.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,19 +27,18 @@ PACKAGES=(
 )
 # einops, typing_extensions and cuda-bindings are in the GPU machine's image.
 
-mkdir -p "$WHEELS/dl"
-"$PIP" download --no-deps --only-binary=:all: --dest "$WHEELS/dl" \
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+mkdir -p "$WHEELS" "$STAGE/dl" "$STAGE/site"
+"$PIP" download --no-deps --only-binary=:all: --dest "$STAGE/dl" \
   --python-version 3.12 --implementation cp --abi cp312 \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
   "${PACKAGES[@]}"
 
-STAGE=$(mktemp -d)
-trap 'rm -rf "$STAGE"' EXIT
-mkdir "$STAGE/site"
 for name in "${PACKAGES[@]}"; do
   stem=${name%%==*}
-  wheel=$(ls "$WHEELS/dl/${stem//-/_}"-"${name##*==}"-*.whl | head -n 1)
+  wheel=$(ls "$STAGE/dl/${stem//-/_}"-"${name##*==}"-*.whl | head -n 1)
   python3 -m zipfile -e "$wheel" "$STAGE/site"
 done
 test -f "$STAGE/site/flash_attn/cute/interface.py"

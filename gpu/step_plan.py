@@ -75,7 +75,7 @@ def plan_step(
 
 
 def _first_rows(mask: npt.NDArray[np.bool_], row_request: IntArray) -> list[tuple[int, int]]:
-    """(request index, first row) for every request with a True row; and the True count."""
+    """(request index, first True row) for every request that has a True row."""
     rows = np.flatnonzero(mask)
     reqs, first = np.unique(row_request[rows], return_index=True)
     return [(int(i), int(rows[f])) for i, f in zip(reqs, first, strict=True)]
