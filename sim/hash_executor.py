@@ -18,6 +18,8 @@ _MASK64 = (1 << 64) - 1
 
 
 class HashModelExecutor:
+    hash_model_tokens = True
+
     def __init__(self, vocab_size: int = DEFAULT_VOCAB_SIZE) -> None:
         self.vocab_size = vocab_size
         self.last_identity: dict[str, tuple[int, int]] = {}  # id -> (num_tokens, identity)

@@ -306,6 +306,7 @@ class Simulation:
             request.max_tokens,
             self.options.vocab_size,
             hash_model.salt_identity(request.cache_salt),
+            unchunked=getattr(self.executor, "hash_model_tokens", False),
         )
 
     def _after_empty_step(self, output: SchedulerOutput) -> None:

@@ -64,6 +64,8 @@ class _ShadowRequest:
 class SymbolicExecutor:
     """Shadow KV of `num_blocks * block_size` slots; implements engines/executor.Executor."""
 
+    hash_model_tokens = True  # its tokens are the hash model's: outputs.unchunked applies
+
     def __init__(
         self, num_blocks: int, block_size: int, vocab_size: int = DEFAULT_VOCAB_SIZE
     ) -> None:
