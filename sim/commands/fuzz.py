@@ -114,7 +114,20 @@ def add_campaign_args(parser: argparse.ArgumentParser, budget_s: float = 60.0) -
         help="stop each worker after about N examples (default: the budget)",
     )
     camp.add_argument("--examples-per-round", type=positive_int, default=32, metavar="N")
-    camp.add_argument("--shrink-budget-s", type=positive_float, default=20.0, metavar="S")
+    camp.add_argument(
+        "--shrink-runs-max",
+        type=positive_int,
+        default=200,
+        metavar="N",
+        help="Hypothesis shrink runs per finding (default 200; a deterministic bound)",
+    )
+    camp.add_argument(
+        "--shrink-budget-s",
+        type=positive_float,
+        default=60.0,
+        metavar="S",
+        help="wall-clock safety net on shrinking (default 60)",
+    )
     camp.add_argument(
         "--db",
         metavar="DIR",
@@ -137,6 +150,7 @@ def campaign_options(args: argparse.Namespace, spec: SwarmSpec, out_dir: str) ->
         db_dir=None if args.no_db else args.db,
         examples_per_round=args.examples_per_round,
         examples_max=args.max_examples,
+        shrink_runs_max=args.shrink_runs_max,
         shrink_budget_s=args.shrink_budget_s,
     )
 

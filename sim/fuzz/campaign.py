@@ -46,7 +46,8 @@ class CampaignOptions:
     db_dir: str | None = ".schedcheck/fuzz"  # None: no failure database
     examples_per_round: int = 32
     examples_max: int | None = None  # per worker
-    shrink_budget_s: float = 20.0
+    shrink_runs_max: int = 200
+    shrink_budget_s: float = 60.0
 
     def __post_init__(self) -> None:
         assert self.workers >= 1 and self.budget_s > 0 and self.examples_per_round >= 1
@@ -147,6 +148,7 @@ def _job(opts: CampaignOptions, worker_index: int, started: float) -> WorkerJob:
         db_dir=str(Path(opts.db_dir).resolve()) if opts.db_dir else None,
         examples_per_round=opts.examples_per_round,
         examples_max=opts.examples_max,
+        shrink_runs_max=opts.shrink_runs_max,
         shrink_budget_s=opts.shrink_budget_s,
     )
 

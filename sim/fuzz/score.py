@@ -52,7 +52,8 @@ class ScoreOptions:
     out_dir: str = ".schedcheck/fuzz/score"
     db_dir: str | None = None  # None: a fresh database per campaign
     regressions_dir: str | None = None
-    shrink_budget_s: float = 20.0
+    shrink_runs_max: int = 200
+    shrink_budget_s: float = 60.0
 
     def names(self) -> tuple[str, ...]:
         for name in self.mutants:
@@ -82,6 +83,7 @@ def score_one(opts: ScoreOptions, name: str) -> ScoreRow:
             budget_s=opts.budget_s,
             out_dir=str(Path(opts.out_dir) / name),
             db_dir=opts.db_dir or fresh_db,
+            shrink_runs_max=opts.shrink_runs_max,
             shrink_budget_s=opts.shrink_budget_s,
         )
         result = run_campaign(campaign)

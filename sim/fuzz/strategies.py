@@ -11,6 +11,8 @@ sit on block boundaries and next to them far more often than uniform draws put t
     num_own 0:     the prompt is an earlier prompt, or a prefix of it (fully cached)
     later turn:    | parent's full prompt | parent's outputs | own tokens |
                    (parent_request_id; the simulator builds the history)
+    cache_salt:    None, "a" or "b" (feature `salts`): a prefix copied across salts must
+                   not be shared in the cache (vLLM's cache_salt, GHSA-rm76-4mrf-v9r8)
 
 Time is counted in ticks of a quarter step of the `unit` cost profile (one step = 10 ms):
 a gap of 0 ticks is a burst in the same step; an abort lands half a tick after a tick, so
@@ -40,6 +42,7 @@ FILLS = ("unique", "constant", "period")
 _UNIQUE_STRIDE = 1000  # token ids of request i: 1000 * (i + 1) + position (< vocab 32,000)
 _DELTAS = (0, -1, 1, None)  # None: any offset inside the block
 _BURST_GAPS = (0, 0, 1, 4)  # ticks: mostly the same step
+_SALTS = (None, "a", "b")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,7 @@ class TraceFeatures:
     long_prompts: bool = False  # prompts up to three times the token budget
     fills: bool = False  # constant / periodic tokens: equal blocks after different prefixes
     priorities: bool = False
+    salts: bool = False  # cache_salt from ("a", "b"): blocks never shared across salts
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,7 @@ class RequestPlan:
     parent_index: int | None  # a later turn of this request
     think_ticks: int
     priority: int
+    cache_salt: str | None = None
 
     def __post_init__(self) -> None:
         assert self.num_shared_tokens + self.num_own_tokens >= 1 or self.parent_index is not None
@@ -107,8 +112,8 @@ def boundary_lengths(draw: st.DrawFn, block_size: int, blocks_max: int, min_valu
 
 
 def draw_features(draw: st.DrawFn, priorities: bool = True) -> TraceFeatures:
-    b = [draw(st.booleans()) for _ in range(7)]
-    return TraceFeatures(b[0], b[1], b[2], b[3], b[4], b[5], b[6] and priorities)
+    b = [draw(st.booleans()) for _ in range(8)]
+    return TraceFeatures(b[0], b[1], b[2], b[3], b[4], b[5], b[6] and priorities, b[7])
 
 
 @st.composite
@@ -177,6 +182,7 @@ def _draw_plan(
         parent_index=parent_index,
         think_ticks=draw(st.integers(0, 8)) if parent_index is not None else 0,
         priority=draw(st.integers(0, 2)) if features.priorities else 0,
+        cache_salt=pick(draw, _SALTS) if features.salts else None,
     )
 
 
@@ -224,6 +230,7 @@ def _request(index: int, plan: RequestPlan, prompt: tuple[int, ...], ticks: int)
         priority=plan.priority,
         parent_request_id=parent,
         think_time_s=round(plan.think_ticks * TICK_S, 9),
+        cache_salt=plan.cache_salt,
     )
 
 

@@ -2,9 +2,9 @@
 
     round r:  @seed(round_seed(S, w, r)) @given(scenarios(spec)), max_examples per round
               ├─ an example fails -> the raw bundle is saved at once (kept on Ctrl-C)
-              ├─ Hypothesis shrinks it (bounded by shrink_budget_s; after that, or once a
-              │  stop is asked for, only examples already seen to fail still fail, so
-              │  Hypothesis ends with the smallest of them)
+              ├─ Hypothesis shrinks it (bounded by shrink_runs_max runs, deterministic, and
+              │  shrink_budget_s as a safety net; at the bound, or once a stop is asked
+              │  for, ShrinkDone ends Hypothesis and the simplest failure seen is kept)
               ├─ ddmin removes whole requests Hypothesis could not
               └─ the shrunk bundle is saved and reported; the worker stops
 
@@ -48,15 +48,26 @@ class WorkerJob:
     db_dir: str | None = None
     examples_per_round: int = 32
     examples_max: int | None = None  # stop after this many examples (tests; None: budget)
-    shrink_budget_s: float = 30.0
+    shrink_runs_max: int = 200  # Hypothesis shrink runs: a deterministic bound
+    shrink_budget_s: float = 60.0  # a wall-clock safety net on top (slow machines)
 
 
 class FoundBug(Exception):
     """Raised inside a Hypothesis example: the scenario is a finding."""
 
-    def __init__(self, scenario_json: str, kind: str, headline: str) -> None:
-        super().__init__(scenario_json, kind, headline)
-        self.scenario_json, self.kind, self.headline = scenario_json, kind, headline
+    def __init__(self, scenario_json: str) -> None:
+        super().__init__(scenario_json)
+        self.scenario_json = scenario_json
+
+
+class ShrinkDone(BaseException):
+    """Ends Hypothesis' shrinking at once (a BaseException: Hypothesis lets it through)."""
+
+
+def shrink_key(scenario: Scenario) -> tuple[int, int, int]:
+    """Smaller is simpler: fewer requests, fewer prompt tokens, shorter JSON."""
+    num_tokens = sum(r.num_own_prompt_tokens for r in scenario.requests)
+    return scenario.num_requests, num_tokens, len(scenario.dumps())
 
 
 @dataclass
@@ -70,26 +81,24 @@ class RoundProbe:
     examples: int = 0
     shrink_runs: int = 0
     coverage: dict[str, int] = field(default_factory=dict)
-    failed: set[str] = field(default_factory=set)  # scenario JSON of every failing example
+    best: Scenario | None = None  # the simplest failing example so far
     detected_at_s: float | None = None
     shrink_deadline_s: float = 0.0
     clean_failure: dict[str, Any] | None = None
 
     def __call__(self, scenario: Scenario) -> None:
-        text = scenario.dumps()
         if self.detected_at_s is not None and self._shrink_over():
-            if text in self.failed:
-                raise FoundBug(text, "", "")
-            return
+            raise ShrinkDone
         verdict = judge(scenario)
         self._count(verdict)
         if verdict.clean_failed and self.clean_failure is None:
             self.clean_failure = self._save(scenario.with_mutant(None), "clean-failure", verdict)
         if verdict.failed:
-            self.failed.add(text)
+            if self.best is None or shrink_key(scenario) < shrink_key(self.best):
+                self.best = scenario
             if self.detected_at_s is None:
                 self._first_failure(scenario, verdict)
-            raise FoundBug(text, verdict.kind, verdict.headline)
+            raise FoundBug(scenario.dumps())
 
     def _count(self, verdict: Verdict) -> None:
         if self.detected_at_s is None:
@@ -99,7 +108,9 @@ class RoundProbe:
             self.shrink_runs += 1
 
     def _shrink_over(self) -> bool:
-        return time.monotonic() > self.shrink_deadline_s or self.stopping()
+        if self.shrink_runs >= self.job.shrink_runs_max or self.stopping():
+            return True
+        return time.monotonic() > self.shrink_deadline_s
 
     def _first_failure(self, scenario: Scenario, verdict: Verdict) -> None:
         self.detected_at_s = time.time() - self.job.started_at_s
@@ -158,8 +169,8 @@ def round_settings(job: WorkerJob, round_index: int) -> settings:
 
 def run_round(
     job: WorkerJob, round_index: int, report: Report, stopping: Callable[[], bool]
-) -> tuple[RoundProbe, FoundBug | None]:
-    """One round; returns the probe (counts) and the shrunk finding, if any."""
+) -> tuple[RoundProbe, Scenario | None]:
+    """One round; returns the probe (counts) and the Hypothesis-shrunk finding, if any."""
     probe = RoundProbe(job, round_index, report, stopping)
 
     def fuzz_example(scenario: Scenario) -> None:
@@ -172,15 +183,18 @@ def run_round(
     )
     try:
         test()
-    except FoundBug as bug:
-        return probe, bug
+    except FoundBug as bug:  # Hypothesis finished shrinking: its minimal example
+        return probe, Scenario.from_json_text(bug.scenario_json)
+    except ShrinkDone:  # the shrink bound: the simplest failure seen
+        return probe, probe.best
     return probe, None
 
 
-def finish_finding(job: WorkerJob, probe: RoundProbe, bug: FoundBug) -> dict[str, Any]:
+def finish_finding(
+    job: WorkerJob, probe: RoundProbe, hypothesis_shrunk: Scenario
+) -> dict[str, Any]:
     """ddmin after Hypothesis, the shrunk bundle, and the finding's report."""
     started = time.monotonic()
-    hypothesis_shrunk = Scenario.from_json_text(bug.scenario_json)
     shrunk = shrink_scenario(hypothesis_shrunk, lambda s: judge(s).failed)
     verdict = judge(shrunk)
     assert verdict.failed, "a shrunk scenario still fails"
@@ -218,7 +232,7 @@ def run_worker(
             break
         if job.examples_max is not None and examples >= job.examples_max:
             break
-        probe, bug = run_round(job, round_index, report, stopping)
+        probe, found = run_round(job, round_index, report, stopping)
         examples += probe.examples
         report(
             {
@@ -231,7 +245,7 @@ def run_worker(
         )
         if probe.clean_failure is not None:
             report({"type": "clean-failure", **probe.clean_failure})
-        if bug is not None:
-            report(finish_finding(job, probe, bug))
+        if found is not None:
+            report(finish_finding(job, probe, found))
             break
     report({"type": "done", "worker": job.worker_index, "examples": examples})

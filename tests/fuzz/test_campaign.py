@@ -1,0 +1,102 @@
+"""Campaigns: the same seed gives the same campaign; the toy engine's faults are found and
+shrunk to <= 4 requests; the failure database is replayed first; Ctrl-C keeps findings."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from schedcheck.sim.fuzz.campaign import CampaignOptions, run_campaign
+from schedcheck.sim.fuzz.swarm import SwarmSpec
+
+
+def _campaign(tmp_path, spec, **kw):
+    opts = dict(
+        spec=spec,
+        seed=7,
+        budget_s=60.0,
+        out_dir=str(tmp_path / "out"),
+        db_dir=None,
+        shrink_runs_max=50,
+    )
+    opts.update(kw)
+    return run_campaign(CampaignOptions(**opts))
+
+
+def _same(a, b):
+    keys = (
+        "round",
+        "worker",
+        "round_seed",
+        "examples_in_round",
+        "kind",
+        "headline",
+        "scenario",
+        "shrunk_requests",
+    )
+    return {k: a.finding[k] for k in keys} == {k: b.finding[k] for k in keys}
+
+
+@pytest.mark.parametrize(
+    "engine", ["toy_engine:make_swap_engine", "toy_engine:make_stale_token_engine"]
+)
+def test_the_toy_engines_faults_are_found_and_shrunk(tmp_path, engine):
+    result = _campaign(tmp_path, SwarmSpec(engine=engine))
+    assert result.found and result.finding["shrunk_requests"] <= 4
+    assert result.finding["time_to_detect_s"] < 30
+    assert os.path.isfile(os.path.join(result.finding["bundle"], "violations.json"))
+    assert result.raw and os.path.isdir(result.raw[0]["bundle"])  # kept from first sight
+
+
+def test_same_seed_same_campaign_with_a_finding(tmp_path):
+    spec = SwarmSpec(mutant="hash-no-parent")
+    a = _campaign(tmp_path / "a", spec)
+    b = _campaign(tmp_path / "b", spec)
+    assert a.found and _same(a, b) and a.examples == b.examples
+    other = _campaign(tmp_path / "c", spec, seed=8)
+    assert other.finding["round_seed"] != a.finding["round_seed"]
+
+
+def test_same_seed_same_campaign_without_a_finding(tmp_path):
+    spec = SwarmSpec(engine="toy_engine:make_engine")
+    a = _campaign(tmp_path / "a", spec, examples_max=64)
+    b = _campaign(tmp_path / "b", spec, examples_max=64)
+    assert not a.found and not a.clean_failures
+    assert (a.examples, a.coverage) == (b.examples, b.coverage) and a.examples >= 64
+
+
+def test_two_spawned_workers_agree_on_the_first_finding(tmp_path):
+    spec = SwarmSpec(engine="toy_engine:make_swap_engine")
+    a = _campaign(tmp_path / "a", spec, workers=2)
+    b = _campaign(tmp_path / "b", spec, workers=2)
+    assert a.found and not a.errors and _same(a, b)
+    assert a.finding["worker"] == 0  # both find it in round 0: the least (round, worker)
+
+
+def test_the_failure_database_is_replayed_first(tmp_path):
+    spec = SwarmSpec(engine="toy_engine:make_swap_engine")
+    db = str(tmp_path / "db")
+    first = _campaign(tmp_path, spec, db_dir=db)
+    again = _campaign(tmp_path, spec, db_dir=db)
+    assert first.found and not first.replayed
+    assert again.replayed and again.finding["bundle"] == first.finding["bundle"]
+    assert again.examples == 0
+    other = _campaign(tmp_path, SwarmSpec(engine="toy_engine:make_stale_token_engine"), db_dir=db)
+    assert not other.replayed, "findings are kept per target"
+
+
+@pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(),
+    reason="signals reach the main thread only",
+)
+def test_ctrl_c_stops_the_campaign_and_keeps_what_it_has(tmp_path):
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    result = _campaign(tmp_path, SwarmSpec(engine="toy_engine:make_engine"), budget_s=120.0)
+    timer.join()
+    assert result.interrupted and not result.found
+    assert time.monotonic() - started < 30
+    assert result.examples > 0
