@@ -1,0 +1,133 @@
+"""`schedcheck fuzz` and `schedcheck mutants score`: exit codes, JSON, regression files."""
+
+import importlib.util
+import json
+
+import pytest
+
+from schedcheck.sim.cli import main
+
+
+def _json(capsys, argv):
+    code = main(argv)
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_a_finding_exits_1_with_the_promised_json(tmp_path, capsys):
+    code, out = _json(
+        capsys,
+        [
+            "fuzz",
+            "--engine",
+            "toy_engine:make_swap_engine",
+            "--budget-s",
+            "30",
+            "--seed",
+            "3",
+            "--out",
+            str(tmp_path),
+            "--no-db",
+            "--shrink-runs-max",
+            "30",
+            "--json",
+        ],
+    )
+    assert code == 1 and out["found"]
+    for key in (
+        "time_to_detect_s",
+        "examples",
+        "bundle",
+        "shrunk_requests",
+        "coverage",
+        "never_reached",
+        "seed",
+        "reproduce",
+        "reproduce_campaign",
+    ):
+        assert key in out
+    assert out["shrunk_requests"] <= 4 and out["seed"] == 3
+    assert out["reproduce"] == f"schedcheck replay --bundle {out['bundle']}"
+    assert main(["replay", "--bundle", out["bundle"], "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["reproduced"] is True
+
+
+def test_nothing_found_exits_0_and_lists_paths_never_reached(tmp_path, capsys):
+    code, out = _json(
+        capsys,
+        [
+            "fuzz",
+            "--engine",
+            "toy_engine:make_engine",
+            "--budget-s",
+            "30",
+            "--max-examples",
+            "32",
+            "--out",
+            str(tmp_path),
+            "--no-db",
+            "--json",
+        ],
+    )
+    assert code == 0 and not out["found"] and out["examples"] >= 32
+    assert "evict-cached-block" in out["never_reached"]  # the toy engine has no prefix cache
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["fuzz", "--engine", "no_such_module:make", "--budget-s", "1"],
+        ["fuzz", "--mutant", "no-such-mutant", "--budget-s", "1"],
+        ["fuzz", "--mutant", "radix-leak-chunk-kv", "--block-manager", "hashed", "--budget-s", "1"],
+        ["mutants", "score", "--mutant", "no-such-mutant"],
+    ],
+)
+def test_bad_input_exits_2(argv, tmp_path, capsys):
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_fuzz_rejects_a_bad_budget():
+    with pytest.raises(SystemExit) as exc:
+        main(["fuzz", "--budget-s", "0"])
+    assert exc.value.code == 2
+
+
+def test_mutants_score_finds_two_mutants_and_writes_working_regression_tests(
+    tmp_path, capsys, monkeypatch
+):
+    regressions = tmp_path / "regressions"
+    code, out = _json(
+        capsys,
+        [
+            "mutants",
+            "score",
+            "--budget-s",
+            "30",
+            "--mutant",
+            "block-table-short",
+            "--mutant",
+            "slot-mapping-from-zero",
+            "--out",
+            str(tmp_path / "out"),
+            "--regressions",
+            str(regressions),
+            "--json",
+        ],
+    )
+    assert code == 0 and out["score"] == 1.0 and out["max_shrunk_requests"] <= 4
+    for row in out["rows"]:
+        assert row["found"] and row["regression_ok"]
+        module = _load(row["regression"])
+        module.test_no_violation()
+        module.test_the_mutant_is_caught()
+        monkeypatch.setenv("SCHEDCHECK_MUTANT", row["mutant"])
+        with pytest.raises(AssertionError):
+            module.test_no_violation()  # the regression test kills its mutant
+        monkeypatch.delenv("SCHEDCHECK_MUTANT")
+
+
+def _load(path):
+    spec = importlib.util.spec_from_file_location("generated_regression", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
