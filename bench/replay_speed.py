@@ -73,9 +73,12 @@ def main() -> int:
     parser.add_argument("--block-manager", default="hashed")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--progress", action="store_true")
+    parser.add_argument(
+        "--invariants-only", action="store_true", help="skip the bare run (long traces)"
+    )
     args = parser.parse_args()
-    bare = measure(args, check_invariants=False)
     full = measure(args, check_invariants=True)
+    bare = full if args.invariants_only else measure(args, check_invariants=False)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert bare["fingerprint"] == full["fingerprint"], "invariants must not change the schedule"
     report: dict[str, object] = {
