@@ -84,3 +84,15 @@ class PagedKVCache:
         flat_k = self.key_cache[layer].view(-1, *self.shape_tail[1:])
         flat_v = self.value_cache[layer].view(-1, *self.shape_tail[1:])
         return flat_k.index_select(0, slots), flat_v.index_select(0, slots)
+
+    def read(
+        self, layer: int, block_table: list[int] | tuple[int, ...], num_tokens: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of positions 0 .. num_tokens-1 of one request, through its block table:
+        position j lives in block block_table[j // block_size] at offset j % block_size."""
+        assert 0 <= num_tokens <= len(block_table) * self.block_size
+        blocks = torch.as_tensor(list(block_table), dtype=torch.int64, device=self.device)
+        tail = self.shape_tail[1:]
+        k = self.key_cache[layer].index_select(0, blocks).reshape(-1, *tail)[:num_tokens]
+        v = self.value_cache[layer].index_select(0, blocks).reshape(-1, *tail)[:num_tokens]
+        return k, v

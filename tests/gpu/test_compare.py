@@ -104,3 +104,24 @@ def test_recorded_outputs_that_are_not_the_models_are_fine(tmp_path: Path, model
     scenario = scenarios.prefix_chunked(BS, seed=5)
     assert not np.array_equal(scenario.outputs["A"], scenarios.prefix_chunked(BS).outputs["A"])
     assert _verify(tmp_path, scenario, model).verdict == "consistent"
+
+
+def test_recorder_keeps_logits_and_kv_per_request_and_position(model) -> None:
+    from schedcheck.gpu.backends.torch_ref import TorchRefBackend
+    from schedcheck.gpu.executor import TensorExecutor
+    from schedcheck.gpu.replay import Recorder, replay_schedule
+
+    scenario = scenarios.prefix_chunked(BS)
+    recorder = Recorder()
+    executor = TensorExecutor(model, TorchRefBackend(), BS, 64, observer=recorder)
+    executor.set_true_tokens(scenario.sequences())
+    stats = replay_schedule(scenario.schedule, executor, BS)
+    assert len(recorder.samples) == stats.sampled == 9
+    # B's first 2*BS positions came from the prefix cache: B never wrote them
+    assert ("B", 0) not in recorder.kv and ("B", 2 * BS) in recorder.kv
+    assert ("A", 0) in recorder.kv and len(recorder.kv[("A", 0)]) == 1
+    step, k, v = recorder.kv[("A", 0)][0]
+    assert v.shape == k.shape
+    assert step == 0 and k.shape == (CFG.num_layers, CFG.num_kv_heads, CFG.head_dim)
+    logits = recorder.samples[(1, "A", scenario.prompts["A"].size - 1)]
+    assert logits.shape == (CFG.vocab_size,)

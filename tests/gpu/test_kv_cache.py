@@ -53,3 +53,13 @@ def test_growth_is_capped_by_the_engine_block_count() -> None:
     cache = _cache(num_blocks=5)
     cache.ensure(4)
     assert cache.capacity == 5
+
+
+def test_read_through_a_block_table_is_exact() -> None:
+    cache = _cache(initial_blocks=16)
+    table = [9, 2, 14]  # positions 0..3 in block 9, 4..7 in block 2, 8..9 in block 14
+    k = torch.randn(10, 2, 8, generator=torch.Generator().manual_seed(3))
+    slots = torch.tensor([table[j // 4] * 4 + j % 4 for j in range(10)])
+    cache.write(0, k, -k, slots)
+    got_k, got_v = cache.read(0, table, 10)
+    assert torch.equal(got_k, k) and torch.equal(got_v, -k)
