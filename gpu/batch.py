@@ -23,6 +23,8 @@ class StepTensors:
     input_ids: torch.Tensor
     positions: torch.Tensor
     slot_mapping: torch.Tensor
+    write_rows: torch.Tensor
+    write_slots: torch.Tensor
     logits_indices: torch.Tensor
     attn: AttnBatch
 
@@ -48,10 +50,13 @@ def step_tensors(
         block_size=md.block_size,
         softmax_scale=softmax_scale,
     )
+    rows = np.flatnonzero(plan.slot_mapping >= 0)
     return StepTensors(
         input_ids=dev(md.input_ids),
         positions=dev(md.positions),
         slot_mapping=dev(plan.slot_mapping),
+        write_rows=dev(rows),
+        write_slots=dev(plan.slot_mapping[rows]),
         logits_indices=dev(md.logits_indices),
         attn=attn,
     )

@@ -118,6 +118,7 @@ class TensorExecutor:
         self.violations = [_violation(f) for f in plan.findings]
         self._write_shadow(plan)
         self.cache.ensure(plan.max_block_id)
+        assert plan.max_block_id < self.cache.capacity or plan.max_block_id < 0
         tensors = step_tensors(
             plan, self.cache.zero_block_id, self.model.device, self.model.cfg.softmax_scale
         )
@@ -152,7 +153,7 @@ class TensorExecutor:
         written: list[KV] = []
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-            self.cache.write(layer, k, v, t.slot_mapping)
+            self.cache.write_rows(layer, k, v, t.write_rows, t.write_slots)
             written.append((k, v))
             return self.backend.paged(
                 q, self.cache.key_cache[layer], self.cache.value_cache[layer], t.attn

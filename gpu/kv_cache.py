@@ -79,6 +79,19 @@ class PagedKVCache:
         for cache, rows in ((self.key_cache[layer], key), (self.value_cache[layer], value)):
             cache.view(-1, *self.shape_tail[1:]).index_copy_(0, slots, rows[keep].to(self.dtype))
 
+    def write_rows(
+        self,
+        layer: int,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        rows: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> None:
+        """key/value[rows[n]] goes to slot slots[n]: no host sync (the executor checked the
+        slots on the host: unique, inside the grown cache)."""
+        for cache, data in ((self.key_cache[layer], key), (self.value_cache[layer], value)):
+            cache.view(-1, *self.shape_tail[1:]).index_copy_(0, slots, data[rows].to(self.dtype))
+
     def gather(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(N,) slots -> K and V (N, Hk, D) copies; slots must lie in the grown cache."""
         flat_k = self.key_cache[layer].view(-1, *self.shape_tail[1:])

@@ -5,6 +5,8 @@
 
 Corpus: every bundle (a directory with schedule.jsonl) under tests/regressions/ and under
 each DIR, plus the hand-built scenarios of gpu/scenarios.py (written to OUT/scenarios/).
+Windows of the real traces enter as bundles recorded beforehand (gpu/ never imports the
+simulator), e.g. `schedcheck replay TRACE --max-requests 20 --out DIR/window-0`.
 Each bundle runs on each backend that takes the configuration (others are `refused`,
 JUnit skipped). Expectations:
 
