@@ -1,0 +1,99 @@
+"""What a run is given (SimOptions) and what it gives back (RunResult), and exit codes."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedcheck.engines.protocol import EngineConfig, SchedulerOutput
+from schedcheck.invariants.violation import Violation
+from schedcheck.sim.cost_model import StepCostModel
+from schedcheck.sim.faults import check_faults
+from schedcheck.traces.schema import TraceRequest
+from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
+
+EXIT_CLEAN, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIVENESS = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    seed: int = 0
+    steps_max: int = 10_000_000
+    stall_steps_max: int = 16  # consecutive steps that schedule nothing while work waits
+    liveness_steps_max: int = 0  # after the last arrival; 0 = derived from the work left
+    pool_check_interval_steps: int = 0  # 0 = every step up to 4096 blocks, else every 64th
+    keep_going: bool = False  # go on after a violating step
+    record_schedule: bool = False  # keep every SchedulerOutput (for bundles)
+    check_invariants: bool = True
+    vocab_size: int = DEFAULT_VOCAB_SIZE
+    executor: str = "symbolic"  # "hash" (bare: no shadow KV) or "tensor" (gpu/, lazily)
+    executor_options: Mapping[str, Any] = field(default_factory=dict)
+    context_steps: int = 4  # steps of a request quoted in its violations
+    faults: Mapping[str, float] = field(default_factory=dict)  # kind -> probability per step
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        check_faults(self.faults)
+        assert self.steps_max >= 1 and self.stall_steps_max >= 1 and self.context_steps >= 0
+
+
+@dataclass
+class RunResult:
+    engine: str
+    config: EngineConfig
+    options: SimOptions
+    cost: StepCostModel
+    requests: int = 0
+    finished: int = 0
+    aborted: int = 0
+    rejected: int = 0
+    steps: int = 0
+    sim_time_s: float = 0.0
+    wall_time_s: float = 0.0
+    violations: list[Violation] = field(default_factory=list)
+    stuck: dict[str, str] = field(default_factory=dict)  # liveness failure: id -> reason
+    fingerprint: str = ""
+    invariants_checked: int = 0
+    schedule: list[SchedulerOutput] = field(default_factory=list)
+    outputs: dict[str, list[int]] = field(default_factory=dict)
+    trace: list[TraceRequest] = field(default_factory=list)  # requests read, in file order
+    coverage: dict[str, int] = field(default_factory=dict)  # rare path -> times reached
+    faults_fired: list[str] = field(default_factory=list)  # "step N: kind: what it did"
+
+    @property
+    def exit_code(self) -> int:
+        if self.violations:
+            return EXIT_VIOLATION
+        return EXIT_LIVENESS if self.stuck else EXIT_CLEAN
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "block_manager": self.config.block_manager,
+            "mutant": self.config.mutant,
+            "requests": self.requests,
+            "finished": self.finished,
+            "aborted": self.aborted,
+            "rejected": self.rejected,
+            "steps": self.steps,
+            "sim_time_s": round(self.sim_time_s, 6),
+            "wall_time_s": round(self.wall_time_s, 3),
+            "violations": [v.to_json() for v in self.violations],
+            "stuck": dict(self.stuck),
+            "fingerprint": self.fingerprint,
+            "invariants_checked": self.invariants_checked,
+            "coverage": dict(self.coverage),
+            "faults_fired": len(self.faults_fired),
+            "exit_code": self.exit_code,
+        }
+
+
+class EngineCrash(Exception):
+    """The engine under test raised: a finding, not a harness failure."""
+
+    def __init__(self, where: str, exc: BaseException) -> None:
+        super().__init__(f"{where}: {type(exc).__name__}: {exc}")
+        self.where = where
+        self.trace = "".join(traceback.format_exception(exc))
