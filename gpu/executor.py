@@ -198,7 +198,13 @@ def make_executor(
     model_config: ModelConfig | None = None,
     observer: StepObserver | None = None,
 ) -> TensorExecutor:
-    """The factory the engine loop loads by name (signature in the module docstring)."""
+    """The factory the engine loop loads by name (signature in the module docstring).
+
+    On a CPU it sets torch to one thread (SCHEDCHECK_TORCH_THREADS overrides): the tiny
+    model is fastest so, and two threads spinning on a loaded machine are 60x slower."""
+    from schedcheck.gpu.compare import cpu_threads
+
+    cpu_threads(device)
     torch_dt = torch_dtype(dtype) if isinstance(dtype, str) else dtype
     if model_dir is not None:
         from schedcheck.gpu.weights import load_model

@@ -77,3 +77,20 @@ def test_bad_slot_and_block_are_findings_not_crashes() -> None:
     assert kinds == ["tensor.block-invalid", "tensor.slot-invalid"]
     assert {v.position for v in ex.violations} == {4}
     assert torch.count_nonzero(ex.cache.key_cache[0][ex.cache.zero_block_id]) == 0
+
+
+def test_the_engine_loop_runs_live_on_the_tensor_executor() -> None:
+    from schedcheck.engines.protocol import EngineConfig
+    from schedcheck.sim.loop import SimOptions, run
+    from schedcheck.traces.schema import TraceRequest
+
+    shared = tuple(range(5, 21))
+    trace = [TraceRequest("a", 0.0, 4, prompt_token_ids=(*shared, 22, 23)),
+             TraceRequest("b", 0.0, 3, prompt_token_ids=(*shared, 40))]  # fmt: skip
+    config = EngineConfig(block_size=4, num_gpu_blocks=64, max_num_batched_tokens=8)
+    options = SimOptions(executor="tensor", executor_options={
+        "backend": "torch-ref", "device": "cpu", "dtype": "fp32", "seed": 0,
+        "model_config": ModelConfig(vocab_size=512)})  # fmt: skip
+    result = run(trace, "reference", config, options)
+    assert result.finished == 2 and result.violations == []
+    assert all(0 <= t < 512 for out in result.outputs.values() for t in out)
