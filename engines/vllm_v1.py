@@ -206,19 +206,19 @@ class VllmV1Engine:
     def _scheduled_request(
         self, rid: str, num_scheduled: int, num_computed: int, admitted: bool
     ) -> ScheduledRequest:
-        request = self._live[rid]
-        # schedule() has already advanced the request by this step's tokens
-        assert request.num_computed_tokens == num_computed + num_scheduled, rid
+        request, tokens = self._live[rid], self._tokens[rid]
         end = num_computed + num_scheduled
-        return ScheduledRequest(
-            request_id=rid,
-            num_computed_tokens=num_computed,
-            num_scheduled_tokens=num_scheduled,
-            num_tokens=request.num_tokens,
-            num_prompt_tokens=request.num_prompt_tokens,
-            token_ids=self._tokens[rid].chunk(num_computed, end),
-            block_table=self._tables.table(rid),
-            num_cached_tokens=num_computed if admitted else 0,
+        # schedule() has already advanced the request by this step's tokens
+        assert request.num_computed_tokens == end, rid
+        return ScheduledRequest(  # positional, in field order: this runs per request per step
+            rid,
+            num_computed,
+            num_scheduled,
+            tokens.num_tokens,  # == request.num_tokens (asserted in update_from_output)
+            request.num_prompt_tokens,
+            tokens.chunk(num_computed, end),
+            self._tables.table(rid),
+            num_computed if admitted else 0,
         )
 
     def _runner_output(

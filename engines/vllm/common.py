@@ -22,6 +22,9 @@ def prepare_environment() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # v0 logs to stdout whenever vLLM configures logging, which would corrupt `--json`
+    # output; unconfigured, its warnings reach stderr through logging's last resort.
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     os.environ.setdefault("DO_NOT_TRACK", "1")
 
