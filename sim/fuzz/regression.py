@@ -71,6 +71,23 @@ def _describe(result: RunResult) -> str:
     return "\n".join(lines) or "clean"
 
 
+def bundle_headline(bundle: str | os.PathLike[str]) -> str:
+    """The first recorded violation as `step N: invariant: where: message`, or liveness."""
+    recorded = read_bundle(bundle)
+    if not recorded.violations:
+        stuck = recorded.summary.get("stuck") or {}
+        return "liveness: " + "; ".join(f"{k}: {v}" for k, v in sorted(stuck.items())[:2])
+    v = recorded.violations[0]
+    labels = (
+        ("request_id", "request"),
+        ("position", "position"),
+        ("slot", "slot"),
+        ("block", "block"),
+    )
+    where = "".join(f" {label} {v[k]}" for k, label in labels if v.get(k) not in (None, "", -1))
+    return f"step {v['step']}: {v['invariant']}:{where}: {v['message']}"
+
+
 def slug(engine: str, block_manager: str, mutant: str | None) -> str:
     raw = f"{engine}_{block_manager}_{mutant or 'clean'}"
     return re.sub(r"[^a-z0-9]+", "_", raw.lower()).strip("_")
@@ -81,9 +98,11 @@ def write_regression(
 ) -> Path:
     """Copy the bundle to DIR/bundles/SLUG and write DIR/test_SLUG.py; returns the test."""
     parts, requests = bundle_run(bundle)
+    headline = headline or bundle_headline(bundle)
     name = slug(parts.engine, parts.config.block_manager, parts.config.mutant)
     root = Path(regressions_dir)
     target = root / "bundles" / name
+    assert target.resolve() != Path(bundle).resolve(), "copy from a bundle outside DIR"
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
@@ -100,12 +119,12 @@ def write_regression(
     return test_path
 
 
-_HEAD = """\"\"\"Regression: {engine}, {what}, {num_requests} requests (found by schedcheck fuzz).
+_HEAD = """\"\"\"Regression: {what} ({engine}), {num_requests} requests (schedcheck fuzz).
 
 {summary}
 
-Replays bundles/{name}/:
-    schedcheck replay --bundle tests/regressions/bundles/{name}
+Replays the bundle (from tests/regressions/):
+    schedcheck replay --bundle bundles/{name}
 \"\"\"
 
 from pathlib import Path
@@ -119,7 +138,7 @@ BUNDLE = HERE / "bundles" / "{name}"
 _MUTANT_TESTS = """
 
 def test_no_violation():
-    \"\"\"Passes clean; fails with SCHEDCHECK_MUTANT={mutant} (pytest tests/regressions).\"\"\"
+    \"\"\"Passes on the clean engine; fails with SCHEDCHECK_MUTANT={mutant}.\"\"\"
     assert_clean(BUNDLE)
 
 
@@ -142,7 +161,7 @@ def _docstring_safe(text: str) -> str:
 def _test_source(
     name: str, engine: str, mutant: str | None, num_requests: int, headline: str
 ) -> str:
-    what = f"mutant {mutant}" if mutant else "the engine itself"
+    what = f"mutant {mutant}" if mutant else "a bug of the engine"
     imports = "assert_caught, assert_clean" if mutant else "assert_caught"
     head = _HEAD.format(
         engine=engine,
