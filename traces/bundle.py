@@ -27,8 +27,15 @@ from typing import Any
 from schedcheck.engines.protocol import SchedulerOutput
 from schedcheck.engines.schedule_io import read_schedule, write_schedule
 
-FILES = ("trace.jsonl", "config.json", "schedule.jsonl", "outputs.json", "violations.json",
-         "summary.json", "command.txt")
+FILES = (
+    "trace.jsonl",
+    "config.json",
+    "schedule.jsonl",
+    "outputs.json",
+    "violations.json",
+    "summary.json",
+    "command.txt",
+)
 
 
 @dataclass(frozen=True)
