@@ -9,7 +9,10 @@ Properties (each checked every step):
 - chunk: the chunk holds exactly num_scheduled_tokens token ids;
 - contiguity: a request's chunks follow each other with no gap or overlap; only a
   (re)admission (first schedule, or after a preemption) may start elsewhere, and then at
-  its prefix-cache hit length (num_cached_tokens);
+  its prefix-cache hit length (num_cached_tokens). A chunk may also jump forward past the
+  previous one when the engine declares the skipped tokens a cache hit
+  (num_cached_tokens == num_computed_tokens: vLLM v0.6.0's runner does this mid-prefill);
+  the shadow KV then reads every skipped key, so a hit on unwritten KV is still caught;
 - blocks: the block table holds at least cdiv(num_computed + num_scheduled, block_size)
   blocks (vllm#7380: off by one at exact multiples);
 - knowledge: num_tokens equals the tokens the request really has (prompt + outputs);
@@ -74,7 +77,7 @@ class AccountingChecker:
                 and req.token_ids.size == nsched
                 and known_num_tokens.get(rid, ntok) == ntok
                 and len(req.block_table) * bs >= end
-                and ncomp == (req.num_cached_tokens if start is None else start)
+                and (ncomp == start or (ncomp == req.num_cached_tokens and (start or 0) <= ncomp))
             ):
                 seen.add(rid)
                 next_start[rid] = end
@@ -147,7 +150,7 @@ class AccountingChecker:
                     f"{req.num_cached_tokens} tokens",
                     position=ncomp,
                 )
-        elif ncomp != start:
+        elif ncomp != start and not (ncomp > start and ncomp == req.num_cached_tokens):
             kind = "gap" if ncomp > start else "overlap"
             bad(
                 "accounting.contiguity",

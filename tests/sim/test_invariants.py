@@ -95,3 +95,12 @@ def test_equal_hash_must_mean_equal_content():
 
 def test_no_leak_after_the_last_request():
     assert check_no_leak(9, _Snap([0, 0, 1, 0, 0, 0], [], {}, {}))[0].block == 2
+
+
+def test_a_forward_jump_is_allowed_only_when_declared_a_cache_hit():
+    acc = AccountingChecker(CFG)
+    acc.check_step(SchedulerOutput(1, (_req("a", 0, 4, 20, [0, 1, 2, 3, 4]),)), {"a": 20})
+    hit = acc.check_step(SchedulerOutput(2, (_req("a", 12, 4, 20, [0, 1, 2, 3, 4], 12),)), {})
+    assert hit == []  # vLLM v0.6.0: the runner skips blocks another request computed
+    gap = acc.check_step(SchedulerOutput(3, (_req("a", 18, 1, 20, [0, 1, 2, 3, 4], 12),)), {})
+    assert _names(gap) == [("accounting.contiguity", "a")]
