@@ -13,7 +13,9 @@ KV cache capacity, as vLLM sizes it::
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.sim.cost_model import StepCostModel, profile
@@ -43,16 +45,16 @@ class Deployment:
         assert pool_bytes > 0
         return pool_bytes // (self.kv_bytes_per_token * block_size)
 
-    def engine_config(self, block_size: int = 16, **overrides: object) -> EngineConfig:
-        fields: dict[str, object] = {
-            "block_size": block_size,
-            "num_gpu_blocks": self.num_gpu_blocks(block_size),
-            "max_num_batched_tokens": self.max_num_batched_tokens,
-            "max_num_seqs": self.max_num_seqs,
-            "max_model_len": self.max_model_len,
-        }
-        fields.update({k: v for k, v in overrides.items() if v is not None})
-        return EngineConfig(**fields)
+    def engine_config(self, block_size: int = 16, **overrides: Any) -> EngineConfig:
+        """This deployment's config; overrides that are None keep the deployment's value."""
+        base = EngineConfig(
+            block_size=block_size,
+            num_gpu_blocks=self.num_gpu_blocks(block_size),
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            max_model_len=self.max_model_len,
+        )
+        return dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
     def cost_model(self) -> StepCostModel:
         return profile(self.cost_profile)

@@ -44,6 +44,7 @@ class PrefixTrie:
 
     def hit_tokens(self, request: TraceRequest) -> int:
         """Tokens of the request's own prompt found cached; inserts its blocks afterwards."""
+        keys: list[int] | list[bytes]
         if request.prompt_token_ids is not None:
             keys, lengths = self._token_blocks(request.prompt_token_ids)
             root = _TOKEN_ROOT
