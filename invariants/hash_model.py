@@ -47,7 +47,7 @@ def terms(positions: I64, tokens: I64) -> U64:
     return mix64(keys)
 
 
-def identities(tokens: I64, start_identity: int = 0, start_pos: int = 0) -> U64:
+def identities(tokens: I64, start_identity: int | np.integer = 0, start_pos: int = 0) -> U64:
     """identity(start_pos + k) for each k, given identity(start_pos - 1) = start_identity."""
     positions = np.arange(start_pos, start_pos + tokens.size, dtype=np.int64)
     out = terms(positions, tokens)
