@@ -52,7 +52,7 @@ def step_tensors(
     )
     rows = np.flatnonzero(plan.slot_mapping >= 0)
     return StepTensors(
-        input_ids=dev(md.input_ids),
+        input_ids=dev(plan.input_ids),
         positions=dev(md.positions),
         slot_mapping=dev(plan.slot_mapping),
         write_rows=dev(rows),

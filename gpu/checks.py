@@ -48,6 +48,7 @@ class ReplayChecker:
         self.max_kv_error = 0.0  # the largest K/V difference seen within tolerance
         self.max_logprob_error = 0.0
         self.ledger = ReadLedger(num_slots)
+        self.kv_off: set[str] = set()  # requests with a K/V divergence so far: no near ties
         self.num_keys_checked = 0
 
     def on_step(
@@ -105,6 +106,7 @@ class ReplayChecker:
             layer = int(np.flatnonzero(mine.any(axis=1))[0])  # lowest layer, then position
             n = int(np.flatnonzero(mine[layer])[0])
             slot = int(slots[n])
+            self.kv_off.add(md.req_ids[i])
             self.findings.append(
                 misalignment(
                     kind,
@@ -212,7 +214,7 @@ class ReplayChecker:
                     **where,
                 )
             )
-        elif margin <= tol.tie_margin and err <= tol.logprob_atol:
+        elif margin <= tol.tie_margin and err <= tol.logprob_atol and rid not in self.kv_off:
             self.findings.append(
                 Finding(
                     "token",

@@ -32,7 +32,12 @@ from schedcheck.gpu.executor import TensorExecutor
 from schedcheck.gpu.findings import MISALIGNMENT, NEAR_TIE, Finding, first_per_request
 from schedcheck.gpu.model import LlamaModel, ModelConfig, make_model
 from schedcheck.gpu.replay import Transform, replay_schedule
-from schedcheck.gpu.sequences import check_vocab, read_trace, true_sequences
+from schedcheck.gpu.sequences import (
+    check_vocab,
+    extend_from_schedule,
+    read_trace,
+    true_sequences,
+)
 from schedcheck.gpu.tolerances import Tolerance, tolerance_for
 from schedcheck.traces.bundle import read_bundle
 
@@ -164,11 +169,12 @@ def verify_bundle(
     model = model or build_model(opts)
     if opts.model_hook is not None:
         opts.model_hook(model)
-    sequences = true_sequences(
+    schedule = list(bundle.schedule())
+    recorded = true_sequences(
         read_trace(bundle.trace_path), bundle.outputs, vocab_size=model.cfg.vocab_size
     )
+    sequences = extend_from_schedule(recorded, schedule)
     check_vocab(sequences, model.cfg.vocab_size)
-    schedule = list(bundle.schedule())
     cfg = model.cfg
     spec = BackendSpec.for_device(
         model.device,

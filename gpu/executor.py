@@ -102,6 +102,7 @@ class TensorExecutor:
         self.num_steps = 0
         self.violations: list[Violation] = []  # of the last step
         self.shadow = IdentityShadow(self.cache.num_slots, block_size)
+        self.teacher_forced = False  # replay: the oracle holds the whole true sequences
 
     # -- the Executor protocol -------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: npt.NDArray[np.int64]) -> None:
@@ -113,7 +114,7 @@ class TensorExecutor:
         self.shadow.forget(request_id)
 
     def execute(self, metadata: RunnerMetadata) -> dict[str, int]:
-        plan = plan_step(metadata, self.cache.num_blocks, self.tokens)
+        plan = plan_step(metadata, self.cache.num_blocks, self.tokens, self.model.cfg.vocab_size)
         self.findings.extend(plan.findings)
         self.violations = [_violation(f) for f in plan.findings]
         self._write_shadow(plan)
@@ -146,8 +147,10 @@ class TensorExecutor:
         self.shadow.write(plan.slot_mapping, ident)
 
     def set_true_tokens(self, tokens: Mapping[str, npt.NDArray[np.int64]]) -> None:
-        """Replay: the whole true sequence of every request is known up front."""
+        """Replay: the whole true sequence of every request is known up front; the
+        executor's own samples (teacher forcing ignores them) no longer extend it."""
         self.tokens = {rid: np.asarray(t, dtype=np.int64) for rid, t in tokens.items()}
+        self.teacher_forced = True
 
     def _forward(self, t: StepTensors) -> tuple[list[KV], torch.Tensor, torch.Tensor, torch.Tensor]:
         written: list[KV] = []
@@ -168,6 +171,8 @@ class TensorExecutor:
 
     def _extend_oracle(self, md: RunnerMetadata, sampled: Mapping[str, int]) -> None:
         """A token sampled at the request's last known position extends its true tokens."""
+        if self.teacher_forced:
+            return
         for row, rid in zip(md.logits_indices.tolist(), md.sampling_req_ids, strict=True):
             known = self.tokens.get(rid)
             if known is not None and int(md.positions[row]) == known.size - 1:

@@ -1,7 +1,8 @@
 """The nightly GPU consistency job: a corpus of bundles on every available backend.
 
     python -m schedcheck.gpu.nightly [DIR ...] --out OUT [--device cuda] [--dtype bf16]
-        [--backends all|NAME,...] [--no-scenarios] [--block-size 16] [--max-bundles N]
+        [--backends all|NAME,...] [--no-scenarios] [--no-regressions] [--block-size 16]
+        [--max-bundles N]
 
 Corpus: every bundle (a directory with schedule.jsonl) under tests/regressions/ and under
 each DIR, plus the hand-built scenarios of gpu/scenarios.py (written to OUT/scenarios/).
@@ -133,6 +134,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", default=None, help="default: bf16 on cuda, fp32 on cpu")
     p.add_argument("--backends", default="all", help="all, or names separated by commas")
     p.add_argument("--no-scenarios", action="store_true", help="skip the hand-built corpus")
+    p.add_argument("--no-regressions", action="store_true", help="skip tests/regressions/")
     p.add_argument("--block-size", type=int, default=16, help="block size of the scenarios")
     p.add_argument("--max-bundles", type=int, default=MAX_BUNDLES_DEFAULT)
     p.add_argument("--seed", type=int, default=0, help="model weights seed")
@@ -150,9 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     pinned = {} if args.no_scenarios else write_scenarios(args.out / "scenarios", args.block_size)
-    corpus = list(pinned) + find_bundles(
-        [REPO_ROOT / "tests" / "regressions", *args.dirs], args.max_bundles
-    )
+    roots = [*([] if args.no_regressions else [REPO_ROOT / "tests" / "regressions"]), *args.dirs]
+    corpus = list(pinned) + find_bundles(roots, args.max_bundles)
     opts = VerifyOptions(device=args.device, dtype=dtype, seed=args.seed)
     cpu_threads(args.device)
     model = build_model(opts)

@@ -8,7 +8,11 @@ that small rule so that `gpu/` never imports `sim/`:
     turn k (parent p):   full_prompt = full_prompt(p) + outputs(p) + own tokens
 
     true sequence = full_prompt + outputs      (what the baseline runs, in one forward)
-    positions       0 ........ P-1 | P ..... P+O-1
+    positions       0 ........ P-1 | P ..... P+O-1 | P+O ...
+                                                     outputs the bundle did not record (a
+                                                     request still running when the run
+                                                     stopped): the tokens its schedule first
+                                                     fed at those positions (`extend_from`)
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from schedcheck.engines.protocol import SchedulerOutput
 from schedcheck.traces.schema import TraceRequest
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
 
@@ -100,3 +105,30 @@ def check_vocab(sequences: Mapping[str, TokenArray], vocab_size: int) -> None:
                 f"request {rid!r}: token ids must lie in [0, {vocab_size}), "
                 f"found {int(seq.min())}..{int(seq.max())}"
             )
+
+
+def extend_from_schedule(
+    sequences: Mapping[str, TokenArray], schedule: Sequence[SchedulerOutput]
+) -> dict[str, TokenArray]:
+    """Each sequence extended by the chunk tokens the schedule first feeds right past its
+    end, in step order: the outputs of requests whose outputs the bundle did not record.
+
+    Positions inside the known sequence are never changed, so a chunk that feeds a wrong
+    token there is still caught (`input-token`)."""
+    grown = {rid: list(seq.tolist()) for rid, seq in sequences.items()}
+    for output in schedule:
+        for req in output.scheduled:
+            known = grown.get(req.request_id)
+            if known is None:
+                continue
+            lo, hi = req.num_computed_tokens, req.num_end_tokens
+            if lo <= len(known) < hi:
+                fed = req.token_ids[len(known) - lo :]
+                bad = np.flatnonzero(fed < 0)  # -1: nothing known there, stop
+                known.extend(fed[: bad[0] if bad.size else fed.size].tolist())
+    out = {}
+    for rid, tokens in grown.items():
+        seq = np.asarray(tokens, dtype=np.int64)
+        seq.flags.writeable = False
+        out[rid] = seq
+    return out

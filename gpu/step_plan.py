@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from schedcheck.engines.metadata import RunnerMetadata
 from schedcheck.gpu.findings import Finding, misalignment
+from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
 
 IntArray = npt.NDArray[np.int64]
 
@@ -41,6 +42,7 @@ class StepPlan:
     row_request: IntArray  # (T,) request index of each flattened row
     slot_mapping: IntArray  # (T,) -1 = skip the write
     key_table: IntArray  # (B, W) -1 = read the zero block
+    input_ids: IntArray  # (T,) the chunk token ids, invalid ids replaced by 0
     max_block_id: int  # largest valid block id the step touches; -1 if none
 
     @property
@@ -49,10 +51,17 @@ class StepPlan:
 
 
 def plan_step(
-    metadata: RunnerMetadata, num_blocks: int, tokens: Mapping[str, npt.NDArray[np.int64]]
+    metadata: RunnerMetadata,
+    num_blocks: int,
+    tokens: Mapping[str, npt.NDArray[np.int64]],
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
 ) -> StepPlan:
-    """Sanitize `metadata` for a cache of `num_blocks` blocks; `tokens`: true sequences."""
-    assert num_blocks >= 1
+    """Sanitize `metadata` for a cache of `num_blocks` blocks; `tokens`: true sequences.
+
+    Token ids outside [0, vocab_size) (e.g. -1 for a position nothing was sampled at yet)
+    are fed as 0; the row is already a finding (input-token, position-beyond-tokens or
+    unknown-request), since a true token is always a valid id."""
+    assert num_blocks >= 1 and vocab_size >= 1
     bs = metadata.block_size
     row_request = np.repeat(np.arange(metadata.num_reqs, dtype=np.int64), metadata.query_lens)
     findings: list[Finding] = []
@@ -67,6 +76,9 @@ def plan_step(
         row_request=row_request,
         slot_mapping=slots,
         key_table=key_table,
+        input_ids=np.where(
+            (metadata.input_ids >= 0) & (metadata.input_ids < vocab_size), metadata.input_ids, 0
+        ),
         max_block_id=int(valid_blocks.max()) if valid_blocks.size else -1,
     )
     assert plan.slot_mapping.shape == metadata.positions.shape

@@ -52,6 +52,7 @@ def test_unexpected_misalignment_fails(tmp_path: Path, capsys) -> None:
             "--backends",
             "torch-ref,flash-attn-4",
             "--no-scenarios",
+            "--no-regressions",
         ]
     )
     printed = capsys.readouterr().out
@@ -59,3 +60,18 @@ def test_unexpected_misalignment_fails(tmp_path: Path, capsys) -> None:
     suite = ET.parse(out / "nightly.xml").getroot()
     assert (suite.get("failures"), suite.get("skipped")) == ("1", "1")
     assert "misaligned" in (out / "nightly.md").read_text()
+
+
+def test_regression_bundles_replay_without_failures(tmp_path: Path, capsys) -> None:
+    """Every bundle under tests/regressions replays: none errors, none that recorded no
+    violation misaligns (bundles with recorded violations are informational)."""
+    bundles = nightly.find_bundles([nightly.REPO_ROOT / "tests" / "regressions"], 1000)
+    if not bundles:
+        return
+    code = nightly.main(["--out", str(tmp_path), "--device", "cpu", "--backends", "torch-ref",
+                         "--no-scenarios"])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    data = json.loads((tmp_path / "nightly.json").read_text())
+    assert len(data["results"]) == len(bundles)
+    assert not [r for r in data["results"] if r["verdict"] == "error"]

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from schedcheck.gpu.sequences import check_vocab, full_prompts, true_sequences
+from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+from schedcheck.gpu.sequences import (
+    check_vocab,
+    extend_from_schedule,
+    full_prompts,
+    true_sequences,
+)
 from schedcheck.traces.schema import TraceRequest
 from schedcheck.traces.tokens import expand_hash_ids
 
@@ -35,3 +41,18 @@ def test_bad_chains_and_tokens_are_errors() -> None:
         full_prompts([a, b], {})
     with pytest.raises(ValueError, match=r"\[0, 10\)"):
         check_vocab({"a": np.array([3, 12])}, 10)
+
+
+def test_unrecorded_outputs_come_from_the_schedule() -> None:
+    """A request still running when the run stopped has no outputs in outputs.json: its
+    decode inputs past the known tokens extend it; known positions are never changed."""
+    seq = {"r": np.array([10, 11], dtype=np.int64)}
+
+    def step(i: int, computed: int, ids: list[int]) -> SchedulerOutput:
+        req = ScheduledRequest("r", computed, len(ids), computed + len(ids), 2,
+                               np.array(ids, dtype=np.int64), (0,))  # fmt: skip
+        return SchedulerOutput(i, (req,))
+
+    schedule = [step(0, 0, [10, 11]), step(1, 2, [77]), step(2, 0, [10, 99, 77, 78]),
+                step(3, 4, [-1])]  # fmt: skip
+    assert extend_from_schedule(seq, schedule)["r"].tolist() == [10, 11, 77, 78]
