@@ -51,7 +51,8 @@ except Exception as exc:
 PY
 
 if "$PY" -c "import pytest" 2>/dev/null; then
-  timeout 90 "$PY" -m pytest -q -p no:cacheprovider -m gpu "$REPO/tests/gpu" \
+  # --noconftest: the tests marked gpu need no fixture, and tests/conftest.py needs hypothesis
+  timeout 90 "$PY" -m pytest -q -p no:cacheprovider --noconftest -m gpu "$REPO/tests/gpu" \
     >"$OUT_DIR/gpu_tests.txt" 2>&1
   echo "gpu tests: exit $? ($(tail -n 1 "$OUT_DIR/gpu_tests.txt"))"
 else

@@ -16,7 +16,10 @@ from schedcheck.gpu.backends.base import BackendSpec
 from schedcheck.gpu.compare import VerifyOptions, verify_bundle
 from schedcheck.gpu.model import make_model
 
-pytestmark = pytest.mark.gpu
+pytestmark = [  # the skipif too, so this module also runs under --noconftest (device_check.sh)
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
 BS = 16
 
 
