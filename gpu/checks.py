@@ -20,6 +20,7 @@ higher layers inherit errors through attention).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -199,7 +200,7 @@ class ReplayChecker:
     ) -> None:
         rid = plan.metadata.sampling_req_ids[sample]
         step, tol = plan.step, self.tol
-        where = dict(error=err, tolerance=tol.logprob_atol)
+        where: dict[str, Any] = dict(error=err, tolerance=tol.logprob_atol)
         if chosen == preferred and err <= tol.logprob_atol:
             self.max_logprob_error = max(self.max_logprob_error, err)
             return

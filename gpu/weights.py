@@ -37,7 +37,8 @@ _HF_KEYS = {
 
 def config_from_hf(obj: dict[str, Any]) -> ModelConfig:
     values = {ours: obj[theirs] for ours, theirs in _HF_KEYS.items() if theirs in obj}
-    values.setdefault("num_kv_heads", values.get("num_heads", ModelConfig.num_kv_heads))
+    default_kv_heads = ModelConfig().num_kv_heads
+    values.setdefault("num_kv_heads", values.get("num_heads", default_kv_heads))
     if "head_dim" not in values and "hidden_size" in values and "num_heads" in values:
         values["head_dim"] = values["hidden_size"] // values["num_heads"]
     return ModelConfig(**values)

@@ -122,6 +122,8 @@ class Simulation:
         res.fingerprint = self.fingerprint.hexdigest()
         res.steps = self.fingerprint.num_steps
         res.trace = list(self.arrivals.requests.values())
+        for rid in self.live:  # unfinished (a violation or liveness stop): what was sampled
+            res.outputs.setdefault(rid, list(self.sampled.get(rid, ())))
         res.requests = len(self.arrivals.released)
         res.invariants_checked += getattr(self.executor, "num_keys_checked", 0)
         res.coverage = dict(self.coverage.counts)

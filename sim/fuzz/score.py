@@ -91,7 +91,7 @@ def score_one(opts: ScoreOptions, name: str) -> ScoreRow:
     bundle = finding.get("bundle")
     ok = bundle is not None and regression_holds(bundle, name)
     test = None
-    if ok and opts.regressions_dir is not None:
+    if ok and bundle is not None and opts.regressions_dir is not None:
         test = str(write_regression(bundle, opts.regressions_dir, finding.get("headline", "")))
     return ScoreRow(
         mutant=name,
