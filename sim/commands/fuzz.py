@@ -226,6 +226,11 @@ def campaign_report(result: CampaignResult, command: str) -> dict[str, Any]:
         "never_reached": result.never_reached(),
         "finding": finding or None,
         "raw_bundles": [r.get("bundle") for r in result.raw],
+        "other_findings": [
+            {k: f.get(k) for k in ("worker", "round", "round_seed", "kind", "bundle")}
+            for f in result.findings
+            if f is not result.finding
+        ],
         "clean_failures": result.clean_failures,
         "replayed": result.replayed,
         "interrupted": result.interrupted,
@@ -262,6 +267,12 @@ def _print(args: argparse.Namespace, report: dict[str, Any]) -> None:
         )
         print(f"  faults {finding['scenario']['faults'] if finding.get('scenario') else []}")
         print(f"  reproduce: {report['reproduce']}\n  campaign:  {report['reproduce_campaign']}")
+        for other in report["other_findings"]:
+            print(
+                f"also found by worker {other['worker']} in round {other['round']} (round "
+                f"seed {other['round_seed']}): {other['kind']}; reproduce: schedcheck replay "
+                f"--bundle {other['bundle']}"
+            )
     elif report["found"]:
         print(f"FOUND (not shrunk) {report['kind']}: {report['headline']}")
         print(f"  bundle: {report['bundle']}")
