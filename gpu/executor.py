@@ -114,6 +114,10 @@ class TensorExecutor:
         self.shadow.forget(request_id)
 
     def execute(self, metadata: RunnerMetadata) -> dict[str, int]:
+        for src, dst in metadata.output.block_copies:  # copy-on-write, before the forward
+            if 0 <= src < self.cache.num_blocks and 0 <= dst < self.cache.num_blocks:
+                self.cache.copy_block(src, dst)
+                self.shadow.copy_block(src, dst)
         plan = plan_step(metadata, self.cache.num_blocks, self.tokens, self.model.cfg.vocab_size)
         self.findings.extend(plan.findings)
         self.violations = [_violation(f) for f in plan.findings]

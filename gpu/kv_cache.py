@@ -64,6 +64,14 @@ class PagedKVCache:
                 caches[layer] = new
         self.capacity = capacity
 
+    def copy_block(self, src: int, dst: int) -> None:
+        """Copy-on-write: block dst takes block src's K/V in every layer (before a forward)."""
+        assert 0 <= src < self.num_blocks and 0 <= dst < self.num_blocks
+        self.ensure(max(src, dst))
+        for caches in (self.key_cache, self.value_cache):
+            for cache in caches:
+                cache[dst] = cache[src]
+
     def write(
         self, layer: int, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor
     ) -> None:

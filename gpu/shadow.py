@@ -47,6 +47,12 @@ class IdentityShadow:
         keep = slots >= 0
         self.slot_identity[slots[keep]] = identity[keep]
 
+    def copy_block(self, src: int, dst: int) -> None:
+        bs = self.block_size
+        self.slot_identity[dst * bs : (dst + 1) * bs] = self.slot_identity[
+            src * bs : (src + 1) * bs
+        ]
+
     def block_contents(self, block_ids: npt.NDArray[np.int64]) -> tuple[U64, np.ndarray]:
         """(identity at each block's last slot, whether every slot of it was written)."""
         base = block_ids.astype(np.int64) * self.block_size

@@ -63,3 +63,18 @@ def test_read_through_a_block_table_is_exact() -> None:
     cache.write(0, k, -k, slots)
     got_k, got_v = cache.read(0, table, 10)
     assert torch.equal(got_k, k) and torch.equal(got_v, -k)
+
+
+def test_copy_block_copies_every_layer():
+    import torch
+
+    from schedcheck.gpu.kv_cache import PagedKVCache
+
+    cache = PagedKVCache(2, num_blocks=8, block_size=4, num_kv_heads=1, head_dim=2)
+    for layer in range(2):
+        cache.key_cache[layer][1] = layer + 1.0
+        cache.value_cache[layer][1] = -(layer + 1.0)
+    cache.copy_block(1, 5)
+    assert [float(cache.key_cache[layer][5].mean()) for layer in range(2)] == [1.0, 2.0]
+    assert float(cache.value_cache[1][5].mean()) == -2.0
+    assert torch.equal(cache.key_cache[0][1], cache.key_cache[0][5])
