@@ -89,6 +89,8 @@ class Simulation:
         self.env = simpy.Environment()
         self.engine = make_engine(engine, config)
         self.executor = _make_executor(options, config)
+        if isinstance(self.executor, SymbolicExecutor):
+            self.executor.current_table = self._current_table
         self.wakeup = self.env.event()
         self.arrivals = Arrivals(self.env, trace, self._wake, options.vocab_size)
         self.accounting = AccountingChecker(config)
@@ -236,10 +238,20 @@ class Simulation:
             unchunked=getattr(self.executor, "hash_model_tokens", False),
         )
 
+    def _current_table(self, request_id: str):
+        return self._call("kv_snapshot", self.engine.kv_snapshot).block_tables().get(request_id)
+
     def _after_empty_step(self, output: SchedulerOutput) -> None:
+        """A step that runs nothing may still preempt, finish or reject requests."""
         self._retire(output.finished_req_ids, "finished", None)
         self._reject(output)
-        if output.rejected_req_ids or output.finished_req_ids:
+        if output.preempted_req_ids:
+            if self.options.check_invariants:
+                self._violate(self.accounting.check_step(output, self.num_tokens))
+            if isinstance(self.executor, SymbolicExecutor):  # it drops what they verified
+                self.executor.execute(build_metadata(output, self.config.block_size))
+            self.coverage.observe_step(output, self.live)
+        if output.rejected_req_ids or output.finished_req_ids or output.preempted_req_ids:
             self._record(output)
             self.empty_steps = 0
         else:

@@ -24,6 +24,7 @@ request's tokens [0..p]; two requests with the same prefix expect the same ident
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,6 +83,8 @@ class SymbolicExecutor:
         self.req_names: list[str] = []
         self.requests: dict[str, _ShadowRequest] = {}
         self.violations: list[Violation] = []  # of the last step
+        # request id -> its block table in the engine now (set by the loop; rare path only)
+        self.current_table: Callable[[str], Sequence[int] | None] | None = None
         self.num_keys_checked = 0
 
     # -- the Executor protocol ------------------------------------------------------------
@@ -410,7 +413,7 @@ class SymbolicExecutor:
                 key = int(hits[0]) * self.block_size + slot % self.block_size if hits.size else -1
                 if 0 <= key < req.verified_len:
                     writer = reqs[row_req]
-                    if writer is not req:
+                    if writer is not req and self._still_holds(name, key, slot):
                         self._violate(
                             "block-pool.write-into-shared-block",
                             meta.output.step,
@@ -422,6 +425,16 @@ class SymbolicExecutor:
                         )
                     self._unverify(req, key)
                     table = table[: len(req.verified_table)]
+
+    def _still_holds(self, request_id: str, key: int, slot: int) -> bool:
+        """Does the request's *current* block table (as the engine has it now) still map
+        `key` to `slot`'s block? A manager may have moved it off that block since it was
+        verified (the radix cache's dedup onto the tree's pages) and freed the block."""
+        if self.current_table is None:
+            return True
+        table = self.current_table(request_id)
+        index = key // self.block_size
+        return table is not None and index < len(table) and table[index] == slot // self.block_size
 
     def _report_read(
         self,
