@@ -144,6 +144,18 @@ class BlockPool:
             cached_hash_of_block[block_id] = block_hash
             self.cache_version += 1
 
+    def evict_cached_free(self, num_blocks_max: int) -> int:
+        """Fault point: drop the hashes of up to `num_blocks_max` cached free blocks, head
+        of the free queue first (the next ones an allocation would evict); returns the count."""
+        evicted = 0
+        for block_id in list(self.free_block_queue):  # bounded: num_blocks
+            if evicted == num_blocks_max:
+                break
+            if block_id in self.cached_hash_of_block:
+                self._evict(block_id)
+                evicted += 1
+        return evicted
+
     def _evict(self, block_id: int) -> None:
         block_hash = self.cached_hash_of_block.pop(block_id)
         assert self.cached_block_hash_to_block.get(block_hash) == block_id

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+
 from schedcheck.engines.protocol import (
     EngineConfig,
     EngineRequest,
@@ -98,6 +100,18 @@ class ReferenceEngine:
 
     def waiting_reasons(self) -> Mapping[str, str]:
         return self.scheduler.waiting_reasons()
+
+    def inject_fault(self, kind: str, rng: np.random.Generator) -> str | None:
+        """Fault points of sim/faults.py: preempt, evict, reduced-budget (None: not applied)."""
+        if kind == "preempt":
+            return self.scheduler.force_preempt(int(rng.integers(1 << 30)))
+        if kind == "evict":
+            evicted = self.kv_manager.evict_cached_free(int(rng.integers(1, 65)))
+            return f"evicted {evicted} cached blocks" if evicted else None
+        if kind == "reduced-budget":
+            budget = self.config.max_num_batched_tokens
+            return self.scheduler.reduce_next_budget(int(rng.integers(1, budget + 1)))
+        return None
 
 
 def make_engine(config: EngineConfig) -> ReferenceEngine:

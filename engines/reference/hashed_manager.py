@@ -249,6 +249,9 @@ class HashedKVManager:
     def num_free_blocks(self) -> int:
         return self.block_pool.num_free_blocks
 
+    def evict_cached_free(self, num_blocks_max: int) -> int:
+        return self.block_pool.evict_cached_free(num_blocks_max)
+
     def num_computed_tokens_of(self, request_id: str) -> int:
         return self._num_computed_tokens.get(request_id, -1)
 

@@ -92,6 +92,10 @@ class KVCacheManager(Protocol):
         """Blocks an allocation could take now: free, or cached and evictable."""
         ...
 
+    def evict_cached_free(self, num_blocks_max: int) -> int:
+        """Fault point: evict up to that many cached, unreferenced blocks; returns the count."""
+        ...
+
     def num_computed_tokens_of(self, request_id: str) -> int:
         """The manager's own count for a request (vllm#11186); -1 if it holds none."""
         ...

@@ -155,6 +155,13 @@ class RadixKVManager:
         pages.block_ids.extend(new_block_ids)
         return True
 
+    def evict_cached_free(self, num_pages_max: int) -> int:
+        """Fault point: evict up to `num_pages_max` unlocked LRU pages to the free pool."""
+        num_pages = min(num_pages_max, self.tree.evictable_num_pages)
+        if num_pages > 0:
+            self._evict(num_pages)
+        return num_pages
+
     def _evict(self, num_pages: int) -> None:
         freed = self.tree.evict(num_pages)
         assert len(freed) >= num_pages, "evictable_num_pages promised enough pages"

@@ -91,6 +91,8 @@ class Scheduler:
         self._pending_rejected: list[tuple[str, str]] = []
         self._head_reason: tuple[str, str] | None = None  # why the waiting head did not run
         self._next_step = 0
+        self._budget_override: int | None = None
+        self._forced_preempted: list[str] = []
         self._next_arrival_seq = 0
         # Mutant switches, read once (see mutants.py).
         self._stale_cache_hit = switches.stale_cache_hit
@@ -181,6 +183,9 @@ class Scheduler:
         self._next_step += 1
         self._head_reason = None
         token_budget = self.max_num_batched_tokens
+        if self._budget_override is not None:  # fault point: one step with a smaller budget
+            token_budget, self._budget_override = self._budget_override, None
+        budget_start = token_budget
         scheduled: list[Request] = []
         num_scheduled: list[int] = []
         num_hit_tokens: list[int] = []
@@ -200,19 +205,38 @@ class Scheduler:
             )
         assert 0 <= token_budget <= self.max_num_batched_tokens
         assert len(self.running) <= self.max_num_seqs
-        assert sum(num_scheduled) == self.max_num_batched_tokens - token_budget
+        assert sum(num_scheduled) == budget_start - token_budget
 
         output = SchedulerOutput(
             step=step,
             scheduled=self._scheduled_requests(scheduled, num_scheduled, num_hit_tokens),
-            preempted_req_ids=tuple(r.request_id for r in preempted),
+            preempted_req_ids=tuple(self._forced_preempted)
+            + tuple(r.request_id for r in preempted),
             finished_req_ids=tuple(self.finished_req_ids),
             rejected_req_ids=tuple(rid for rid, _ in self._pending_rejected),
             rejected_reasons=tuple(reason for _, reason in self._pending_rejected),
         )
         self.finished_req_ids.clear()
         self._pending_rejected.clear()
+        self._forced_preempted.clear()
         return output
+
+    # -- fault points (sim/faults.py) ------------------------------------------------------
+
+    def force_preempt(self, victim_index: int) -> str | None:
+        """Preempt running request `victim_index` between steps (reported next step)."""
+        if not self.running:
+            return None
+        victim = self.running[victim_index % len(self.running)]
+        self.running.remove(victim)
+        self._preempt(victim)
+        self._forced_preempted.append(victim.request_id)
+        return f"preempted {victim.request_id}"
+
+    def reduce_next_budget(self, num_tokens: int) -> str:
+        assert 1 <= num_tokens <= self.max_num_batched_tokens
+        self._budget_override = num_tokens
+        return f"next step's token budget {num_tokens}"
 
     def _schedule_running(
         self,
