@@ -56,6 +56,7 @@ from schedcheck.traces.schema import TraceRequest
 __all__ = ["EXIT_CLEAN", "EXIT_LIVENESS", "EXIT_USAGE", "EXIT_VIOLATION", "EngineCrash",
            "RunResult", "SimOptions", "Simulation", "run"]  # fmt: skip
 TENSOR_EXECUTOR = "schedcheck.gpu.executor:make_executor"
+FAULT_STEPS_AFTER_ARRIVALS = 64  # faults go on this long after the last arrival
 
 
 def run(
@@ -102,6 +103,7 @@ class Simulation:
         self.history: dict[str, deque[tuple[int, ...]]] = {}
         self.pool_interval = options.pool_check_interval_steps or _auto_interval(config)
         self.liveness_deadline_step: int | None = None
+        self.fault_window_end_step: int | None = None
         self.empty_steps = 0
         self.done = False
         self.progress = _progress(options.progress)
@@ -152,8 +154,8 @@ class Simulation:
                     continue
                 if self._liveness_exceeded():
                     return
-                if self.options.faults:
-                    self._inject_faults()
+                if self.options.faults and self.liveness_deadline_step is None:
+                    self._inject_faults()  # safety phase only: the liveness phase is fault-free
                     if not self.engine.has_unfinished_requests():
                         continue
                 output = self._call("schedule", self.engine.schedule)
@@ -278,7 +280,7 @@ class Simulation:
             elif isinstance(item, Abort) and item.request_id in self.live:
                 self._abort(item.request_id)
         if self.arrivals.done and self.liveness_deadline_step is None:
-            self.liveness_deadline_step = self.fingerprint.num_steps + self._liveness_bound()
+            self._start_liveness_phase()
 
     def _abort(self, request_id: str) -> None:
         self.coverage.observe_abort(request_id)
@@ -425,6 +427,17 @@ class Simulation:
             for rid, req in self.live.items()
         )
         return 2 * work + 2 * len(self.live) + 1000
+
+    def _start_liveness_phase(self) -> None:
+        """Nothing more arrives: after FAULT_STEPS_AFTER_ARRIVALS more steps with faults (if
+        any), faults stop and every request must finish within a bound of the work left."""
+        step = self.fingerprint.num_steps
+        if self.options.faults:
+            if self.fault_window_end_step is None:
+                self.fault_window_end_step = step + FAULT_STEPS_AFTER_ARRIVALS
+            if step < self.fault_window_end_step:
+                return
+        self.liveness_deadline_step = step + self._liveness_bound()
 
     def _liveness_exceeded(self) -> bool:
         deadline = self.liveness_deadline_step

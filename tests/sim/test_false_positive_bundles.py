@@ -4,7 +4,9 @@ the simulator, not the engine, was wrong. Both must now replay clean.
 - a step that only preempts (the first running request preempts itself and nothing runs)
   was dropped: a false liveness failure, or a false contiguity violation next step;
 - the radix manager moved a chunk onto the tree's identical pages and freed its own copies;
-  another request got those pages and wrote them: a false write-into-shared-block.
+  another request got those pages and wrote them: a false write-into-shared-block;
+- forced preemptions (a fault point) kept resetting a 1-token-per-step prefill forever: a
+  livelock of the fault, not of the engine (the liveness phase is now fault-free).
 """
 
 from pathlib import Path
