@@ -263,11 +263,11 @@ class Simulation:
         """After a step that ran nothing: retry at once after progress, else wait or fail."""
         if self.empty_steps == 0 or not self.engine.has_unfinished_requests():
             return
-        nothing_pending = self.arrivals.done and not self.arrivals.inbox
-        if nothing_pending or self.empty_steps > self.options.stall_steps_max:
+        if self.empty_steps > self.options.stall_steps_max:
             self._stuck("the engine schedules nothing while requests wait")
             return
-        yield from self._sleep()
+        if not (self.arrivals.done and not self.arrivals.inbox):
+            yield from self._sleep()  # else retry at once (a one-step fault may have passed)
 
     # -- requests in and out ----------------------------------------------------------------
 

@@ -93,6 +93,7 @@ class Scheduler:
         self._next_step = 0
         self._budget_override: int | None = None
         self._forced_preempted: list[str] = []
+        self._force_preempted_ever: set[str] = set()  # membership only, never iterated
         self._next_arrival_seq = 0
         # Mutant switches, read once (see mutants.py).
         self._stale_cache_hit = switches.stale_cache_hit
@@ -224,10 +225,13 @@ class Scheduler:
     # -- fault points (sim/faults.py) ------------------------------------------------------
 
     def force_preempt(self, victim_index: int) -> str | None:
-        """Preempt running request `victim_index` between steps (reported next step)."""
-        if not self.running:
+        """Preempt a running request between steps (reported next step). Each request is
+        preempted by the fault at most once, so faults alone can never livelock a run."""
+        candidates = [r for r in self.running if r.request_id not in self._force_preempted_ever]
+        if not candidates:
             return None
-        victim = self.running[victim_index % len(self.running)]
+        victim = candidates[victim_index % len(candidates)]
+        self._force_preempted_ever.add(victim.request_id)
         self.running.remove(victim)
         self._preempt(victim)
         self._forced_preempted.append(victim.request_id)
