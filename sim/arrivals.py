@@ -66,6 +66,12 @@ class Arrivals:
         env.process(self._stream(iter(requests)))
 
     @property
+    def idle(self) -> bool:
+        """True when no release or abort is scheduled in time: only a finish can bring one
+        (a successor waiting for its predecessor)."""
+        return not self.streaming and self.num_timers == 0
+
+    @property
     def done(self) -> bool:
         """True when nothing more will ever be released or aborted."""
         return not self.streaming and self.num_timers == 0 and not self.waiting_on

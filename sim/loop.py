@@ -266,7 +266,7 @@ class Simulation:
         if self.empty_steps > self.options.stall_steps_max:
             self._stuck("the engine schedules nothing while requests wait")
             return
-        if not (self.arrivals.done and not self.arrivals.inbox):
+        if not (self.arrivals.idle and not self.arrivals.inbox):
             yield from self._sleep()  # else retry at once (a one-step fault may have passed)
 
     # -- requests in and out ----------------------------------------------------------------

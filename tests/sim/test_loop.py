@@ -95,3 +95,13 @@ def test_bare_hash_executor_gives_the_same_schedule_as_the_checked_run():
     )
     assert checked.exit_code == 0
     assert (bare.fingerprint, bare.outputs) == (checked.fingerprint, checked.outputs)
+
+
+def test_a_stall_while_a_later_turn_waits_is_a_liveness_failure_not_a_harness_crash():
+    small = EngineConfig(block_size=4, num_gpu_blocks=5, max_num_batched_tokens=32)
+    trace = [
+        TraceRequest("t0", 0.0, 2, prompt_token_ids=tuple(range(3, 40)), session_id="s"),
+        TraceRequest("t1", 0.0, 2, prompt_token_ids=(5, 6), session_id="s", think_time_s=1.0),
+    ]
+    res = run(trace, "toy_engine:make_engine", small, SimOptions(), UNIT)
+    assert res.exit_code == 3 and res.stuck["t0"] == "no free blocks"
