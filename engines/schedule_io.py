@@ -81,13 +81,6 @@ class Fingerprint:
         return self._sha.hexdigest()
 
 
-def fingerprint(outputs: Iterable[SchedulerOutput]) -> str:
-    fp = Fingerprint()
-    for output in outputs:
-        fp.update(output)
-    return fp.hexdigest()
-
-
 def output_to_json(output: SchedulerOutput) -> dict[str, Any]:
     return {
         "step": output.step,

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-import numpy.typing as npt
-
 from schedcheck.engines.reference.block_pool import BlockPool
 from schedcheck.engines.reference.kv_manager import EMPTY_HIT, PrefixHit, cdiv
 from schedcheck.engines.reference.mutants import MutantSwitches
 from schedcheck.engines.reference.request import Request
-from schedcheck.engines.reference.snapshot import KeysSequence, readonly_view
+from schedcheck.engines.reference.snapshot import KeysSequence, ManagerSnapshot, readonly_view
 
 
 class HashedKVManager:
@@ -262,29 +259,16 @@ class HashedKVManager:
         return HashedKVSnapshot(self)
 
 
-class HashedKVSnapshot:
+class HashedKVSnapshot(ManagerSnapshot):
     """`KVSnapshot` answered from the manager's live structures (valid until the next step)."""
 
-    __slots__ = ("_manager",)
-
-    def __init__(self, manager: HashedKVManager) -> None:
-        self._manager = manager
-
-    @property
-    def block_size(self) -> int:
-        return self._manager.block_size
-
-    @property
-    def num_blocks(self) -> int:
-        return self._manager.num_blocks
+    __slots__ = ()
+    _manager: HashedKVManager
 
     @property
     def num_evicted_blocks(self) -> int:
         """Cached blocks evicted for new allocations so far (read by sim/coverage.py)."""
         return self._manager.block_pool.num_evicted_blocks
-
-    def ref_cnt(self) -> npt.NDArray[np.int64]:
-        return self._manager._ref_cnt_view
 
     def free_block_ids(self) -> Sequence[int]:
         """The free queue, head (evicted first) to tail; cached blocks with ref_cnt 0 included."""

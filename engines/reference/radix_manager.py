@@ -39,7 +39,7 @@ from schedcheck.engines.reference.kv_manager import EMPTY_HIT, PrefixHit, cdiv
 from schedcheck.engines.reference.mutants import MutantSwitches
 from schedcheck.engines.reference.radix_cache import RadixCache, TreeNode
 from schedcheck.engines.reference.request import Request
-from schedcheck.engines.reference.snapshot import readonly_view
+from schedcheck.engines.reference.snapshot import ManagerSnapshot, readonly_view
 
 
 class _RequestPages:
@@ -279,29 +279,16 @@ class RadixKVManager:
         return RadixKVSnapshot(self)
 
 
-class RadixKVSnapshot:
+class RadixKVSnapshot(ManagerSnapshot):
     """`KVSnapshot` of the radix manager (valid until the next step); see the module doc."""
 
-    __slots__ = ("_manager",)
-
-    def __init__(self, manager: RadixKVManager) -> None:
-        self._manager = manager
-
-    @property
-    def block_size(self) -> int:
-        return self._manager.block_size
-
-    @property
-    def num_blocks(self) -> int:
-        return self._manager.num_blocks
+    __slots__ = ()
+    _manager: RadixKVManager
 
     @property
     def num_evicted_blocks(self) -> int:
         """Cached blocks evicted for new allocations so far (read by sim/coverage.py)."""
         return self._manager.tree.num_evicted_pages
-
-    def ref_cnt(self) -> npt.NDArray[np.int64]:
-        return self._manager._ref_cnt_view
 
     def free_block_ids(self) -> Sequence[int]:
         return self._manager.free_pool

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -48,3 +48,28 @@ class KeysSequence(Sequence[int]):
 
     def __repr__(self) -> str:
         return f"KeysSequence({list(self._queue)!r})"
+
+
+class ManagerSnapshot:
+    """What both block managers' snapshots share: the geometry and the live ref_cnt view.
+
+    A subclass answers the rest (free queue, cached blocks, block tables) from its manager;
+    the manager must have `block_size`, `num_blocks` and `_ref_cnt_view`.
+    """
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: Any) -> None:
+        self._manager = manager
+
+    @property
+    def block_size(self) -> int:
+        return int(self._manager.block_size)
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self._manager.num_blocks)
+
+    def ref_cnt(self) -> npt.NDArray[np.int64]:
+        view: npt.NDArray[np.int64] = self._manager._ref_cnt_view
+        return view
