@@ -343,7 +343,7 @@ class SymbolicExecutor:
         for req, sched in zip(reqs, meta.output.scheduled, strict=True):
             lo = sched.num_computed_tokens
             hi = lo + sched.num_scheduled_tokens
-            known = min(max(hi, lo), req.num_tokens)
+            known = min(hi, req.num_tokens)  # hi > lo: every request runs a token
             pad = hi - max(known, lo)
             ids.append(req.ids[lo:known])
             tokens.append(req.tokens[lo:known])
