@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 from schedcheck.engines.protocol import Engine, EngineConfig
 
@@ -18,6 +19,17 @@ BUILTIN_ENGINES: dict[str, str] = {
     "vllm-v1": "schedcheck.engines.vllm_v1:make_engine",
     "vllm-v0": "schedcheck.engines.vllm_v0:make_engine",
 }
+
+
+# Engines whose own config validation refuses some configs the fuzzer's swarm draws: a
+# function EngineConfig -> EngineConfig giving the nearest config the engine accepts.
+CONFIG_FITTERS: dict[str, str] = {
+    "vllm-v1": "schedcheck.engines.vllm.common:fit_config",
+    "vllm-v0": "schedcheck.engines.vllm.common:fit_config",
+}
+
+# Blocks of num_gpu_blocks an engine keeps for itself, which no request can use.
+RESERVED_BLOCKS: dict[str, int] = {"vllm-v1": 1}  # BlockPool's null block, block 0
 
 
 class EngineLoadError(ValueError):
@@ -31,6 +43,20 @@ def resolve_factory(name: str) -> EngineFactory:
         raise EngineLoadError(
             f"unknown engine {name!r}: use one of {known} or 'package.module:factory'"
         )
+    return _load(name, path)
+
+
+def fit_config(name: str, config: EngineConfig) -> EngineConfig:
+    """`config` as engine `name` accepts it (unchanged for engines with no fitter)."""
+    path = CONFIG_FITTERS.get(name)
+    return config if path is None else _load(name, path)(config)
+
+
+def reserved_blocks(name: str) -> int:
+    return RESERVED_BLOCKS.get(name, 0)
+
+
+def _load(name: str, path: str) -> Callable[..., Any]:
     module_name, _, attr = path.partition(":")
     try:
         module = importlib.import_module(module_name)

@@ -43,7 +43,7 @@ from schedcheck.engines.protocol import (
     ScheduledRequest,
     SchedulerOutput,
 )
-from schedcheck.engines.vllm.common import TokenBuffer, read_only_prompt
+from schedcheck.engines.vllm.common import CallCounter, TokenBuffer, read_only_prompt
 from schedcheck.engines.vllm.v0_build import (
     VLLM_VERSION,
     build_v0,
@@ -51,7 +51,7 @@ from schedcheck.engines.vllm.v0_build import (
     sampler_output,
 )
 from schedcheck.engines.vllm.v0_runner import runner_seq_inputs
-from schedcheck.engines.vllm.v0_snapshot import V0KVSnapshot
+from schedcheck.engines.vllm.v0_snapshot import V0KVSnapshot, gpu_evictor
 
 from vllm.sequence import SequenceGroup, SequenceStatus  # isort: skip
 
@@ -77,6 +77,8 @@ class VllmV0Engine:
         self._step = 0
         self._last: tuple[SchedulerOutput, list, Any] | None = None
         self._pending_finished: list[FinishedRequest] = []
+        evictor = gpu_evictor(self.scheduler.block_manager)
+        self._evictions = CallCounter(evictor, "evict", lambda _: True)
 
     # ------------------------------------------------------------------ requests --
     def add_request(self, request: EngineRequest) -> None:
@@ -122,16 +124,26 @@ class VllmV0Engine:
             rejected_reasons=tuple(reason for _, reason in rejected),
             block_copies=tuple((int(src), int(dst)) for src, dst in outputs.blocks_to_copy),
         )
-        self._last = (output, metas, outputs)
+        if scheduled:
+            self._last = (output, metas, outputs)
+        else:  # LLMEngine.step() processes an empty step's outputs too (the loop does not call)
+            self._process_outputs(metas, outputs, {})
         return output
 
     def update_from_output(
         self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
     ) -> list[FinishedRequest]:
-        """LLMEngine._process_model_outputs for one step of single-sequence groups."""
         assert self._last is not None and self._last[0] is output, "not the last step"
         _, metas, outputs = self._last
         self._last = None
+        self._process_outputs(metas, outputs, sampled_token_ids)
+        finished, self._pending_finished = self._pending_finished, []
+        return finished
+
+    def _process_outputs(
+        self, metas: list, outputs: Any, sampled_token_ids: Mapping[str, int]
+    ) -> None:
+        """LLMEngine._process_model_outputs for one step of single-sequence groups."""
         finished_now = []
         for meta, ssg in zip(metas, outputs.scheduled_seq_groups, strict=True):
             group = ssg.seq_group
@@ -149,15 +161,15 @@ class VllmV0Engine:
             self.scheduler.free_finished_seq_groups()
         for group in finished_now:
             self._report_finished(group, SequenceStatus.get_finished_reason(_seq(group).status))
-        finished, self._pending_finished = self._pending_finished, []
-        return finished
 
     # ----------------------------------------------------------------- inspection --
     def kv_snapshot(self) -> KVSnapshot:
-        return V0KVSnapshot(self.scheduler, self.config.block_size, self._live_seqs)
+        return V0KVSnapshot(
+            self.scheduler, self.config.block_size, self._live_seqs, self._evictions.num_calls
+        )
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_seqs() or bool(self._pending_finished)
+        return self.scheduler.has_unfinished_seqs()  # _pending_finished: already finished
 
     def waiting_reasons(self) -> Mapping[str, str]:
         free = self.scheduler.block_manager.get_num_free_gpu_blocks()

@@ -10,6 +10,8 @@ The adapter owns no scheduling logic. Each step:
                              num_scheduled_tokens    -> batch order and chunk sizes
                              num_computed_tokens     -> the chunk's first position
                              finished_req_ids        -> runner forgets the request
+                           an empty step is updated at once with vLLM's empty runner
+                           output, as EngineCore.step() does
     update_from_output():  our sampled tokens -> a ModelRunnerOutput (one token for each
                            request whose chunk reaches num_tokens, none for a partial
                            prefill chunk) -> Scheduler.update_from_output()
@@ -40,6 +42,7 @@ from schedcheck.engines.protocol import (
     SchedulerOutput,
 )
 from schedcheck.engines.vllm.common import (
+    CallCounter,
     RunnerBlockTables,
     TokenBuffer,
     frontend_rejection,
@@ -50,7 +53,7 @@ from schedcheck.engines.vllm.v1_snapshot import V1KVSnapshot
 
 from vllm.sampling_params import SamplingParams  # isort: skip
 from vllm.v1.core.sched.output import SchedulerOutput as VllmSchedulerOutput  # isort: skip
-from vllm.v1.outputs import ModelRunnerOutput  # isort: skip
+from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput  # isort: skip
 from vllm.v1.request import Request, RequestStatus  # isort: skip
 
 ENGINE_NAME = "vllm-v1"
@@ -69,6 +72,9 @@ class VllmV1Engine:
         self.config = config
         self.scheduler = built.scheduler
         self._block_hasher = built.block_hasher
+        self._evictions = CallCounter(  # True: a cached block lost its hash for reuse
+            self.scheduler.kv_cache_manager.block_pool, "_maybe_evict_cached_block"
+        )
         self._tokens: dict[str, TokenBuffer] = {}  # request id -> prompt + outputs
         self._live: dict[str, Request] = {}  # ids added and not yet reported finished
         self._tables = RunnerBlockTables()
@@ -114,7 +120,10 @@ class VllmV1Engine:
         assert self._last is None, "schedule() twice without update_from_output()"
         vllm_output = self.scheduler.schedule()
         output = self._map_output(vllm_output)
-        self._last = (output, vllm_output)
+        if output.scheduled:
+            self._last = (output, vllm_output)
+        else:  # EngineCore.step() updates after an empty step too (the loop does not call)
+            self._apply(vllm_output, EMPTY_MODEL_RUNNER_OUTPUT)
         return output
 
     def update_from_output(
@@ -123,27 +132,27 @@ class VllmV1Engine:
         assert self._last is not None and self._last[0] is output, "not the last step"
         vllm_output = self._last[1]
         self._last = None
-        runner_output = self._runner_output(output, sampled_token_ids)
-        engine_outputs = self.scheduler.update_from_output(vllm_output, runner_output)
+        self._apply(vllm_output, self._runner_output(output, sampled_token_ids))
         for rid, token in sampled_token_ids.items():
             self._append_token(rid, int(token))
+        finished, self._pending_finished = self._pending_finished, []
+        return finished
+
+    def _apply(self, vllm_output: VllmSchedulerOutput, runner_output: ModelRunnerOutput) -> None:
+        """vLLM's update_from_output; the requests it finishes are reported next update."""
+        engine_outputs = self.scheduler.update_from_output(vllm_output, runner_output)
         for outputs in engine_outputs.values():
             for out in outputs.outputs:
                 if out.finish_reason is not None:
                     self._report_finished(self._live[out.request_id], str(out.finish_reason))
-        finished, self._pending_finished = self._pending_finished, []
-        return finished
 
     # ----------------------------------------------------------------- inspection --
     def kv_snapshot(self) -> KVSnapshot:
-        return V1KVSnapshot(self.scheduler, self.config.block_size)
+        return V1KVSnapshot(self.scheduler, self.config.block_size, self._evictions.num_calls)
 
     def has_unfinished_requests(self) -> bool:
-        return (
-            self.scheduler.has_unfinished_requests()
-            or bool(self._rejected)
-            or bool(self._pending_finished)
-        )
+        # _pending_finished is not counted: those requests are finished already
+        return self.scheduler.has_unfinished_requests() or bool(self._rejected)
 
     def waiting_reasons(self) -> Mapping[str, str]:
         """Every live request not in vLLM's running queue, with its status and the pool."""

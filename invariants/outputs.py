@@ -2,7 +2,9 @@
 
 Properties, checked when a request finishes:
 - returned: the engine returns exactly the tokens the executor sampled for the request;
-- length: a request that finished for "length" has exactly max_tokens outputs;
+- length: a request that finished for "length" has exactly max_tokens outputs, or fewer
+  where max_model_len stops it first (vLLM caps a sequence at max_model_len and reports
+  "length"): min(max_tokens, max_model_len - num_prompt_tokens);
 - unchunked: those tokens equal the run of the request alone, its whole prompt in one
   forward, no cache (the hash model makes that run a pure function of the prompt).
 """
@@ -25,6 +27,7 @@ def check_finished(
     vocab_size: int,
     salt: int = 0,
     unchunked: bool = True,
+    max_model_len: int | None = None,
 ) -> list[Violation]:
     """`unchunked=False` when the tokens come from a real model (the tensor executor does
     its own comparison against unchunked execution)."""
@@ -45,13 +48,20 @@ def check_finished(
                 found=_show(returned, k),
             )
         )
-    if finished.reason == "length" and returned.size != max_tokens:
+    num_outputs_max = max_tokens
+    if max_model_len is not None:
+        num_outputs_max = min(max_tokens, max_model_len - prompt.size)
+    if finished.reason == "length" and returned.size != num_outputs_max:
+        cap = "" if max_model_len is None else f", max_model_len {max_model_len}"
         out.append(
             Violation(
                 "outputs.length",
                 step,
-                f"finished for length with {returned.size} outputs, max_tokens is {max_tokens}",
+                f"finished for length with {returned.size} outputs of a {prompt.size}-token "
+                f"prompt; max_tokens is {max_tokens}{cap}",
                 request_id=rid,
+                expected=str(num_outputs_max),
+                found=str(returned.size),
             )
         )
     k = hash_model.outputs_consistent(prompt, sampled, vocab_size, salt) if unchunked else -1

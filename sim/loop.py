@@ -238,6 +238,7 @@ class Simulation:
             self.options.vocab_size,
             hash_model.salt_identity(request.cache_salt),
             unchunked=getattr(self.executor, "hash_model_tokens", False),
+            max_model_len=self.config.max_model_len,
         )
 
     def _current_table(self, request_id: str):

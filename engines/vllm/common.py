@@ -4,14 +4,17 @@ config, the frontend's prompt-length check, the runner-side block tables, chunk 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from schedcheck.engines.protocol import EngineRequest, TokenArray
+from schedcheck.engines.protocol import EngineConfig, EngineRequest, TokenArray
 
 TINY_VOCAB_SIZE = 1 << 20  # token ids are never embedded; only metadata reads this
 EOS_TOKEN_ID = 2  # every request sets ignore_eos, so EOS never stops one
@@ -29,9 +32,36 @@ def prepare_environment() -> None:
     os.environ.setdefault("DO_NOT_TRACK", "1")
 
 
+def fit_config(config: EngineConfig) -> EngineConfig:
+    """The config nearest `config` that vLLM's own validation accepts (the fuzzer's swarm
+    draws configs for every engine; an engine refusing its config is not a finding).
+
+    Both generations refuse, at construction (v1 `SchedulerConfig.verify_max_model_len`,
+    v0 `SchedulerConfig._verify_args`):
+
+        max_num_batched_tokens < max_num_seqs
+        max_num_batched_tokens < max_model_len, with chunked prefill off
+        long_prefill_token_threshold > max_model_len
+
+    so max_num_seqs is capped at the budget, and with chunked prefill off max_model_len is
+    the budget (a longer prompt is then refused by the frontend, as vLLM does).
+    """
+    max_model_len = config.max_model_len
+    if not config.enable_chunked_prefill:
+        max_model_len = min(max_model_len, config.max_num_batched_tokens)
+    return dataclasses.replace(
+        config,
+        max_num_seqs=min(config.max_num_seqs, config.max_num_batched_tokens),
+        max_model_len=max_model_len,
+        long_prefill_token_threshold=min(config.long_prefill_token_threshold, max_model_len),
+    )
+
+
+@functools.cache
 def write_tiny_model_dir(max_model_len: int) -> str:
     """A temp directory holding a tiny Llama `config.json`, so vLLM's ModelConfig resolves
-    a model without the hub. Nothing is loaded or run from it."""
+    a model without the hub. Nothing is loaded or run from it. One per max_model_len and
+    process (a fuzz campaign builds thousands of engines)."""
     assert max_model_len >= 1
     path = tempfile.mkdtemp(prefix="schedcheck_vllm_model_")
     config = {
@@ -152,3 +182,30 @@ def read_only_prompt(prompt: TokenArray) -> TokenArray:
         arr = arr.copy()
         arr.flags.writeable = False
     return arr
+
+
+class CallCounter:
+    """Counts the calls of one method of one vLLM object whose result passes `counts`
+    (default: a truthy result).
+
+    Wraps the bound method on the instance (vLLM's class is untouched; the wrapper calls
+    the original and returns its result), so an adapter can report what vLLM has no counter
+    for, e.g. evictions of cached blocks for the `evict-cached-block` coverage path.
+    """
+
+    def __init__(
+        self, obj: object | None, method_name: str, counts: Callable[[Any], bool] = bool
+    ) -> None:
+        """`obj` None: nothing to count (e.g. no evictor without prefix caching)."""
+        self.num_calls = 0
+        if obj is None:
+            return
+        original = getattr(obj, method_name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            if counts(result):
+                self.num_calls += 1
+            return result
+
+        setattr(obj, method_name, counted)

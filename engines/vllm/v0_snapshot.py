@@ -49,8 +49,10 @@ class V0KVSnapshot:
         scheduler: Scheduler,
         block_size: int,
         live_seqs: Callable[[], Mapping[str, VllmSequence]],
+        num_evicted_blocks: int,
     ) -> None:
         self._scheduler = scheduler
+        self.num_evicted_blocks = num_evicted_blocks  # cached blocks evicted, in total
         self._manager = scheduler.block_manager
         self._block_size = block_size
         self._live_seqs = live_seqs  # request id -> its Sequence, for the live requests
@@ -186,6 +188,18 @@ class _V2State:
             for block_id in sorted(self._allocator.all_block_ids)
             if self._allocator.block_is_computed(block_id)
         )
+
+
+def gpu_evictor(manager):
+    """The GPU allocator's evictor: every `evict()` reuses a block that held cached KV
+    (block manager v1 `CachedBlockAllocator.allocate_block`, v2
+    `PrefixCachingBlockAllocator._maybe_allocate_evicted_block_id`); None without prefix
+    caching (the uncached allocators have none)."""
+    if _is_v2(manager):
+        allocator = manager.block_allocator._allocators[Device.GPU]
+    else:
+        allocator = manager.gpu_allocator
+    return getattr(allocator, "evictor", None)
 
 
 def _v2_state(manager) -> _V2State:

@@ -31,8 +31,9 @@ NULL_BLOCK_REF_CNT = 1  # reported for vLLM's null block: held by the pool itsel
 class V1KVSnapshot:
     """KVSnapshot over one vLLM v1 scheduler (group 0, the only KV-cache group)."""
 
-    def __init__(self, scheduler: Scheduler, block_size: int) -> None:
+    def __init__(self, scheduler: Scheduler, block_size: int, num_evicted_blocks: int) -> None:
         self._scheduler = scheduler
+        self.num_evicted_blocks = num_evicted_blocks  # cached blocks evicted, in total
         self._pool = scheduler.kv_cache_manager.block_pool
         self._manager = scheduler.kv_cache_manager.coordinator.single_type_managers[0]
         self._block_size = block_size

@@ -21,7 +21,12 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
                                  too few for the largest request, which must be rejected
     faults                       per kind 0 or a per-step probability (sim/faults.py)
 
-The least num_gpu_blocks: request i needs cdiv(kv_tokens_i, block_size) blocks, where
+Last, an engine with its own config validation (vLLM) moves the drawn config to the
+nearest one it accepts (`engines.registry.fit_config`), so a refused config is never a
+finding.
+
+The least num_gpu_blocks: the engine's reserved blocks (vLLM v1's null block), and request i
+needs cdiv(kv_tokens_i, block_size) blocks, where
 kv_tokens_i = full prompt (a later turn: parent's full prompt + parent's outputs + own)
 + output_length, minus 1 when the engine never writes KV for the last sampled token (the
 reference engine). An engine we do not know gets the extra token.
@@ -35,6 +40,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from schedcheck.engines.protocol import EngineConfig
+from schedcheck.engines.registry import fit_config, reserved_blocks
 from schedcheck.sim.faults import FAULT_KINDS
 from schedcheck.sim.fuzz.strategies import (
     TraceFeatures,
@@ -154,8 +160,10 @@ def kv_blocks_needed(
 def draw_num_gpu_blocks(
     draw: st.DrawFn, spec: SwarmSpec, requests: tuple[TraceRequest, ...], block_size: int
 ) -> int:
-    """Enough blocks for the largest request alone, plus a drawn slack (or one too few)."""
+    """Enough blocks for the largest request alone, plus a drawn slack (or one too few),
+    plus the blocks the engine keeps for itself."""
     need_max = max(kv_blocks_needed(requests, block_size, not spec.is_reference))
+    need_max += reserved_blocks(spec.engine)
     if spec.draws_oversize and draw(st.integers(0, 7)) == 7:
         return max(1, need_max - 1)
     return need_max + pick(draw, SLACK_BLOCKS)
@@ -181,7 +189,7 @@ def engine_config(
     spec: SwarmSpec, knob: Knobs, num_blocks: int, budget_tokens: int
 ) -> EngineConfig:
     extra: Mapping[str, str] = dict(knob.extra)
-    return EngineConfig(
+    drawn = EngineConfig(
         block_size=knob.block_size,
         num_gpu_blocks=num_blocks,
         max_num_batched_tokens=budget_tokens,
@@ -193,3 +201,4 @@ def engine_config(
         mutant=spec.mutant,
         extra=extra,
     )
+    return fit_config(spec.engine, drawn)

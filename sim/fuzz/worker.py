@@ -2,10 +2,11 @@
 
     round r:  @seed(round_seed(S, w, r)) @given(scenarios(spec)), max_examples per round
               ├─ an example fails -> the raw bundle is saved at once (kept on Ctrl-C)
-              ├─ Hypothesis shrinks it (bounded by shrink_runs_max runs, deterministic, and
-              │  shrink_budget_s as a safety net; at the bound, or once a stop is asked
+              ├─ Hypothesis shrinks it, keeping to the first failure's kind (bounded
+              │  by shrink_runs_max runs, deterministic, and shrink_budget_s as a
+              │  safety net; at the bound, or once a stop is asked
               │  for, ShrinkDone ends Hypothesis and the simplest failure seen is kept)
-              ├─ ddmin removes whole requests Hypothesis could not
+              ├─ ddmin removes whole requests Hypothesis could not (same kind)
               └─ the shrunk bundle is saved and reported; the worker stops
 
 Between rounds the worker checks the budget and whether the campaign asked it to stop.
@@ -82,6 +83,7 @@ class RoundProbe:
     shrink_runs: int = 0
     coverage: dict[str, int] = field(default_factory=dict)
     best: Scenario | None = None  # the simplest failing example so far
+    kind: str = ""  # the first failure's kind: shrinking keeps to it
     detected_at_s: float | None = None
     shrink_deadline_s: float = 0.0
     clean_failure: dict[str, Any] | None = None
@@ -93,7 +95,7 @@ class RoundProbe:
         self._count(verdict)
         if verdict.clean_failed and self.clean_failure is None:
             self.clean_failure = self._save(scenario.with_mutant(None), "clean-failure", verdict)
-        if verdict.failed:
+        if verdict.failed and self.kind in ("", verdict.kind):  # no slipping to another bug
             if self.best is None or shrink_key(scenario) < shrink_key(self.best):
                 self.best = scenario
             if self.detected_at_s is None:
@@ -114,6 +116,7 @@ class RoundProbe:
 
     def _first_failure(self, scenario: Scenario, verdict: Verdict) -> None:
         self.detected_at_s = time.time() - self.job.started_at_s
+        self.kind = verdict.kind
         self.shrink_deadline_s = time.monotonic() + self.job.shrink_budget_s
         raw = self._save(scenario, "raw", verdict)
         self.report({"type": "raw", **raw, "examples": self.examples})
@@ -195,7 +198,8 @@ def finish_finding(
 ) -> dict[str, Any]:
     """ddmin after Hypothesis, the shrunk bundle, and the finding's report."""
     started = time.monotonic()
-    shrunk = shrink_scenario(hypothesis_shrunk, lambda s: judge(s).failed)
+    kind = probe.kind or judge(hypothesis_shrunk).kind
+    shrunk = shrink_scenario(hypothesis_shrunk, lambda s: _fails_as(s, kind))
     verdict = judge(shrunk)
     assert verdict.failed, "a shrunk scenario still fails"
     name = f"w{job.worker_index}-r{probe.round_index}-shrunk"
@@ -216,6 +220,11 @@ def finish_finding(
         "bundle": bundle,
         "scenario": shrunk.to_json(),
     }
+
+
+def _fails_as(scenario: Scenario, kind: str) -> bool:
+    verdict = judge(scenario)
+    return verdict.failed and verdict.kind == kind
 
 
 def run_worker(

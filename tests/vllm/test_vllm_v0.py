@@ -265,7 +265,8 @@ def test_abort_then_same_prefix(block_manager):
     engine.abort_request("a")  # already finished: ignored
     s3 = run_step(engine)
     outputs = () if CHUNKED else (1107, 1117)
-    assert s3.output.scheduled == () and s3.finished == [FinishedRequest("a", outputs, "abort")]
+    assert s3.output.scheduled == () and s3.finished == []  # no update call: next step
+    aborted = FinishedRequest("a", outputs, "abort")
     snap = engine.kv_snapshot()
     assert dict(snap.block_tables()) == {} and snap.ref_cnt().sum() == 0
 
@@ -276,6 +277,7 @@ def test_abort_then_same_prefix(block_manager):
         assert [summary(r) for r in s4.output.scheduled] == [
             ("c", 7, 1, 20, 20, [37], (0, 1, 2, 3, 4), 7)
         ]
+        assert s4.finished == [aborted]
         s5, s6 = run_step(engine), run_step(engine)
         assert summary(s5.output.scheduled[0])[:3] == ("c", 15, 1)
         assert [summary(r) for r in s6.output.scheduled] == [
@@ -286,7 +288,7 @@ def test_abort_then_same_prefix(block_manager):
         assert [summary(r) for r in s4.output.scheduled] == [
             ("c", 16, 4, 20, 20, [46, 47, 48, 49], (0, 1, 2, 3, 4), 16)
         ]
-        assert s4.finished == [FinishedRequest("c", (1139,), "length")]
+        assert s4.finished == [aborted, FinishedRequest("c", (1139,), "length")]
 
 
 def test_bm_v2_marks_every_touched_block_computed():
@@ -334,3 +336,16 @@ def test_exception_inside_vllm_surfaces():
     engine.scheduler.block_manager.allocate = boom
     with pytest.raises(ValueError, match="boom inside vLLM"):
         engine.schedule()
+
+
+@pytest.mark.parametrize("block_manager", ["v1", "v2"])
+def test_evictions_of_cached_blocks_are_counted(block_manager):
+    """2 blocks: a's two cached blocks are both reused (evicted) by b's different prompt."""
+    engine = _engine(block_manager, num_gpu_blocks=2)
+    engine.add_request(request("a", range(30, 38), 1))
+    while engine.has_unfinished_requests():
+        run_step(engine)
+    assert engine.kv_snapshot().num_evicted_blocks == 0
+    engine.add_request(request("b", range(60, 68), 1))
+    run_step(engine)
+    assert engine.kv_snapshot().num_evicted_blocks == 2

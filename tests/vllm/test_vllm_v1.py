@@ -130,7 +130,7 @@ def test_abort_mid_prefill_keeps_written_blocks_for_the_next_request():
     engine.abort_request("a")  # a finished id is ignored
     s3 = run_step(engine)
     assert s3.output.scheduled == () and s3.output.finished_req_ids == ("a",)
-    assert s3.finished == [FinishedRequest("a", (), "abort")]
+    assert s3.finished == []  # an empty step gets no update call: reported with the next
     assert sorted(engine.kv_snapshot().cached_blocks()) == [1, 2, 3, 4]
 
     engine.add_request(request("c", prompt, 1))
@@ -138,7 +138,10 @@ def test_abort_mid_prefill_keeps_written_blocks_for_the_next_request():
     assert [summary(r) for r in s4.output.scheduled] == [
         ("c", 16, 4, 20, 20, [46, 47, 48, 49], (1, 2, 3, 4, 5), 16),
     ]
-    assert s4.finished == [FinishedRequest("c", (1139,), "length")]
+    assert s4.finished == [
+        FinishedRequest("a", (), "abort"),
+        FinishedRequest("c", (1139,), "length"),
+    ]
 
 
 def test_abort_between_schedule_and_update():
@@ -161,9 +164,8 @@ def test_prompt_too_long_is_rejected_as_the_frontend_does():
     engine = _engine(max_model_len=16)
     engine.add_request(request("long", range(16), 1))
     s1 = run_step(engine)
-    assert s1.output.rejected_req_ids == ("long",)
-    assert s1.finished[0].request_id == "long"
-    assert s1.finished[0].reason.startswith("rejected: ")
+    assert s1.output.rejected_req_ids == ("long",) and s1.output.scheduled == ()
+    assert s1.output.rejected_reasons[0].startswith("prompt (length 16) plus at least one")
     assert not engine.has_unfinished_requests()
 
 
@@ -178,3 +180,16 @@ def test_exception_inside_vllm_surfaces(monkeypatch):
     monkeypatch.setattr(engine.scheduler.kv_cache_manager, "allocate_slots", boom)
     with pytest.raises(ValueError, match="boom inside vLLM"):
         engine.schedule()
+
+
+def test_evictions_of_cached_blocks_are_counted():
+    """3 usable blocks: a's two cached blocks go to the tail of the free queue (block 2
+    before 1, vLLM frees a table in reverse); b takes the unused block 3, then evicts 2."""
+    engine = _engine(num_gpu_blocks=4)
+    engine.add_request(request("a", range(30, 38), 1))
+    run_step(engine)
+    assert engine.kv_snapshot().num_evicted_blocks == 0
+    engine.add_request(request("b", range(60, 68), 1))
+    s2 = run_step(engine)
+    assert s2.tables == {"b": (3, 2)}
+    assert engine.kv_snapshot().num_evicted_blocks == 1

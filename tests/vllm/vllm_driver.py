@@ -54,7 +54,9 @@ def run_step(engine: Engine, before_update: Callable[[SchedulerOutput], None] | 
         before_update(out)
     tokens = {r.request_id: stand_in_token(out.step, r.request_id) for r in out.scheduled}
     live = {r.request_id for r in out.scheduled if r.samples}
-    finished = engine.update_from_output(out, {k: v for k, v in tokens.items() if k in live})
+    finished: list[FinishedRequest] = []
+    if out.scheduled:  # as the simulator's loop: an empty step gets no update call
+        finished = engine.update_from_output(out, {k: v for k, v in tokens.items() if k in live})
     check_snapshot(engine.kv_snapshot())
     return StepRecord(out, finished, tables={r.request_id: r.block_table for r in out.scheduled})
 

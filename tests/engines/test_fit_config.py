@@ -1,0 +1,49 @@
+"""engines.registry.fit_config: configs moved to what the engine's own validation accepts."""
+
+from hypothesis import given, settings
+
+from schedcheck.engines.protocol import EngineConfig
+from schedcheck.engines.registry import fit_config, reserved_blocks
+from schedcheck.sim.fuzz.scenario import scenarios
+from schedcheck.sim.fuzz.swarm import SwarmSpec
+
+
+def test_reference_configs_are_unchanged():
+    config = EngineConfig(max_num_batched_tokens=5, max_num_seqs=256, enable_chunked_prefill=False)
+    assert fit_config("reference", config) is config
+
+
+def test_vllm_caps_max_num_seqs_at_the_budget():
+    config = EngineConfig(max_num_batched_tokens=5, max_num_seqs=256, num_gpu_blocks=9)
+    fitted = fit_config("vllm-v1", config)
+    assert (fitted.max_num_seqs, fitted.max_model_len) == (5, 131_072)
+    assert fitted.num_gpu_blocks == 9
+
+
+def test_vllm_without_chunked_prefill_takes_the_budget_as_max_model_len():
+    config = EngineConfig(
+        max_num_batched_tokens=48,
+        max_num_seqs=4,
+        enable_chunked_prefill=False,
+        long_prefill_token_threshold=64,
+    )
+    fitted = fit_config("vllm-v0", config)
+    assert (fitted.max_num_seqs, fitted.max_model_len) == (4, 48)
+    assert fitted.long_prefill_token_threshold == 48
+
+
+def test_v1_keeps_its_null_block():
+    assert (reserved_blocks("vllm-v1"), reserved_blocks("vllm-v0"), reserved_blocks("x")) == (
+        1,
+        0,
+        0,
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios(SwarmSpec(engine="vllm-v1")))
+def test_every_drawn_vllm_config_passes_vllms_checks(scenario):
+    c = scenario.config
+    assert c.max_num_batched_tokens >= c.max_num_seqs
+    assert c.enable_chunked_prefill or c.max_num_batched_tokens >= c.max_model_len
+    assert c.long_prefill_token_threshold <= c.max_model_len
