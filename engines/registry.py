@@ -25,11 +25,15 @@ BUILTIN_ENGINES: dict[str, str] = {
 # function EngineConfig -> EngineConfig giving the nearest config the engine accepts.
 CONFIG_FITTERS: dict[str, str] = {
     "vllm-v1": "schedcheck.engines.vllm.common:fit_config",
-    "vllm-v0": "schedcheck.engines.vllm.common:fit_config",
+    "vllm-v0": "schedcheck.engines.vllm.common:fit_config_v0",
 }
 
 # Blocks of num_gpu_blocks an engine keeps for itself, which no request can use.
 RESERVED_BLOCKS: dict[str, int] = {"vllm-v1": 1}  # BlockPool's null block, block 0
+
+# Engines with no cache_salt (vLLM added it in v1): a salted request would share its prefix
+# across salts there, so the fuzzer draws no salts for them and their adapters refuse one.
+WITHOUT_CACHE_SALT: frozenset[str] = frozenset({"vllm-v0"})
 
 
 class EngineLoadError(ValueError):
@@ -50,6 +54,10 @@ def fit_config(name: str, config: EngineConfig) -> EngineConfig:
     """`config` as engine `name` accepts it (unchanged for engines with no fitter)."""
     path = CONFIG_FITTERS.get(name)
     return config if path is None else _load(name, path)(config)
+
+
+def supports_cache_salt(name: str) -> bool:
+    return name not in WITHOUT_CACHE_SALT
 
 
 def reserved_blocks(name: str) -> int:

@@ -33,6 +33,7 @@ _SIM_FIELDS = (
     "executor",
     "context_steps",
     "faults",
+    "ignore",
 )
 
 

@@ -195,6 +195,7 @@ class Simulation:
         self._record(output)
         self.coverage.observe_step(output, self.live)
         yield self.env.timeout(self.cost.step_time_us(meta) * 1e-6)
+        violations = self._unignored(violations)
         if violations and not opts.keep_going:  # report before the engine sees the step
             self._violate(violations)
             return
@@ -384,7 +385,20 @@ class Simulation:
         if self.fingerprint.num_steps >= self.options.steps_max:
             self._stuck(f"steps_max {self.options.steps_max} reached")
 
+    def _unignored(self, violations: list[Violation]) -> list[Violation]:
+        """The violations not of an ignored invariant (those are only counted)."""
+        if not self.options.ignore or not violations:
+            return violations
+        kept = []
+        for v in violations:
+            if v.invariant in self.options.ignore:
+                self.result.ignored[v.invariant] = self.result.ignored.get(v.invariant, 0) + 1
+            else:
+                kept.append(v)
+        return kept
+
     def _violate(self, violations: list[Violation]) -> None:
+        violations = self._unignored(violations)
         if not violations:
             return
         now = float(self.env.now)

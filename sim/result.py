@@ -32,9 +32,11 @@ class SimOptions:
     executor_options: Mapping[str, Any] = field(default_factory=dict)
     context_steps: int = 4  # steps of a request quoted in its violations
     faults: Mapping[str, float] = field(default_factory=dict)  # kind -> probability per step
+    ignore: tuple[str, ...] = ()  # invariants of known behaviours: counted, not violations
     progress: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "ignore", tuple(self.ignore))  # a list from a bundle's JSON
         check_faults(self.faults)
         assert self.steps_max >= 1 and self.stall_steps_max >= 1 and self.context_steps >= 0
 
@@ -61,6 +63,7 @@ class RunResult:
     trace: list[TraceRequest] = field(default_factory=list)  # requests read, in file order
     coverage: dict[str, int] = field(default_factory=dict)  # rare path -> times reached
     faults_fired: list[str] = field(default_factory=list)  # "step N: kind: what it did"
+    ignored: dict[str, int] = field(default_factory=dict)  # SimOptions.ignore: invariant -> n
 
     @property
     def exit_code(self) -> int:

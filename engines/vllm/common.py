@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.metadata
 import json
 import os
 import tempfile
@@ -55,6 +56,20 @@ def fit_config(config: EngineConfig) -> EngineConfig:
         max_model_len=max_model_len,
         long_prefill_token_threshold=min(config.long_prefill_token_threshold, max_model_len),
     )
+
+
+def fit_config_v0(config: EngineConfig) -> EngineConfig:
+    """fit_config, and on vLLM 0.5.x no chunked prefill together with prefix caching: that
+    version's model runner raises on the first prefix hit under chunked prefill
+    ("chunked prefill cannot be used with prefix caching now", model_runner.py L354-385),
+    so the fuzzer draws each of the two alone there."""
+    if config.enable_chunked_prefill and config.enable_prefix_caching and _is_v05():
+        config = dataclasses.replace(config, enable_chunked_prefill=False)
+    return fit_config(config)
+
+
+def _is_v05() -> bool:
+    return importlib.metadata.version("vllm").startswith("0.5.")
 
 
 @functools.cache

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -32,6 +33,7 @@ from schedcheck.sim.fuzz.shrink import shrink_bundle
 from schedcheck.sim.fuzz.swarm import SwarmSpec
 
 EXIT_NOTHING, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
+IGNORABLE = re.compile(r"(accounting|shadow-kv|block-pool|outputs)\.[a-z-]+")
 DEFAULT_OUT = DEFAULT_DB_DIR / "findings"
 _REPLAYED = ", replayed from the failure database"
 
@@ -85,7 +87,16 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
     target.add_argument(
         "--block-manager",
         default=None,
-        help="fix the block manager (reference: hashed | radix; default drawn)",
+        help="fix the block manager (reference: hashed | radix; vllm-v0: v1 | v2; default "
+        "drawn for reference, else the engine's default)",
+    )
+    target.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="INVARIANT",
+        help="an invariant of a known behaviour (e.g. outputs.length): its violations are "
+        "counted, not findings, so the campaign looks past it; repeatable",
     )
 
 
@@ -158,11 +169,18 @@ def campaign_options(args: argparse.Namespace, spec: SwarmSpec, out_dir: str) ->
 def _run(args: argparse.Namespace) -> int:
     if args.shrink:
         return _shrink(args)
+    for name in args.ignore:
+        if not IGNORABLE.fullmatch(name):
+            raise UsageError(
+                f"--ignore {name!r}: not an invariant name (family.name, the family one of "
+                "accounting, shadow-kv, block-pool, outputs; see README 'What is checked')"
+            )
     spec = SwarmSpec(
         engine=args.engine,
         mutant=args.mutant,
         block_manager=args.block_manager,
         faults=not args.no_faults,
+        ignore=tuple(args.ignore),
     )
     progress = _progress(args)
     try:
@@ -198,6 +216,8 @@ def reproduce_command(args: argparse.Namespace) -> str:
     ]
     if args.no_faults:
         words.append("--no-faults")
+    for name in args.ignore:
+        words += ["--ignore", name]
     return shlex.join(words)
 
 
@@ -222,6 +242,7 @@ def campaign_report(result: CampaignResult, command: str) -> dict[str, Any]:
         "engine": opts.spec.engine,
         "mutant": opts.spec.mutant,
         "block_manager": opts.spec.block_manager,
+        "ignore": list(opts.spec.ignore),
         "coverage": dict(result.coverage),
         "never_reached": result.never_reached(),
         "finding": finding or None,

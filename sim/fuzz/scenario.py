@@ -44,6 +44,7 @@ class Scenario:
     config: EngineConfig
     faults: tuple[tuple[str, float], ...] = ()  # (kind, probability), FAULT_KINDS order
     seed: int = 0  # the run's SimOptions.seed (its fault generator)
+    ignore: tuple[str, ...] = ()  # SimOptions.ignore: invariants of known behaviours
 
     def __post_init__(self) -> None:
         assert self.requests, "a scenario has at least one request"
@@ -67,6 +68,7 @@ class Scenario:
             steps_max=STEPS_MAX,
             faults=dict(self.faults),
             record_schedule=record_schedule,
+            ignore=self.ignore,
         )
 
     def run(self, record_schedule: bool = False) -> RunResult:
@@ -81,13 +83,16 @@ class Scenario:
     def to_json(self) -> dict[str, Any]:
         config = dataclasses.asdict(self.config)
         config["extra"] = dict(self.config.extra)
-        return {
+        obj = {
             "engine": self.engine,
             "requests": [request_to_json(r) for r in self.requests],
             "config": config,
             "faults": [list(kv) for kv in self.faults],
             "seed": self.seed,
         }
+        if self.ignore:  # absent when empty: older scenarios keep their bytes
+            obj["ignore"] = list(self.ignore)
+        return obj
 
     def dumps(self) -> str:
         """Canonical JSON (sorted keys, compact): equal scenarios give equal text."""
@@ -107,6 +112,7 @@ class Scenario:
             config=EngineConfig(**obj["config"]),
             faults=tuple((str(k), float(p)) for k, p in obj["faults"]),
             seed=int(obj["seed"]),
+            ignore=tuple(str(name) for name in obj.get("ignore", ())),
         )
 
 
@@ -114,7 +120,7 @@ class Scenario:
 def scenarios(draw: st.DrawFn, spec: SwarmSpec) -> Scenario:
     """A scenario for `spec`: the config knobs first, then a trace that fits them."""
     knob = draw_knobs(draw, spec)
-    features = draw_features_for(draw, knob)
+    features = draw_features_for(draw, knob, spec)
     plans = draw_plans(draw, knob.block_size, knob.max_num_batched_tokens, features)
     requests = materialize(plans)
     budget_tokens = knob.max_num_batched_tokens
@@ -127,4 +133,5 @@ def scenarios(draw: st.DrawFn, spec: SwarmSpec) -> Scenario:
         config=engine_config(spec, knob, blocks, budget_tokens),
         faults=draw_faults(draw, spec),
         seed=draw(st.integers(0, SIM_SEED_MAX)),
+        ignore=spec.ignore,
     )

@@ -111,9 +111,9 @@ def boundary_lengths(draw: st.DrawFn, block_size: int, blocks_max: int, min_valu
     return draw_boundary_length(draw, block_size, blocks_max, min_value)
 
 
-def draw_features(draw: st.DrawFn, priorities: bool = True) -> TraceFeatures:
+def draw_features(draw: st.DrawFn, priorities: bool = True, salts: bool = True) -> TraceFeatures:
     b = [draw(st.booleans()) for _ in range(8)]
-    return TraceFeatures(b[0], b[1], b[2], b[3], b[4], b[5], b[6] and priorities, b[7])
+    return TraceFeatures(b[0], b[1], b[2], b[3], b[4], b[5], b[6] and priorities, b[7] and salts)
 
 
 @st.composite

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.engines.registry import fit_config, reserved_blocks
+from schedcheck.engines.registry import fit_config, reserved_blocks, supports_cache_salt
 from schedcheck.sim.faults import FAULT_KINDS
 from schedcheck.sim.fuzz.strategies import (
     TraceFeatures,
@@ -70,6 +70,7 @@ class SwarmSpec:
     block_manager: str | None = None  # None: drawn (reference) or the engine's default
     faults: bool = True
     oversize: bool | None = None  # sometimes too few blocks for one request; None: reference
+    ignore: tuple[str, ...] = ()  # invariants of known behaviours, not findings (--ignore)
 
     @property
     def is_reference(self) -> bool:
@@ -134,9 +135,14 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
     )
 
 
-def draw_features_for(draw: st.DrawFn, knob: Knobs) -> TraceFeatures:
-    """The trace features, with priorities only where the priority policy reads them."""
-    return draw_features(draw, priorities=dict(knob.extra).get("policy") == "priority")
+def draw_features_for(draw: st.DrawFn, knob: Knobs, spec: SwarmSpec) -> TraceFeatures:
+    """The trace features, with priorities only where the priority policy reads them, and
+    cache salts only for engines that have them."""
+    return draw_features(
+        draw,
+        priorities=dict(knob.extra).get("policy") == "priority",
+        salts=supports_cache_salt(spec.engine),
+    )
 
 
 def kv_blocks_needed(

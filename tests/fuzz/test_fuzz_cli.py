@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -79,6 +80,8 @@ def test_nothing_found_exits_0_and_lists_paths_never_reached(tmp_path, capsys):
         ["fuzz", "--mutant", "no-such-mutant", "--budget-s", "1"],
         ["fuzz", "--mutant", "radix-leak-chunk-kv", "--block-manager", "hashed", "--budget-s", "1"],
         ["mutants", "score", "--mutant", "no-such-mutant"],
+        ["fuzz", "--ignore", "liveness", "--budget-s", "1"],
+        ["fuzz", "--ignore", "outputs", "--budget-s", "1"],
     ],
 )
 def test_bad_input_exits_2(argv, tmp_path, capsys):
@@ -131,3 +134,18 @@ def _load(path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_an_ignored_invariant_is_no_finding(tmp_path, capsys):
+    """The toy swap engine's first finding, ignored: the campaign looks past it."""
+    argv = ["fuzz", "--engine", "toy_engine:make_swap_engine", "--seed", "3", "--no-db"]
+    argv += ["--budget-s", "30", "--shrink-runs-max", "30", "--json"]
+    code, first = _json(capsys, [*argv, "--out", str(tmp_path / "a")])
+    assert code == 1
+    kind = first["kind"]
+    code, second = _json(capsys, [*argv, "--out", str(tmp_path / "b"), "--ignore", kind])
+    assert second["ignore"] == [kind] and second["kind"] != kind
+    assert second["reproduce_campaign"].endswith(f"--ignore {kind}")
+    if second["found"]:  # a later invariant of the same bug: its bundle keeps the ignore
+        config = json.loads((Path(second["bundle"]) / "config.json").read_text())
+        assert config["sim"]["ignore"] == [kind]

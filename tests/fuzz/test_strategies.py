@@ -193,3 +193,9 @@ def test_the_same_seed_draws_the_same_scenarios():
         return out
 
     assert draw_all() == draw_all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(scenarios(SwarmSpec(engine="vllm-v0")))
+def test_no_cache_salt_is_drawn_for_an_engine_without_one(scenario):
+    assert all(r.cache_salt is None for r in scenario.requests)

@@ -349,3 +349,21 @@ def test_evictions_of_cached_blocks_are_counted(block_manager):
     engine.add_request(request("b", range(60, 68), 1))
     run_step(engine)
     assert engine.kv_snapshot().num_evicted_blocks == 2
+
+
+def test_the_fuzzer_never_draws_what_the_version_refuses():
+    from schedcheck.engines.registry import fit_config
+
+    config = EngineConfig(max_num_batched_tokens=32, enable_chunked_prefill=True)
+    fitted = fit_config("vllm-v0", config)
+    assert fitted.enable_chunked_prefill == (VERSION != "0.5.4")
+    assert fitted.max_model_len == (131_072 if VERSION != "0.5.4" else 32)
+
+
+def test_a_cache_salt_is_refused():
+    import dataclasses
+
+    engine = _engine("v1")
+    salted = dataclasses.replace(request("a", range(8), 1), cache_salt="tenant-a")
+    with pytest.raises(ValueError, match="no cache_salt"):
+        engine.add_request(salted)
