@@ -69,7 +69,10 @@ def fit_config_v0(config: EngineConfig) -> EngineConfig:
 
 
 def _is_v05() -> bool:
-    return importlib.metadata.version("vllm").startswith("0.5.")
+    try:
+        return importlib.metadata.version("vllm").startswith("0.5.")
+    except importlib.metadata.PackageNotFoundError:  # no vLLM: no engine to fit, only draws
+        return False
 
 
 @functools.cache
