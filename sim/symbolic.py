@@ -185,6 +185,8 @@ class SymbolicExecutor:
                 block=dst,
             )
             return
+        if src == dst:  # a block copied onto itself changes nothing (v0 block manager v1
+            return  # emits one when the copy-on-write allocation hits the shared block's hash)
         if self.verifiers[dst] > 0:
             holders = [n for n, r in self.requests.items() if dst in r.verified_table]
             self._violate(

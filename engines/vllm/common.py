@@ -59,12 +59,20 @@ def fit_config(config: EngineConfig) -> EngineConfig:
 
 
 def fit_config_v0(config: EngineConfig) -> EngineConfig:
-    """fit_config, and on vLLM 0.5.x no chunked prefill together with prefix caching: that
-    version's model runner raises on the first prefix hit under chunked prefill
-    ("chunked prefill cannot be used with prefix caching now", model_runner.py L354-385),
-    so the fuzzer draws each of the two alone there."""
-    if config.enable_chunked_prefill and config.enable_prefix_caching and _is_v05():
-        config = dataclasses.replace(config, enable_chunked_prefill=False)
+    """fit_config, and for chunked prefill with prefix caching:
+    - 0.5.x: chunked prefill off. That version's model runner raises on the first prefix
+      hit under chunked prefill ("chunked prefill cannot be used with prefix caching
+      now", model_runner.py L354-385), so the fuzzer draws each of the two alone there;
+    - 0.6.x: a budget that is a multiple of block_size, rounded up (the scheduler raises
+      otherwise when it chunks a prompt, `_get_num_new_tokens`, scheduler.py L1466-1479).
+    """
+    if config.enable_chunked_prefill and config.enable_prefix_caching:
+        if _is_v05():
+            config = dataclasses.replace(config, enable_chunked_prefill=False)
+        else:
+            bs = config.block_size
+            budget = -(-config.max_num_batched_tokens // bs) * bs
+            config = dataclasses.replace(config, max_num_batched_tokens=budget)
     return fit_config(config)
 
 

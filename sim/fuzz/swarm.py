@@ -25,8 +25,8 @@ Last, an engine with its own config validation (vLLM) moves the drawn config to 
 nearest one it accepts (`engines.registry.fit_config`), so a refused config is never a
 finding.
 
-The least num_gpu_blocks: the engine's reserved blocks (vLLM v1's null block), and request i
-needs cdiv(kv_tokens_i, block_size) blocks, where
+The least num_gpu_blocks: the engine's spare blocks (engines.registry.SPARE_BLOCKS), and
+request i needs cdiv(kv_tokens_i, block_size) blocks, where
 kv_tokens_i = full prompt (a later turn: parent's full prompt + parent's outputs + own)
 + output_length, minus 1 when the engine never writes KV for the last sampled token (the
 reference engine). An engine we do not know gets the extra token.
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.engines.registry import fit_config, reserved_blocks, supports_cache_salt
+from schedcheck.engines.registry import fit_config, spare_blocks, supports_cache_salt
 from schedcheck.sim.faults import FAULT_KINDS
 from schedcheck.sim.fuzz.strategies import (
     TraceFeatures,
@@ -167,9 +167,9 @@ def draw_num_gpu_blocks(
     draw: st.DrawFn, spec: SwarmSpec, requests: tuple[TraceRequest, ...], block_size: int
 ) -> int:
     """Enough blocks for the largest request alone, plus a drawn slack (or one too few),
-    plus the blocks the engine keeps for itself."""
+    plus the engine's spare blocks."""
     need_max = max(kv_blocks_needed(requests, block_size, not spec.is_reference))
-    need_max += reserved_blocks(spec.engine)
+    need_max += spare_blocks(spec.engine)
     if spec.draws_oversize and draw(st.integers(0, 7)) == 7:
         return max(1, need_max - 1)
     return need_max + pick(draw, SLACK_BLOCKS)

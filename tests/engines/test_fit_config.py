@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.engines.registry import fit_config, reserved_blocks
+from schedcheck.engines.registry import fit_config, spare_blocks
 from schedcheck.sim.fuzz.scenario import scenarios
 from schedcheck.sim.fuzz.swarm import SwarmSpec
 
@@ -32,12 +32,8 @@ def test_vllm_without_chunked_prefill_takes_the_budget_as_max_model_len():
     assert fitted.long_prefill_token_threshold == 48
 
 
-def test_v1_keeps_its_null_block():
-    assert (reserved_blocks("vllm-v1"), reserved_blocks("vllm-v0"), reserved_blocks("x")) == (
-        1,
-        0,
-        0,
-    )
+def test_spare_blocks():
+    assert [spare_blocks(n) for n in ("vllm-v1", "vllm-v0", "reference")] == [1, 1, 0]
 
 
 @settings(max_examples=200, deadline=None)

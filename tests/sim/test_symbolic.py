@@ -147,3 +147,36 @@ def test_block_copies_are_applied_before_the_forward():
     ex.execute(build_metadata(cow, BS))
     assert ex.violations == []
     assert ex.shadow[8:12].tolist() == hash_model.identities(PROMPT_A)[4:8].tolist()
+
+
+def _copy_step(ex, step, copies, *reqs):
+    output = SchedulerOutput(step, tuple(reqs), block_copies=tuple(copies))
+    return ex.execute(build_metadata(output, BS)), ex.violations
+
+
+def test_copy_on_write_moves_the_entries_before_the_forward():
+    ex = _executor()
+    _step(ex, 1, _sched("A", PROMPT_A, 0, 10, [3, 1, 6]))
+    ex.finish_request("A")
+    ex.add_request("C", PROMPT_A)  # reads block 6's copy in block 2
+    _, v = _copy_step(ex, 2, [(6, 2)], _sched("C", PROMPT_A, 9, 1, [3, 1, 2]))
+    assert v == []
+    assert ex.shadow[8:10].tolist() == hash_model.identities(PROMPT_A)[8:10].tolist()
+
+
+def test_copy_into_a_block_a_live_request_reads_is_reported():
+    ex = _executor()
+    _step(ex, 1, _sched("A", PROMPT_A, 0, 10, [3, 1, 6]))
+    _, v = _copy_step(ex, 2, [(3, 1)])
+    assert [(x.invariant, x.request_id, x.block) for x in v] == [
+        ("block-pool.write-into-shared-block", "A", 1)
+    ]
+
+
+def test_a_block_copied_onto_itself_changes_nothing():
+    ex = _executor()
+    _step(ex, 1, _sched("A", PROMPT_A, 0, 10, [3, 1, 6]))
+    before = ex.shadow.copy()
+    _, v = _copy_step(ex, 2, [(1, 1)])
+    assert v == [] and np.array_equal(ex.shadow, before)
+    assert ex.requests["A"].verified_len == 10

@@ -354,10 +354,13 @@ def test_evictions_of_cached_blocks_are_counted(block_manager):
 def test_the_fuzzer_never_draws_what_the_version_refuses():
     from schedcheck.engines.registry import fit_config
 
-    config = EngineConfig(max_num_batched_tokens=32, enable_chunked_prefill=True)
+    config = EngineConfig(block_size=16, max_num_batched_tokens=33, max_num_seqs=4)
     fitted = fit_config("vllm-v0", config)
     assert fitted.enable_chunked_prefill == (VERSION != "0.5.4")
-    assert fitted.max_model_len == (131_072 if VERSION != "0.5.4" else 32)
+    if VERSION == "0.5.4":  # chunked prefill off: max_model_len is the budget
+        assert (fitted.max_num_batched_tokens, fitted.max_model_len) == (33, 33)
+    else:  # a multiple of the block size
+        assert (fitted.max_num_batched_tokens, fitted.max_model_len) == (48, 131_072)
 
 
 def test_a_cache_salt_is_refused():
@@ -367,3 +370,31 @@ def test_a_cache_salt_is_refused():
     salted = dataclasses.replace(request("a", range(8), 1), cache_salt="tenant-a")
     with pytest.raises(ValueError, match="no cache_salt"):
         engine.add_request(salted)
+
+
+@pytest.mark.parametrize("block_manager", ["v1", "v2"])
+def test_a_request_filling_the_cache_exactly_is_preempted_forever(block_manager):
+    """1 block of 4; prompt 1 token + 2 outputs need 3 slots. v0's can_append_slots (both
+    managers: "assume each touched block will require a new allocation") wants a free
+    block for the decode although block 0 has room, so it preempts; the recompute, one
+    token per step (budget 1), decodes again: a livelock (registry.SPARE_BLOCKS)."""
+    engine = _engine(
+        block_manager,
+        num_gpu_blocks=1,
+        max_num_batched_tokens=1,
+        max_num_seqs=1,
+        enable_chunked_prefill=True,
+        enable_prefix_caching=False,
+    )
+    engine.add_request(request("r0", [1000], 2))
+    steps = [run_step(engine) for _ in range(12)]
+    assert [s.output.step for s in steps if s.output.preempted_req_ids == ("r0",)] == [
+        2,
+        4,
+        6,
+        8,
+        10,
+        12,
+    ]
+    assert all(summary(s.output.scheduled[0])[:3] == ("r0", 0, 1) for s in steps[::2])
+    assert engine.has_unfinished_requests() and not any(s.finished for s in steps)
