@@ -110,12 +110,12 @@ class SymbolicExecutor:
     def execute(self, meta: RunnerMetadata) -> dict[str, int]:
         self.violations = []
         step = meta.output.step
-        for src, dst in meta.output.block_copies:  # copy-on-write, before the forward
-            self._copy_block(step, src, dst)
         for rid in meta.output.preempted_req_ids:  # its blocks are gone: verify again later
             preempted = self.requests.get(rid)
             if preempted is not None:
                 self._unverify(preempted, 0)
+        for src, dst in meta.output.block_copies:  # copy-on-write, before the forward: into
+            self._copy_block(step, src, dst)  # blocks this step's preemptions may have freed
         reqs = [self.requests.get(rid) for rid in meta.req_ids]
         for rid, req in zip(meta.req_ids, reqs, strict=True):
             if req is None:

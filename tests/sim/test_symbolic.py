@@ -180,3 +180,13 @@ def test_a_block_copied_onto_itself_changes_nothing():
     _, v = _copy_step(ex, 2, [(1, 1)])
     assert v == [] and np.array_equal(ex.shadow, before)
     assert ex.requests["A"].verified_len == 10
+
+
+def test_a_copy_into_a_block_freed_by_the_same_steps_preemption_is_clean():
+    """vLLM v0 preempts, then copies on write into the block the preemption freed (found
+    by the vllm-v0 block manager v1 campaign): the preempted request reads it no more."""
+    ex = _executor()
+    _step(ex, 1, _sched("A", PROMPT_A, 0, 10, [3, 1, 6]), _sched("B", PROMPT_B, 0, 4, [2]))
+    output = SchedulerOutput(2, (), preempted_req_ids=("B",), block_copies=((3, 2),))
+    ex.execute(build_metadata(output, BS))
+    assert ex.violations == []
