@@ -187,21 +187,32 @@ class SymbolicExecutor:
             return
         if src == dst:  # a block copied onto itself changes nothing (v0 block manager v1
             return  # emits one when the copy-on-write allocation hits the shared block's hash)
+        lo, hi, s_lo = dst * bs, (dst + 1) * bs, src * bs
         if self.verifiers[dst] > 0:
+            changed = self.shadow[s_lo : s_lo + bs] != self.shadow[lo:hi]
             holders = [n for n, r in self.requests.items() if dst in r.verified_table]
-            self._violate(
-                "block-pool.write-into-shared-block",
-                step,
-                holders[0] if holders else "",
-                f"copy-on-write {src} -> {dst} overwrites a block live requests read",
-                block=dst,
-            )
-            for name in holders:
+            hurt = [n for n in holders if self._copy_changes(self.requests[n], dst, changed)]
+            if hurt:
+                self._violate(
+                    "block-pool.write-into-shared-block",
+                    step,
+                    hurt[0],
+                    f"copy-on-write {src} -> {dst} overwrites KV that live requests read",
+                    block=dst,
+                )
+            for name in hurt:
                 req = self.requests[name]
                 self._unverify(req, req.verified_table.index(dst) * bs)
-        lo, hi, s_lo = dst * bs, (dst + 1) * bs, src * bs
         for arr in (self.shadow, self.writer_req, self.writer_pos, self.writer_step):
             arr[lo:hi] = arr[s_lo : s_lo + bs]
+
+    def _copy_changes(self, req: _ShadowRequest, dst: int, changed: np.ndarray) -> bool:
+        """Does a copy into block `dst` change a key `req` has verified there? (A copy of
+        equal content, e.g. v0's copy-on-write into a block promoted to the same hash,
+        changes nothing the request reads.)"""
+        first_key = req.verified_table.index(dst) * self.block_size
+        num_verified = min(self.block_size, req.verified_len - first_key)
+        return bool(changed[:num_verified].any())
 
     def _check_alignment(self, meta: RunnerMetadata) -> set[int]:
         """Row r must attend exactly keys 0..positions[r] (causal, bottom-right aligned)."""

@@ -190,3 +190,13 @@ def test_a_copy_into_a_block_freed_by_the_same_steps_preemption_is_clean():
     output = SchedulerOutput(2, (), preempted_req_ids=("B",), block_copies=((3, 2),))
     ex.execute(build_metadata(output, BS))
     assert ex.violations == []
+
+
+def test_a_copy_of_equal_content_into_a_read_block_is_clean():
+    """v0 block manager v1 copies on write into a block promoted to the same content hash
+    (found by the vllm-v0 campaign): what the reader verified there is unchanged."""
+    ex = _executor()
+    ex.add_request("A2", PROMPT_A)
+    _step(ex, 1, _sched("A", PROMPT_A, 0, 8, [3, 1]), _sched("A2", PROMPT_A, 0, 8, [4, 5]))
+    _, v = _copy_step(ex, 2, [(5, 1)])  # A2's second block onto A's: the same keys 4..7
+    assert v == [] and ex.requests["A"].verified_len == 8
