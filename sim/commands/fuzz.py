@@ -33,7 +33,7 @@ from schedcheck.sim.fuzz.shrink import shrink_bundle
 from schedcheck.sim.fuzz.swarm import SwarmSpec
 
 EXIT_NOTHING, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
-IGNORABLE = re.compile(r"(accounting|shadow-kv|block-pool|outputs)\.[a-z-]+")
+IGNORABLE = re.compile(r"(accounting|shadow-kv|block-pool|outputs)\.[a-z-]+|engine-crash")
 DEFAULT_OUT = DEFAULT_DB_DIR / "findings"
 _REPLAYED = ", replayed from the failure database"
 
@@ -96,7 +96,8 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="INVARIANT",
         help="an invariant of a known behaviour (e.g. outputs.length): its violations are "
-        "counted, not findings, so the campaign looks past it; repeatable",
+        "counted, not findings, so the campaign looks past it; engine-crash: examples that "
+        "crash the engine count as clean (the run still ends there); repeatable",
     )
 
 
@@ -172,8 +173,9 @@ def _run(args: argparse.Namespace) -> int:
     for name in args.ignore:
         if not IGNORABLE.fullmatch(name):
             raise UsageError(
-                f"--ignore {name!r}: not an invariant name (family.name, the family one of "
-                "accounting, shadow-kv, block-pool, outputs; see README 'What is checked')"
+                f"--ignore {name!r}: not an invariant name (engine-crash, or family.name "
+                "with the family one of accounting, shadow-kv, block-pool, outputs; see "
+                "README 'What is checked')"
             )
     spec = SwarmSpec(
         engine=args.engine,

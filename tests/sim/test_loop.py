@@ -105,3 +105,39 @@ def test_a_stall_while_a_later_turn_waits_is_a_liveness_failure_not_a_harness_cr
     ]
     res = run(trace, "toy_engine:make_engine", small, SimOptions(), UNIT)
     assert res.exit_code == 3 and res.stuck["t0"] == "no free blocks"
+
+
+def test_an_ignored_invariant_is_counted_not_reported():
+    options = SimOptions(ignore=("shadow-kv.read",))
+    res = run(_trace(), "toy_engine:make_swap_engine", CFG, options, UNIT)
+    assert "shadow-kv.read" not in {v.invariant for v in res.violations}
+    assert res.ignored["shadow-kv.read"] >= 1
+
+
+class _Crashing:
+    """The toy engine, raising from schedule() at its third step."""
+
+    def __init__(self, config):
+        from toy_engine import make_engine
+
+        self.inner = make_engine(config)
+        self.calls = 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def schedule(self):
+        self.calls += 1
+        if self.calls == 3:
+            raise RuntimeError("boom")
+        return self.inner.schedule()
+
+
+def test_an_engine_crash_is_a_violation_unless_ignored():
+    crashed = run(_trace(), f"{__name__}:_Crashing", CFG, SimOptions(), UNIT)
+    assert [v.invariant for v in crashed.violations] == ["engine-crash"]
+    assert "RuntimeError: boom" in crashed.violations[0].message
+    ignored = run(
+        _trace(), f"{__name__}:_Crashing", CFG, SimOptions(ignore=("engine-crash",)), UNIT
+    )
+    assert (ignored.violations, ignored.ignored, ignored.steps) == ([], {"engine-crash": 1}, 2)
