@@ -195,12 +195,13 @@ def gpu_evictor(manager):
     (block manager v1 `CachedBlockAllocator.allocate_block`, v2
     `PrefixCachingBlockAllocator._maybe_allocate_evicted_block_id`); None without prefix
     caching (the uncached allocators have none)."""
-    if _is_v2(manager):
-        allocator = manager.block_allocator._allocators[Device.GPU]
-    else:
-        allocator = manager.gpu_allocator
+    allocator = _v2_gpu_allocator(manager) if _is_v2(manager) else manager.gpu_allocator
     return getattr(allocator, "evictor", None)
 
 
+def _v2_gpu_allocator(manager):
+    return manager.block_allocator._allocators[Device.GPU]
+
+
 def _v2_state(manager) -> _V2State:
-    return _V2State(manager.block_allocator._allocators[Device.GPU])
+    return _V2State(_v2_gpu_allocator(manager))
