@@ -185,8 +185,6 @@ class SymbolicExecutor:
                 block=dst,
             )
             return
-        if src == dst:  # a block copied onto itself changes nothing (v0 block manager v1
-            return  # emits one when the copy-on-write allocation hits the shared block's hash)
         lo, hi, s_lo = dst * bs, (dst + 1) * bs, src * bs
         if self.verifiers[dst] > 0:
             changed = self.shadow[s_lo : s_lo + bs] != self.shadow[lo:hi]
@@ -208,8 +206,8 @@ class SymbolicExecutor:
 
     def _copy_changes(self, req: _ShadowRequest, dst: int, changed: np.ndarray) -> bool:
         """Does a copy into block `dst` change a key `req` has verified there? (A copy of
-        equal content, e.g. v0's copy-on-write into a block promoted to the same hash,
-        changes nothing the request reads.)"""
+        equal content changes nothing the request reads: v0's copy-on-write into a block
+        promoted to the same hash, or a block copied onto itself.)"""
         first_key = req.verified_table.index(dst) * self.block_size
         num_verified = min(self.block_size, req.verified_len - first_key)
         return bool(changed[:num_verified].any())
