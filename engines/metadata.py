@@ -52,9 +52,21 @@ class RunnerMetadata:
     slot_mapping: IntArray  # (T,) where each row's K/V is written
     logits_indices: IntArray  # (S,) flattened row that samples, in batch order
     sampling_req_ids: tuple[str, ...]  # (S,) the request of each logits row
+    # (B,) the block tables the kernels read keys through: the scheduled ones
+    block_tables: tuple[tuple[int, ...], ...]
     # False only when a runner mutant derived these fields otherwise than documented above
     slot_mapping_from_block_table: bool = True
     seq_lens_mutated: bool = False
+    block_tables_mutated: bool = False
+
+    @property
+    def as_documented(self) -> bool:
+        """True iff no runner mutant changed slot_mapping, seq_lens or block_tables."""
+        return (
+            self.slot_mapping_from_block_table
+            and not self.seq_lens_mutated
+            and not self.block_tables_mutated
+        )
 
     @property
     def num_reqs(self) -> int:
@@ -77,7 +89,7 @@ class RunnerMetadata:
     @functools.cached_property
     def block_table_array(self) -> IntArray:
         """(B, max_blocks) block ids, padded with -1; built only when asked for."""
-        tables = [r.block_table for r in self.output.scheduled]
+        tables = self.block_tables
         width = max((len(t) for t in tables), default=0)
         out = np.full((len(tables), width), -1, dtype=np.int64)
         for i, table in enumerate(tables):
@@ -109,6 +121,9 @@ def build_metadata(
         slot_starts = [0] * num_reqs
     tables = [r.block_table for r in reqs]
     slot_mapping = gather_slots(tables, slot_starts, query_lens.tolist(), block_size)
+    read_tables = tuple(tables)
+    if mutant == "block-table-hits-only":
+        read_tables = _tables_of_hits_only(read_tables, num_computed)
     input_ids = np.concatenate([r.token_ids for r in reqs]) if reqs else np.zeros(0, dtype=np.int64)
     sampling = [i for i, r in enumerate(reqs) if r.samples]
     logits_indices = query_start_loc[1:][sampling] - 1 if sampling else np.zeros(0, np.int64)
@@ -124,11 +139,26 @@ def build_metadata(
         slot_mapping=slot_mapping,
         logits_indices=logits_indices.astype(np.int64, copy=False),
         sampling_req_ids=tuple(reqs[i].request_id for i in sampling),
+        block_tables=read_tables,
         slot_mapping_from_block_table=mutant != "slot-mapping-from-zero",
         seq_lens_mutated=mutant == "seq-len-full-prompt",
+        block_tables_mutated=read_tables != tuple(tables),
     )
     meta.__dict__["row_req"] = row_req  # computed already: seed the cached property
     return meta
+
+
+def _tables_of_hits_only(
+    tables: tuple[tuple[int, ...], ...], num_computed: IntArray
+) -> tuple[tuple[int, ...], ...]:
+    """vllm#7018: once any request of the step reads KV from before the step (paged KV),
+    only those requests get their block table; the others read through vLLM's padding, a
+    table of zeros (its example: ``[[0, 0], [1, 2]]``)."""
+    if not (num_computed > 0).any():
+        return tables
+    return tuple(
+        t if int(n) > 0 else (0,) * len(t) for t, n in zip(tables, num_computed, strict=True)
+    )
 
 
 def gather_slots(

@@ -147,6 +147,27 @@ def preempt(block_size: int = 16, seed: int = 1, vocab_size: int = DEFAULT_VOCAB
     return Scenario("preempt", bs, prompts, outputs, steps)
 
 
+def joined(block_size: int = 16) -> Scenario:
+    """`preempt`'s prompts without the preemption: E's whole prompt runs in step 1 beside
+    D's first decode (a request at position 0 beside one with KV from before the step)."""
+    pre = preempt(block_size)
+    bs = block_size
+    seq = pre.sequences()
+    d_n, e_n = pre.prompts["D"].size, pre.prompts["E"].size
+
+    def s(rid: str, computed: int, scheduled: int, blocks: Sequence[int]) -> ScheduledRequest:
+        return _sched(seq[rid], rid, computed, scheduled, pre.prompts[rid].size, blocks, bs)
+
+    d_blocks, e_blocks = (0, 1, 2, 5), (3, 4)
+    steps = (
+        SchedulerOutput(0, (s("D", 0, d_n, d_blocks),)),
+        SchedulerOutput(1, (s("D", d_n, 1, d_blocks), s("E", 0, e_n, e_blocks))),
+        SchedulerOutput(2, (s("D", d_n + 1, 1, d_blocks),), finished_req_ids=("E",)),
+        SchedulerOutput(3, (s("D", d_n + 2, 1, d_blocks),)),
+    )
+    return replace(pre, name="joined", schedule=steps)
+
+
 def _edit(
     scenario: Scenario,
     name: str,
@@ -225,11 +246,17 @@ def misaligned(block_size: int = 16) -> list[Scenario]:
             "B": ("kv-read", 1, 0),
         },
     )
-    return [stale, out_of_range, wrong, resume, from_zero, full_prompt]
+    hits_only = replace(
+        joined(bs),
+        name="block-table-hits-only",
+        mutant="block-table-hits-only",
+        expected={"E": ("kv-read", 1, 0)},  # through the zeros table: D's key 0 in block 0
+    )
+    return [stale, out_of_range, wrong, resume, from_zero, full_prompt, hits_only]
 
 
 def clean(block_size: int = 16) -> list[Scenario]:
-    return [prefix_chunked(block_size), preempt(block_size)]
+    return [prefix_chunked(block_size), preempt(block_size), joined(block_size)]
 
 
 def write_scenario_bundle(scenario: Scenario, path: str | Path) -> Path:

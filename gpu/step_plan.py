@@ -221,7 +221,7 @@ def _key_table(md: RunnerMetadata, num_blocks: int) -> tuple[IntArray, list[Find
     for i, req in enumerate(md.output.scheduled):
         n = int(needed[i])
         ids = np.full(n, -1, dtype=np.int64)
-        given = np.asarray(req.block_table[:n], dtype=np.int64)
+        given = np.asarray(md.block_tables[i][:n], dtype=np.int64)
         ids[: given.size] = given
         bad = (ids < 0) | (ids >= num_blocks)
         if bad.any():

@@ -252,7 +252,7 @@ class SymbolicExecutor:
         table; then the chunk's rows already name the slots and the expected identities
         and no second gather is needed. Every other request takes the general path.
         """
-        tables = [r.block_table for r in meta.output.scheduled]
+        tables = list(meta.block_tables)
         lows = np.fromiter(
             (self._revalidate(req, table) for req, table in zip(reqs, tables, strict=True)),
             I64,
@@ -260,7 +260,7 @@ class SymbolicExecutor:
         )
         highs = np.maximum(meta.seq_lens, lows)
         chunk_only = (lows == meta.num_computed_tokens) & (highs == meta.seq_lens)
-        if not meta.slot_mapping_from_block_table or meta.seq_lens_mutated:
+        if not meta.as_documented:
             chunk_only[:] = False
         rows = np.flatnonzero(chunk_only[meta.row_req])
         parts = [

@@ -131,6 +131,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "num_computed_tokens (engines/metadata.py).",
     ),
     Mutant(
+        "block-table-hits-only",
+        "runner",
+        "#6: if any request of a batch reads paged KV, every request's block table is filled",
+        "vllm#7018",
+        "Once a request of the step has KV from before the step (a prefix hit or an earlier "
+        "chunk), the runner fills the block tables of those requests only; a request "
+        "starting at position 0 reads through a table of zeros, the padding "
+        "(engines/metadata.py).",
+    ),
+    Mutant(
         "radix-leak-chunk-kv",
         "radix",
         "#13: each chunk's KV indices are owned by the prefix tree or freed exactly once",
@@ -211,6 +221,7 @@ class MutantSwitches:
     hash_ignores_salt: bool = False
     resume_drops_last_token: bool = False
     slot_mapping_from_zero: bool = False
+    block_table_hits_only: bool = False
     radix_leak_chunk_kv: bool = False
     radix_abort_frees_tree_pages: bool = False
     radix_prefix_not_advanced: bool = False

@@ -313,6 +313,21 @@ def test_mutant_slot_mapping_from_zero():
     assert build_metadata(out, 4, "slot-mapping-from-zero").slot_mapping.tolist() == [0, 1, 2, 3]
 
 
+def test_mutant_block_table_hits_only():
+    """A's second chunk (computed 6) runs beside B's first: B reads through zeros."""
+    eng = engine("hashed", max_num_batched_tokens=6)
+    eng.add_request(request("A", range(8), max_tokens=1))
+    first, _ = step(eng)  # A [0, 6): nobody has KV from before the step
+    assert build_metadata(first, 4, "block-table-hits-only").as_documented
+    eng.add_request(request("B", range(100, 104), max_tokens=1))
+    second = eng.schedule()
+    assert summary(second) == [("A", 6, 2, (0, 1)), ("B", 0, 4, (2,))]
+    mutated = build_metadata(second, 4, "block-table-hits-only")
+    assert mutated.block_tables == ((0, 1), (0,))
+    assert build_metadata(second, 4).block_tables == ((0, 1), (2,))
+    assert mutated.slot_mapping.tolist() == [6, 7, 8, 9, 10, 11]
+
+
 def test_mutant_seq_len_full_prompt():
     eng = engine("hashed", max_num_batched_tokens=4)
     eng.add_request(request("A", range(8), max_tokens=1))

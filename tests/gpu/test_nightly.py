@@ -27,10 +27,10 @@ def test_scenarios_pass_and_outputs_are_written(tmp_path: Path, capsys) -> None:
     )
     printed = capsys.readouterr().out.strip().splitlines()
     assert code == 0
-    assert printed[-2].startswith("| torch-ref | 8 | 2 | 6 | 0 | 0 | 0 |")
-    assert printed[-1].startswith("| sdpa | 8 | 2 | 6 | 0 | 0 | 0 |")
+    assert printed[-2].startswith("| torch-ref | 10 | 3 | 7 | 0 | 0 | 0 |")
+    assert printed[-1].startswith("| sdpa | 10 | 3 | 7 | 0 | 0 | 0 |")
     suite = ET.parse(out / "nightly.xml").getroot()
-    assert suite.get("tests") == "16" and suite.get("failures") == "0"
+    assert suite.get("tests") == "20" and suite.get("failures") == "0"
     data = json.loads((out / "nightly.json").read_text())
     assert {r["verdict"] for r in data["results"]} == {"consistent", "misaligned"}
     assert all(r["cost"] > 0 for r in data["results"])

@@ -71,6 +71,9 @@ SCENARIOS = {
                                 (1, "accounting.num-tokens", "b", 20)),
     "slot-mapping-from-zero": ([T("a", 0, SAME)], {"max_num_batched_tokens": 8},
                                (1, "shadow-kv.read", "a", 0)),
+    # b's first chunk runs beside a's second: b reads through a table of zeros (a's block 0)
+    "block-table-hits-only": ([T("a", 0, SAME), T("b", 0.001, P((200, 204)))],
+                              {"max_num_batched_tokens": 8}, (1, "shadow-kv.read", "b", 0)),
     # radix: two same prompts insert the same pages in one step
     "radix-leak-chunk-kv": ([T("a", 0, P((100, 112))), T("b", 0, P((100, 112)))],
                             {"block_manager": "radix"}, (1, "block-pool.leak", "", -1)),
