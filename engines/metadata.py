@@ -21,20 +21,33 @@ the attention key length of request i = num_computed_tokens + num_scheduled_toke
 Row r of request i attends keys 0 .. r - query_start_loc[i] + seq_lens[i] - query_len[i]
 (causal, bottom-right aligned: the last query row sees every key).
 A slot is `block_id * block_size + offset`. Padding in `block_table_array` is -1.
+
+With speculative decoding (`num_lookahead_tokens` k > 0) a drafter runs after the target
+model and writes the KV of its k draft tokens past each sampling request's tokens, through
+the same block table (vLLM v1's EAGLE heads, v0's lookahead slots)::
+
+    request C above, k = 3:  | computed | chunk |  drafts (lookahead)  |
+                             0          8      10                     13
+    lookahead_positions      10 11 12           (capped at max_model_len)
+    lookahead_slot_mapping   8*4+2  8*4+3  -1   (C's table covers 12 tokens: slot -1 is
+                                                 past its end, an illegal memory access)
+
+The scheduler must have allocated those slots (BUGS #10): computed + new + lookahead.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from schedcheck.engines.protocol import SchedulerOutput
+from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
 
 IntArray = npt.NDArray[np.int64]
+_EMPTY: IntArray = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,11 @@ class RunnerMetadata:
     sampling_req_ids: tuple[str, ...]  # (S,) the request of each logits row
     # (B,) the block tables the kernels read keys through: the scheduled ones
     block_tables: tuple[tuple[int, ...], ...]
+    # (L,) draft KV writes after sampling: the position, its slot (-1: past the block table)
+    # and the batch index of its request; empty without speculative decoding
+    lookahead_positions: IntArray = field(default_factory=lambda: _EMPTY)
+    lookahead_slot_mapping: IntArray = field(default_factory=lambda: _EMPTY)
+    lookahead_req: IntArray = field(default_factory=lambda: _EMPTY)
     # False only when a runner mutant derived these fields otherwise than documented above
     slot_mapping_from_block_table: bool = True
     seq_lens_mutated: bool = False
@@ -98,10 +116,19 @@ class RunnerMetadata:
 
 
 def build_metadata(
-    output: SchedulerOutput, block_size: int, mutant: str | None = None
+    output: SchedulerOutput,
+    block_size: int,
+    mutant: str | None = None,
+    *,
+    num_lookahead_tokens: int = 0,
+    max_model_len: int | None = None,
 ) -> RunnerMetadata:
-    """Derive the runner metadata of one step; `mutant` re-creates runner bug classes."""
-    assert block_size >= 1
+    """Derive the runner metadata of one step; `mutant` re-creates runner bug classes.
+
+    `num_lookahead_tokens` draft positions follow each sampling request's tokens, capped at
+    `max_model_len` (as vLLM's drafter pads positions past it).
+    """
+    assert block_size >= 1 and num_lookahead_tokens >= 0
     reqs = output.scheduled
     num_reqs = len(reqs)
     num_computed = np.fromiter((r.num_computed_tokens for r in reqs), np.int64, num_reqs)
@@ -127,6 +154,7 @@ def build_metadata(
     input_ids = np.concatenate([r.token_ids for r in reqs]) if reqs else np.zeros(0, dtype=np.int64)
     sampling = [i for i, r in enumerate(reqs) if r.samples]
     logits_indices = query_start_loc[1:][sampling] - 1 if sampling else np.zeros(0, np.int64)
+    lookahead = _lookahead(reqs, sampling, num_lookahead_tokens, max_model_len, block_size)
     meta = RunnerMetadata(
         output=output,
         block_size=block_size,
@@ -140,12 +168,41 @@ def build_metadata(
         logits_indices=logits_indices.astype(np.int64, copy=False),
         sampling_req_ids=tuple(reqs[i].request_id for i in sampling),
         block_tables=read_tables,
+        lookahead_positions=lookahead[0],
+        lookahead_slot_mapping=lookahead[1],
+        lookahead_req=lookahead[2],
         slot_mapping_from_block_table=mutant != "slot-mapping-from-zero",
         seq_lens_mutated=mutant == "seq-len-full-prompt",
         block_tables_mutated=read_tables != tuple(tables),
     )
     meta.__dict__["row_req"] = row_req  # computed already: seed the cached property
     return meta
+
+
+def _lookahead(
+    reqs: Sequence[ScheduledRequest],
+    sampling: list[int],
+    num_lookahead_tokens: int,
+    max_model_len: int | None,
+    block_size: int,
+) -> tuple[IntArray, IntArray, IntArray]:
+    """(positions, slots, batch indices) of the draft KV each sampling request writes:
+    positions [num_end_tokens, num_end_tokens + k), capped at max_model_len."""
+    cap = max_model_len if max_model_len is not None else np.iinfo(np.int64).max
+    starts = [reqs[i].num_end_tokens for i in sampling]
+    counts = [max(0, min(num_lookahead_tokens, cap - start)) for start in starts]
+    drafting = [j for j, count in enumerate(counts) if count > 0]
+    if not drafting:
+        return _EMPTY, _EMPTY, _EMPTY
+    tables = [reqs[sampling[j]].block_table for j in drafting]
+    starts = [starts[j] for j in drafting]
+    counts = [counts[j] for j in drafting]
+    slots = gather_slots(tables, starts, counts, block_size)
+    batch = np.repeat(np.asarray([sampling[j] for j in drafting], np.int64), counts)
+    first = np.repeat(np.asarray(starts, np.int64), counts)
+    row_start = np.repeat(np.cumsum([0, *counts[:-1]]), counts)
+    positions = first + np.arange(batch.size, dtype=np.int64) - row_start
+    return positions, slots, batch
 
 
 def _tables_of_hits_only(

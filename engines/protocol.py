@@ -181,6 +181,10 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0  # 0 = off
+    # KV slots allocated past every request's scheduled tokens for speculative decoding's
+    # draft KV (vLLM v1's Scheduler.num_lookahead_tokens = num_speculative_tokens); the
+    # runner writes a draft entry into each after a request samples (BUGS #10)
+    num_lookahead_tokens: int = 0
     block_manager: str = "hashed"  # reference engine: hashed | radix; vLLM v0: v1 | v2
     mutant: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -192,3 +196,4 @@ class EngineConfig:
         assert self.max_num_seqs >= 1
         assert self.max_model_len >= 1
         assert self.long_prefill_token_threshold >= 0
+        assert self.num_lookahead_tokens >= 0

@@ -43,7 +43,12 @@ from schedcheck.engines.protocol import (
     ScheduledRequest,
     SchedulerOutput,
 )
-from schedcheck.engines.vllm.common import CallCounter, TokenBuffer, read_only_prompt
+from schedcheck.engines.vllm.common import (
+    CallCounter,
+    TokenBuffer,
+    read_only_prompt,
+    refuse_lookahead,
+)
 from schedcheck.engines.vllm.v0_build import (
     VLLM_VERSION,
     build_v0,
@@ -64,6 +69,7 @@ class VllmV0Engine:
     name = ENGINE_NAME
 
     def __init__(self, config: EngineConfig) -> None:
+        refuse_lookahead(config)
         built = build_v0(config)
         self.config = config
         self.version = VLLM_VERSION

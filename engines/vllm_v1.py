@@ -47,6 +47,7 @@ from schedcheck.engines.vllm.common import (
     TokenBuffer,
     frontend_rejection,
     read_only_prompt,
+    refuse_lookahead,
 )
 from schedcheck.engines.vllm.v1_build import build_scheduler
 from schedcheck.engines.vllm.v1_snapshot import V1KVSnapshot
@@ -68,6 +69,7 @@ class VllmV1Engine:
         assert config.block_manager in ("hashed", "v1"), (
             f"vllm-v1 has one KV-cache manager; block_manager={config.block_manager!r}"
         )
+        refuse_lookahead(config)
         built = build_scheduler(config)
         self.config = config
         self.scheduler = built.scheduler

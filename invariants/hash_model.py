@@ -31,6 +31,7 @@ I64 = npt.NDArray[np.int64]
 SAMPLE_SALT = np.uint64(0x5DEECE66D1B2C3A5)
 POISON = np.uint64(0xA5A5_0000_5A5A_FFFF)  # xor-ed into entries computed from a wrong token
 READ_POISON = np.uint64(0x0F0F_1234_F0F0_4321)  # xor-ed into samples after wrong reads
+DRAFT = np.uint64(0xD2AF_7D2A_F7D2_AF7D)  # a drafter's KV entry: tokens not known yet
 
 
 def salt_identity(cache_salt: str | None) -> int:

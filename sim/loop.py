@@ -187,7 +187,13 @@ class Simulation:
             self.result.invariants_checked += 3 + 7 * len(output.scheduled)
         self._retire(output.finished_req_ids, "finished", None)
         self._reject(output)
-        meta = build_metadata(output, cfg.block_size, cfg.mutant)
+        meta = build_metadata(
+            output,
+            cfg.block_size,
+            cfg.mutant,
+            num_lookahead_tokens=cfg.num_lookahead_tokens,
+            max_model_len=cfg.max_model_len,
+        )
         sampled = self.executor.execute(meta)
         violations += getattr(self.executor, "violations", [])
         if opts.check_invariants:

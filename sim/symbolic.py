@@ -16,7 +16,11 @@ Each step, for the metadata of that step (as a model runner would pass it to the
    Keys verified at an earlier step are not read again unless their block-table entry
    changed or a later write changed their slot (incremental, so long contexts cost little);
 3. each sampling request gets `sample_token(identity of its last row)`, poisoned if any of
-   its reads were wrong, so a misalignment also changes the output tokens.
+   its reads were wrong, so a misalignment also changes the output tokens;
+4. with speculative decoding, each sampling request's drafter then writes draft KV (the
+   identity `hash_model.DRAFT`: tokens not known yet) through `lookahead_slot_mapping`;
+   a slot past the block table is an out-of-bounds write (BUGS #10), and a draft written
+   into KV another request verified is caught like any other overwrite.
 
 The identities are those of `invariants/hash_model.py`: KV of position p = hash of the
 request's tokens [0..p]; two requests with the same prefix expect the same identities.
@@ -125,7 +129,10 @@ class SymbolicExecutor:
         known = [r for r in reqs if r is not None]
         written, true_ids = self._write(meta, known)
         bad_reqs = self._check_alignment(meta) | self._read(meta, known, true_ids)
-        return self._sample(meta, known, written, bad_reqs)
+        sampled = self._sample(meta, known, written, bad_reqs)
+        if meta.lookahead_slot_mapping.size:
+            self._write_drafts(meta, known)
+        return sampled
 
     # -- step phases ------------------------------------------------------------------------
 
@@ -148,31 +155,55 @@ class SymbolicExecutor:
                 f"{int(true_tokens[r])}",
                 position=int(meta.positions[r]),
             )
-        slots = meta.slot_mapping
+        self._store(step, meta.slot_mapping, meta.positions, row_req, written, meta, reqs)
+        return written, true_ids
+
+    def _write_drafts(self, meta: RunnerMetadata, reqs: list[_ShadowRequest]) -> None:
+        """The drafter's KV of each sampling request's lookahead positions (BUGS #10)."""
+        positions = meta.lookahead_positions
+        drafts = np.full(positions.size, hash_model.DRAFT, dtype=U64)
+        slots = meta.lookahead_slot_mapping
+        self._store(meta.output.step, slots, positions, meta.lookahead_req, drafts, meta, reqs)
+
+    def _store(
+        self,
+        step: int,
+        slots: np.ndarray,
+        positions: np.ndarray,
+        batch: np.ndarray,
+        identities: np.ndarray,
+        meta: RunnerMetadata,
+        reqs: list[_ShadowRequest],
+    ) -> None:
+        """Write identities[w] into slots[w] for position positions[w] of request batch[w];
+        a slot outside the cache (or -1: past the block table) is an out-of-bounds write."""
         valid = (slots >= 0) & (slots < self.num_slots)
-        for r in np.flatnonzero(~valid)[:1]:
+        for w in np.flatnonzero(~valid)[:1]:
+            what = "slot_mapping"
+            if identities[w] == hash_model.DRAFT:
+                what = f"the drafter's lookahead_slot_mapping (position {int(positions[w])})"
             self._violate(
                 "shadow-kv.write-out-of-bounds",
                 step,
-                meta.req_ids[row_req[r]],
-                f"slot_mapping names slot {int(slots[r])}, outside the KV cache "
+                meta.req_ids[batch[w]],
+                f"{what} names slot {int(slots[w])}, outside the KV cache "
                 f"(0..{self.num_slots - 1}) or outside the block table",
-                position=int(meta.positions[r]),
-                slot=int(slots[r]),
+                position=int(positions[w]),
+                slot=int(slots[w]),
             )
         slots_ok = slots[valid]
         old = self.shadow[slots_ok]
-        changed = (old != 0) & (old != written[valid])
-        self.shadow[slots_ok] = written[valid]
-        self.writer_req[slots_ok] = np.fromiter((r.index for r in reqs), np.int32, len(reqs))[
-            row_req[valid]
-        ]
-        self.writer_pos[slots_ok] = meta.positions[valid]
+        changed = (old != 0) & (old != identities[valid])
+        self.shadow[slots_ok] = identities[valid]
+        req_index = np.fromiter((r.index for r in reqs), np.int32, len(reqs))
+        self.writer_req[slots_ok] = req_index[batch[valid]]
+        self.writer_pos[slots_ok] = positions[valid]
         self.writer_step[slots_ok] = step
         if changed.any():
-            rows = np.flatnonzero(valid)[changed]
-            self._invalidate_overwritten(meta, slots_ok[changed], rows, reqs)
-        return written, true_ids
+            kept = np.flatnonzero(valid)[changed]
+            self._invalidate_overwritten(
+                step, slots_ok[changed], positions[kept], batch[kept], reqs
+            )
 
     def _copy_block(self, step: int, src: int, dst: int) -> None:
         bs = self.block_size
@@ -401,20 +432,21 @@ class SymbolicExecutor:
 
     def _invalidate_overwritten(
         self,
-        meta: RunnerMetadata,
+        step: int,
         slots: np.ndarray,
-        rows: np.ndarray,
+        positions: np.ndarray,
+        row_reqs: np.ndarray,
         reqs: list[_ShadowRequest],
     ) -> None:
         """A write changed a slot: any live request that had verified it must re-read it.
 
-        The common case is a request writing the stale rest of its own last, partly
-        verified block; only a block verified by some *other* live request takes the slow
-        path, which finds the requests and re-verifies them from that key.
+        Write w was of position positions[w] of request reqs[row_reqs[w]]. The common case
+        is a request writing the stale rest of its own last, partly verified block; only a
+        block verified by some *other* live request takes the slow path, which finds the
+        requests and re-verifies them from that key.
         """
-        row_reqs = meta.row_req[rows]
         own_blocks = np.fromiter((len(r.verified_table) for r in reqs), I64, len(reqs))
-        self_verified = (meta.positions[rows] // self.block_size) < own_blocks[row_reqs]
+        self_verified = (positions // self.block_size) < own_blocks[row_reqs]
         if not (self.verifiers[slots // self.block_size] > self_verified).any():
             return
         for name, req in self.requests.items():  # rare path: only on overwrites of verified KV
@@ -427,7 +459,7 @@ class SymbolicExecutor:
                     if writer is not req and self._still_holds(name, key, slot):
                         self._violate(
                             "block-pool.write-into-shared-block",
-                            meta.output.step,
+                            step,
                             self.req_names[writer.index],
                             f"writes slot {slot} of block {slot // self.block_size}, which holds "
                             f"key {key} of live request {name}",
@@ -512,6 +544,8 @@ class SymbolicExecutor:
             req is not None and pos < req.num_tokens and req.ids[pos] ^ found == (hash_model.POISON)
         )
         what = "a KV entry computed from a wrong token" if poisoned else "the KV"
+        if found == hash_model.DRAFT:
+            what = "the draft KV (speculative decoding)"
         return f"{what} of {who} position {pos} (written at step {step})"
 
     def _violate(self, invariant: str, step: int, request_id: str, message: str, **kw) -> None:

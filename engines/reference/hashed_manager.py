@@ -105,14 +105,19 @@ class HashedKVManager:
     # -- allocation ------------------------------------------------------------------------
 
     def allocate_slots(
-        self, request: Request, num_new_tokens: int, hit: PrefixHit = EMPTY_HIT
+        self,
+        request: Request,
+        num_new_tokens: int,
+        hit: PrefixHit = EMPTY_HIT,
+        num_lookahead_tokens: int = 0,
     ) -> bool:
-        """Blocks for tokens [0, num_computed + hit + num_new_tokens); False if they don't fit.
+        """Blocks for tokens [0, num_computed + hit + num_new_tokens + num_lookahead_tokens);
+        False if they don't fit.
 
         ::
 
-            | held blocks (comp) | hit blocks (touched) | new blocks (from the queue head) |
-            0           num_computed_tokens     +hit.num_tokens              +num_new_tokens
+            | held blocks (comp) | hit blocks (touched) | new blocks (from the queue head)  |
+            0           num_computed_tokens     +hit.num_tokens    +num_new   +num_lookahead
 
         Hit blocks with ref_cnt 0 sit in the free queue, so they count against the free
         blocks too: they are touched first, and only then are new blocks taken, so a
@@ -124,7 +129,8 @@ class HashedKVManager:
             # A running request (no hit): the decode / next-chunk path, kept short.
             assert not hit.block_ids, "a hit only at (re)admission"
             num_computed_tokens = request.num_computed_tokens
-            num_required_blocks = -(-(num_computed_tokens + num_new_tokens) // self.block_size)
+            num_tokens_need_slot = num_computed_tokens + num_new_tokens + num_lookahead_tokens
+            num_required_blocks = -(-num_tokens_need_slot // self.block_size)
             num_new_blocks = num_required_blocks - len(blocks)
             if num_new_blocks > 0:
                 if num_new_blocks > len(self.block_pool.free_block_queue):
@@ -133,17 +139,22 @@ class HashedKVManager:
                 self._table_tuples.pop(request_id, None)
             self._num_computed_tokens[request_id] = num_computed_tokens
             return True
-        return self._allocate_slots(request, blocks, num_new_tokens, hit)
+        return self._allocate_slots(request, blocks, num_new_tokens, hit, num_lookahead_tokens)
 
     def _allocate_slots(
-        self, request: Request, blocks: list[int] | None, num_new_tokens: int, hit: PrefixHit
+        self,
+        request: Request,
+        blocks: list[int] | None,
+        num_new_tokens: int,
+        hit: PrefixHit,
+        num_lookahead_tokens: int,
     ) -> bool:
         """The general path: (re)admission with a hit, or any allocation mutant on."""
         request_id = request.request_id
         num_held_blocks = 0 if blocks is None else len(blocks)
         assert not hit.block_ids or num_held_blocks == 0, "a hit only at (re)admission"
         num_computed_tokens = request.num_computed_tokens + hit.num_tokens
-        num_tokens_need_slot = num_computed_tokens + num_new_tokens
+        num_tokens_need_slot = num_computed_tokens + num_new_tokens + num_lookahead_tokens
         if self._allocate_whole_prompt and request.num_computed_tokens == 0:
             num_tokens_need_slot = max(num_tokens_need_slot, request.num_tokens)
         num_required_blocks = cdiv(num_tokens_need_slot, self.block_size)

@@ -11,11 +11,12 @@ the block tables and the prefix cache. Life of a request, in calls::
 
 Token/block ranges of `allocate_slots` (block_size 4)::
 
-    | comp  | hit (new_computed) |   new (this step's chunk)   |
-    0    num_computed         +hit.num_tokens          +num_new_tokens
-    [b0  ][b1 (cached)][b2 (cached)][b3 (new) ][b4 (new)]
-                                    |<- allocated now ->|
-    blocks held afterwards = cdiv(num_computed + hit.num_tokens + num_new_tokens, block_size)
+    | comp  | hit (new_computed) |   new (this step's chunk)   | lookahead |
+    0    num_computed         +hit.num_tokens          +num_new_tokens  +num_lookahead
+    [b0  ][b1 (cached)][b2 (cached)][b3 (new) ][b4 (new)][b5 (new)]
+                                    |<----- allocated now ----->|
+    blocks held afterwards = cdiv(num_computed + hit.num_tokens + num_new_tokens
+                                  + num_lookahead_tokens, block_size)
 
 A block is cached (offered to other requests) only once it is full and its tokens were
 written, i.e. from `cache_blocks` after the step ran, never at allocation time (BUGS #3, #4).
@@ -62,9 +63,14 @@ class KVCacheManager(Protocol):
         ...
 
     def allocate_slots(
-        self, request: Request, num_new_tokens: int, hit: PrefixHit = EMPTY_HIT
+        self,
+        request: Request,
+        num_new_tokens: int,
+        hit: PrefixHit = EMPTY_HIT,
+        num_lookahead_tokens: int = 0,
     ) -> bool:
-        """Take the hit (ref counts, locks) and blocks for `num_new_tokens` more tokens.
+        """Take the hit (ref counts, locks) and blocks for `num_new_tokens` more tokens,
+        plus `num_lookahead_tokens` slots past them for draft KV (speculative decoding).
 
         Returns False, changing nothing the scheduler can see, if the free (or evictable)
         blocks do not suffice.

@@ -81,6 +81,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "manager allocates one block too few: the last block of the chunk is missing.",
     ),
     Mutant(
+        "no-lookahead-slots",
+        "scheduler",
+        "#10: allocated slots cover computed + new + lookahead tokens",
+        "vllm#16370",
+        "With speculative decoding (num_lookahead_tokens > 0) the scheduler allocates "
+        "slots for computed + new tokens only: when the last block has fewer free slots "
+        "than draft tokens, the drafter writes its KV past the end of the block table.",
+    ),
+    Mutant(
         "stale-cache-hit",
         "scheduler",
         "#7: a cached-token count from a failed scheduling attempt is recomputed before reuse",
@@ -215,6 +224,7 @@ class MutantSwitches:
     whole_prompt_computed: bool = False
     same_step_cached: bool = False
     block_table_short: bool = False
+    no_lookahead_slots: bool = False
     stale_cache_hit: bool = False
     manager_computed_disagree: bool = False
     hash_no_parent: bool = False

@@ -92,9 +92,14 @@ class RadixKVManager:
     # -- allocation ------------------------------------------------------------------------
 
     def allocate_slots(
-        self, request: Request, num_new_tokens: int, hit: PrefixHit = EMPTY_HIT
+        self,
+        request: Request,
+        num_new_tokens: int,
+        hit: PrefixHit = EMPTY_HIT,
+        num_lookahead_tokens: int = 0,
     ) -> bool:
-        """Pages for tokens [0, num_computed + hit + num_new_tokens); evicts LRU leaves if needed.
+        """Pages for tokens [0, num_computed + hit + num_new_tokens + num_lookahead_tokens);
+        evicts LRU leaves if needed.
 
         The hit's path is locked first, so eviction never takes a just-matched page.
         """
@@ -104,7 +109,8 @@ class RadixKVManager:
             # A running request (no hit): the decode / next-chunk path, kept short.
             assert not hit.block_ids, "a hit only at (re)admission"
             num_computed_tokens = request.num_computed_tokens
-            num_required = -(-(num_computed_tokens + num_new_tokens) // self.block_size)
+            num_tokens_need_slot = num_computed_tokens + num_new_tokens + num_lookahead_tokens
+            num_required = -(-num_tokens_need_slot // self.block_size)
             num_new_pages = num_required - len(pages.block_ids)
             if num_new_pages > 0 and not self._take_pages(pages, num_new_pages):
                 return False
@@ -114,7 +120,9 @@ class RadixKVManager:
             return True
         # (Re)admission: the request holds no pages yet.
         num_computed_tokens = request.num_computed_tokens + hit.num_tokens
-        num_required = cdiv(num_computed_tokens + num_new_tokens, self.block_size)
+        num_required = cdiv(
+            num_computed_tokens + num_new_tokens + num_lookahead_tokens, self.block_size
+        )
         num_new_pages = num_required - len(hit.block_ids)
         assert num_new_pages >= 0
         node = hit.node

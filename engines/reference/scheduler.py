@@ -16,6 +16,8 @@ One step::
        len(running) < max_num_seqs: prefix hit (capped at num_tokens - 1), then chunk as
        above; with chunked prefill off a prompt that does not fit the remaining budget
        waits; no blocks -> stop (head-of-line, as vLLM does).
+    Every allocation also covers num_lookahead_tokens slots past the chunk (capped at
+    max_model_len), where speculative decoding's drafter writes its draft KV (BUGS #10).
 
     request:   | prefix hit (cached) | chunk (num_scheduled_tokens)  | rest, later steps |
                0               num_computed_tokens           +num_scheduled       num_tokens
@@ -79,6 +81,11 @@ class Scheduler:
         self.max_num_batched_tokens = config.max_num_batched_tokens
         self.max_num_seqs = config.max_num_seqs
         self.long_prefill_token_threshold = config.long_prefill_token_threshold
+        self.max_model_len = config.max_model_len
+        # draft KV slots past each request's tokens (BUGS #10); the mutant allocates none
+        self.num_lookahead_tokens = (
+            0 if switches.no_lookahead_slots else config.num_lookahead_tokens
+        )
         self.enable_chunked_prefill = config.enable_chunked_prefill
         self.chunk_align = chunk_align if config.enable_prefix_caching else "none"
         self._align = self.chunk_align != "none"
@@ -134,10 +141,13 @@ class Scheduler:
                 f"({config.max_model_len})"
             )
         num_kv_tokens = num_total_tokens - 1  # the last sampled token never needs KV
-        num_blocks = cdiv(num_kv_tokens, self.block_size)
+        num_slots = min(num_kv_tokens + config.num_lookahead_tokens, config.max_model_len)
+        num_blocks = cdiv(num_slots, self.block_size)
         if num_blocks > config.num_gpu_blocks and not self._never_reject:
+            num_drafts = num_slots - num_kv_tokens
+            drafts = f" + {num_drafts} lookahead" if num_drafts > 0 else ""
             return (
-                f"needs {num_blocks} KV blocks for {num_kv_tokens} tokens; the cache has "
+                f"needs {num_blocks} KV blocks for {num_kv_tokens} tokens{drafts}; the cache has "
                 f"{config.num_gpu_blocks} blocks of {self.block_size} tokens"
             )
         if not self.enable_chunked_prefill and num_kv_tokens > self.max_num_batched_tokens:
@@ -268,7 +278,13 @@ class Scheduler:
             if num_new_tokens == 0:
                 index += 1
                 continue
-            while not kv_manager.allocate_slots(request, num_new_tokens):
+            num_lookahead_tokens = 0
+            if self.num_lookahead_tokens:
+                num_end_tokens = request.num_computed_tokens + num_new_tokens
+                num_lookahead_tokens = self._num_lookahead(num_end_tokens)
+            while not kv_manager.allocate_slots(
+                request, num_new_tokens, EMPTY_HIT, num_lookahead_tokens
+            ):
                 # Bounded: every iteration removes one request from `running`.
                 victim = self._preemption_victim()
                 victim_index = running.index(victim)
@@ -362,10 +378,11 @@ class Scheduler:
             # The chunk-before-prefix-hit mutant allocates what the request really needs
             # (as nano-vllm did) and runs the longer chunk past its block table.
             num_alloc_tokens = min(num_new_tokens, num_target_tokens - num_computed_tokens)
-            if not kv_manager.allocate_slots(request, num_alloc_tokens, hit):
+            num_lookahead_tokens = self._num_lookahead(num_computed_tokens + num_alloc_tokens)
+            if not kv_manager.allocate_slots(request, num_alloc_tokens, hit, num_lookahead_tokens):
                 if self._stale_cache_hit:  # mutant: keep the hit for the next attempt
                     request.stale_hit = hit
-                num_tokens_need_slot = num_computed_tokens + num_alloc_tokens
+                num_tokens_need_slot = num_computed_tokens + num_alloc_tokens + num_lookahead_tokens
                 num_new_blocks = cdiv(num_tokens_need_slot, self.block_size) - len(hit.block_ids)
                 self._blocked(
                     request,
@@ -393,6 +410,11 @@ class Scheduler:
                 "was used up",
             )
         return token_budget
+
+    def _num_lookahead(self, num_end_tokens: int) -> int:
+        """Draft slots past a request's first `num_end_tokens` tokens, capped at
+        max_model_len (vLLM v1's allocate_slots caps them the same way)."""
+        return max(0, min(self.num_lookahead_tokens, self.max_model_len - num_end_tokens))
 
     def _prefix_hit(self, request: Request) -> PrefixHit:
         if self._stale_cache_hit and isinstance(request.stale_hit, PrefixHit):

@@ -45,7 +45,8 @@ def fit_config(config: EngineConfig) -> EngineConfig:
         long_prefill_token_threshold > max_model_len
 
     so max_num_seqs is capped at the budget, and with chunked prefill off max_model_len is
-    the budget (a longer prompt is then refused by the frontend, as vLLM does).
+    the budget (a longer prompt is then refused by the frontend, as vLLM does). Speculative
+    decoding is off (`refuse_lookahead`).
     """
     max_model_len = config.max_model_len
     if not config.enable_chunked_prefill:
@@ -55,7 +56,19 @@ def fit_config(config: EngineConfig) -> EngineConfig:
         max_num_seqs=min(config.max_num_seqs, config.max_num_batched_tokens),
         max_model_len=max_model_len,
         long_prefill_token_threshold=min(config.long_prefill_token_threshold, max_model_len),
+        num_lookahead_tokens=0,
     )
+
+
+def refuse_lookahead(config: EngineConfig) -> None:
+    """The adapters drive vLLM's scheduler without its drafter: vLLM derives its lookahead
+    from a speculative config (a draft model) the adapters do not build, so a
+    num_lookahead_tokens the scheduler would ignore is refused, not silently dropped."""
+    if config.num_lookahead_tokens:
+        raise ValueError(
+            f"num_lookahead_tokens={config.num_lookahead_tokens}: the vLLM adapters do not "
+            "model speculative decoding (use 0, or the reference engine)"
+        )
 
 
 def fit_config_v0(config: EngineConfig) -> EngineConfig:

@@ -122,6 +122,14 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     eng.add_argument(
         "--long-prefill-token-threshold", type=non_negative_int, default=None, metavar="N"
     )
+    eng.add_argument(
+        "--num-lookahead-tokens",
+        type=non_negative_int,
+        default=None,
+        metavar="K",
+        help="speculative decoding: K draft tokens per sampling request, whose KV the "
+        "drafter writes past the request's tokens (default 0: off)",
+    )
     eng.add_argument("--no-prefix-caching", action="store_true")
     eng.add_argument("--no-chunked-prefill", action="store_true")
     eng.add_argument("--mutant", default=None, help="switch on a named mutant (mutants list)")
@@ -136,6 +144,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
+        num_lookahead_tokens=args.num_lookahead_tokens,
         enable_prefix_caching=not args.no_prefix_caching,
         enable_chunked_prefill=not args.no_chunked_prefill,
         block_manager=args.block_manager or "hashed",

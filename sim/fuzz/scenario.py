@@ -126,7 +126,7 @@ def scenarios(draw: st.DrawFn, spec: SwarmSpec) -> Scenario:
     budget_tokens = knob.max_num_batched_tokens
     if not knob.enable_chunked_prefill and draw(st.booleans()):
         budget_tokens = budget_for_unchunked(knob, requests)
-    blocks = draw_num_gpu_blocks(draw, spec, requests, knob.block_size)
+    blocks = draw_num_gpu_blocks(draw, spec, requests, knob)
     return Scenario(
         engine=spec.engine,
         requests=requests,

@@ -59,7 +59,10 @@ def _fewest_blocks(scenario: Scenario, still_fails: Callable[[Scenario], bool]) 
     blocks = scenario.config.num_gpu_blocks
     need = spare_blocks(scenario.engine) + max(
         kv_blocks_needed(
-            scenario.requests, scenario.config.block_size, scenario.engine != "reference"
+            scenario.requests,
+            scenario.config.block_size,
+            scenario.engine != "reference",
+            scenario.config.num_lookahead_tokens,
         )
     )
     if blocks <= need:

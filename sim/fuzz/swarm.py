@@ -9,6 +9,8 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
     prefix caching, chunked      on / off (with chunked prefill off, half the examples
     prefill                      raise the budget so every prompt fits it)
     long_prefill_token_threshold 0 (off) or a boundary length
+    num_lookahead_tokens         reference: half the examples 0 (shrinks there), else 1, 2,
+                                 3 or 5 draft tokens (speculative decoding, BUGS #10)
     block_manager                reference: hashed | radix, unless fixed by the spec/mutant
     chunk_align, policy          reference only (EngineConfig.extra); chunk_align "block"
                                  raises the budget and threshold to one block at least (a
@@ -29,7 +31,7 @@ The least num_gpu_blocks: the engine's spare blocks (engines.registry.SPARE_BLOC
 request i needs cdiv(kv_tokens_i, block_size) blocks, where
 kv_tokens_i = full prompt (a later turn: parent's full prompt + parent's outputs + own)
 + output_length, minus 1 when the engine never writes KV for the last sampled token (the
-reference engine). An engine we do not know gets the extra token.
+reference engine), plus num_lookahead_tokens. An engine we do not know gets the extra token.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ BUDGET_TOKENS_MAX = 64
 MAX_NUM_SEQS = (256, 1, 2, 3, 4, 6)
 SLACK_BLOCKS = (0, 1, 2, 4, 8, 16, 64)
 FAULT_PROBABILITIES = (0.0, 0.02, 0.1, 0.25)
+LOOKAHEAD_TOKENS = (1, 2, 3, 5)
 BLOCK_MANAGERS = ("hashed", "radix")
 CHUNK_ALIGNS = ("none", "block", "deterministic")
 POLICIES = ("fcfs", "priority")
@@ -93,6 +96,7 @@ class Knobs:
     long_prefill_token_threshold: int
     block_manager: str
     extra: tuple[tuple[str, str], ...]
+    num_lookahead_tokens: int = 0
 
 
 def fixed_block_manager(spec: SwarmSpec) -> str | None:
@@ -132,7 +136,15 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
         long_prefill_token_threshold=threshold,
         block_manager=manager,
         extra=extra,
+        num_lookahead_tokens=draw_lookahead(draw, spec),
     )
+
+
+def draw_lookahead(draw: st.DrawFn, spec: SwarmSpec) -> int:
+    """Draft tokens for the reference engine (0 elsewhere: the vLLM adapters refuse them)."""
+    if not spec.is_reference or not draw(st.booleans()):
+        return 0
+    return pick(draw, LOOKAHEAD_TOKENS)
 
 
 def draw_features_for(draw: st.DrawFn, knob: Knobs, spec: SwarmSpec) -> TraceFeatures:
@@ -146,9 +158,13 @@ def draw_features_for(draw: st.DrawFn, knob: Knobs, spec: SwarmSpec) -> TraceFea
 
 
 def kv_blocks_needed(
-    requests: tuple[TraceRequest, ...], block_size: int, last_token_needs_kv: bool
+    requests: tuple[TraceRequest, ...],
+    block_size: int,
+    last_token_needs_kv: bool,
+    num_lookahead_tokens: int = 0,
 ) -> list[int]:
-    """Blocks each request needs to run alone (a later turn carries its parent's history)."""
+    """Blocks each request needs to run alone (a later turn carries its parent's history),
+    draft slots included."""
     full_tokens: dict[str, int] = {}
     out: list[int] = []
     for request in requests:  # parents come first (the reader's rule)
@@ -159,16 +175,21 @@ def kv_blocks_needed(
             num_tokens += full_tokens[parent] + parent_request.output_length
         full_tokens[request.request_id] = num_tokens
         kv_tokens = num_tokens + request.output_length - (0 if last_token_needs_kv else 1)
+        kv_tokens += num_lookahead_tokens
         out.append(cdiv(kv_tokens, block_size))
     return out
 
 
 def draw_num_gpu_blocks(
-    draw: st.DrawFn, spec: SwarmSpec, requests: tuple[TraceRequest, ...], block_size: int
+    draw: st.DrawFn, spec: SwarmSpec, requests: tuple[TraceRequest, ...], knob: Knobs
 ) -> int:
     """Enough blocks for the largest request alone, plus a drawn slack (or one too few),
     plus the engine's spare blocks."""
-    need_max = max(kv_blocks_needed(requests, block_size, not spec.is_reference))
+    need_max = max(
+        kv_blocks_needed(
+            requests, knob.block_size, not spec.is_reference, knob.num_lookahead_tokens
+        )
+    )
     need_max += spare_blocks(spec.engine)
     if spec.draws_oversize and draw(st.integers(0, 7)) == 7:
         return max(1, need_max - 1)
@@ -203,6 +224,7 @@ def engine_config(
         enable_prefix_caching=knob.enable_prefix_caching,
         enable_chunked_prefill=knob.enable_chunked_prefill,
         long_prefill_token_threshold=knob.long_prefill_token_threshold,
+        num_lookahead_tokens=knob.num_lookahead_tokens,
         block_manager=knob.block_manager,
         mutant=spec.mutant,
         extra=extra,

@@ -1,9 +1,11 @@
 """engines.registry.fit_config: configs moved to what the engine's own validation accepts."""
 
+import pytest
 from hypothesis import given, settings
 
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.registry import fit_config, spare_blocks
+from schedcheck.engines.vllm.common import refuse_lookahead
 from schedcheck.sim.fuzz.scenario import scenarios
 from schedcheck.sim.fuzz.swarm import SwarmSpec
 
@@ -30,6 +32,15 @@ def test_vllm_without_chunked_prefill_takes_the_budget_as_max_model_len():
     fitted = fit_config("vllm-v0", config)
     assert (fitted.max_num_seqs, fitted.max_model_len) == (4, 48)
     assert fitted.long_prefill_token_threshold == 48
+
+
+def test_vllm_turns_speculative_decoding_off_and_its_adapters_refuse_it():
+    config = EngineConfig(num_lookahead_tokens=3)
+    assert fit_config("vllm-v1", config).num_lookahead_tokens == 0
+    assert fit_config("vllm-v0", config).num_lookahead_tokens == 0
+    with pytest.raises(ValueError, match="num_lookahead_tokens=3: the vLLM adapters do not"):
+        refuse_lookahead(config)
+    refuse_lookahead(EngineConfig())
 
 
 def test_spare_blocks():

@@ -67,6 +67,28 @@ def test_hit_is_capped_at_num_tokens_minus_one(kind):
 
 
 @pytest.mark.parametrize("kind", ["hashed", "radix"])
+def test_lookahead_slots_are_allocated_past_the_chunk_and_never_cached(kind):
+    """Tokens 0..5 + 3 draft slots = 9 slots = 3 blocks; the decode of position 6 (+3: 10
+    slots) fits them; only full, written blocks are cached, never a block of drafts."""
+    manager = _manager(kind)
+    a = _req("A", range(6))
+    assert manager.allocate_slots(a, 6, EMPTY_HIT, 3)
+    assert manager.block_table("A") == (0, 1, 2)
+    a.num_computed_tokens = manager.cache_blocks(a, 6)
+    assert manager.allocate_slots(a, 1, EMPTY_HIT, 3)
+    assert manager.block_table("A") == (0, 1, 2)
+    a.num_computed_tokens = manager.cache_blocks(a, 7)
+    assert manager.allocate_slots(a, 1, EMPTY_HIT, 3)  # 8 + 3 = 11 slots: still 3 blocks
+    assert manager.allocate_slots(a, 2, EMPTY_HIT, 3)  # 9 + 3 = 12 slots: still 3 blocks
+    assert manager.allocate_slots(a, 3, EMPTY_HIT, 3)  # 10 + 3 = 13 slots: a fourth block
+    assert manager.block_table("A") == (0, 1, 2, 3)
+    if kind == "hashed":
+        assert set(manager.kv_snapshot().cached_blocks()) == {0}  # tokens 0..3 only
+    manager.free(a)
+    assert manager.num_free_blocks() == 6  # free, or cached and evictable: nothing leaked
+
+
+@pytest.mark.parametrize("kind", ["hashed", "radix"])
 def test_free_of_a_request_without_blocks_is_a_no_op(kind):
     manager = _manager(kind)
     before = _state(manager)

@@ -189,6 +189,19 @@ def test_mutant_block_table_short():
     )
 
 
+def test_mutant_no_lookahead_slots():
+    """A 6-token prompt with 3 draft tokens (block_size 4): its drafts need positions 6..8."""
+    results = {}
+    for mutant in (None, "no-lookahead-slots"):
+        eng = engine("hashed", mutant=mutant, num_lookahead_tokens=3)
+        eng.add_request(request("A", range(6), max_tokens=2))
+        out, _ = step(eng)
+        meta = build_metadata(out, 4, num_lookahead_tokens=3, max_model_len=4096)
+        results[mutant] = (out.scheduled[0].block_table, meta.lookahead_slot_mapping.tolist())
+    assert results[None] == ((0, 1, 2), [6, 7, 8])
+    assert results["no-lookahead-slots"] == ((0, 1), [6, 7, -1])
+
+
 def test_mutant_stale_cache_hit():
     """B fails to get blocks while its hit block is then evicted and reused by C."""
     results = {}

@@ -138,7 +138,9 @@ def test_every_scenario_is_a_valid_trace_that_fits_its_cache(sample_scenarios):
         assert tuple(read_trace_lines(lines, "<test>")) == scenario.requests  # reader's rules
         assert 1 <= scenario.num_requests <= 12
         cfg = scenario.config
-        need = max(kv_blocks_needed(scenario.requests, cfg.block_size, False))
+        need = max(
+            kv_blocks_needed(scenario.requests, cfg.block_size, False, cfg.num_lookahead_tokens)
+        )
         assert cfg.num_gpu_blocks >= need - 1
         rejection_paths += cfg.num_gpu_blocks < need
         if cfg.extra["chunk_align"] == "block":
@@ -155,12 +157,16 @@ def test_swarm_configs_vary_every_knob(sample_scenarios):
     assert {c.enable_prefix_caching for c in configs} == {True, False}
     assert {c.enable_chunked_prefill for c in configs} == {True, False}
     assert any(c.long_prefill_token_threshold for c in configs)
+    assert {c.num_lookahead_tokens for c in configs} == {0, 1, 2, 3, 5}
     assert {c.extra["chunk_align"] for c in configs} == {"none", "block", "deterministic"}
     tight = [
         s
         for s in sample_scenarios
         if s.num_requests >= 2
-        and s.config.num_gpu_blocks == max(kv_blocks_needed(s.requests, s.config.block_size, False))
+        and s.config.num_gpu_blocks
+        == max(
+            kv_blocks_needed(s.requests, s.config.block_size, False, s.config.num_lookahead_tokens)
+        )
     ]
     assert len(tight) >= 10
     assert _count(sample_scenarios, lambda s: bool(s.faults)) >= 20

@@ -62,3 +62,21 @@ def test_runner_mutant_block_table_hits_only():
                                                                        8, 9, 10, 11]  # fmt: skip
     alone = SchedulerOutput(0, (_req("A", 0, 6, 6, [3, 4]),))  # nobody reads paged KV
     assert build_metadata(alone, 4, mutant="block-table-hits-only").as_documented
+
+
+def test_lookahead_slots_of_the_docstring_layout():
+    """B (decode, end 10) and C (last chunk, end 10) sample; A does not draft. B's table
+    covers 12 tokens, C's too: the third draft of each has no slot."""
+    m = build_metadata(_docstring_step(), 4, num_lookahead_tokens=3)
+    assert m.lookahead_positions.tolist() == [10, 11, 12, 10, 11, 12]
+    assert m.lookahead_slot_mapping.tolist() == [6, 7, -1, 34, 35, -1]
+    assert m.lookahead_req.tolist() == [1, 1, 1, 2, 2, 2]
+
+
+def test_lookahead_capped_at_max_model_len_and_off_by_default():
+    assert build_metadata(_docstring_step(), 4).lookahead_slot_mapping.size == 0
+    capped = build_metadata(_docstring_step(), 4, num_lookahead_tokens=3, max_model_len=11)
+    assert capped.lookahead_positions.tolist() == [10, 10]
+    assert capped.lookahead_slot_mapping.tolist() == [6, 34]
+    none_left = build_metadata(_docstring_step(), 4, num_lookahead_tokens=3, max_model_len=10)
+    assert none_left.lookahead_req.size == 0

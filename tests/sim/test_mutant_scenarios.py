@@ -48,6 +48,9 @@ SCENARIOS = {
     # 16 tokens in chunks of 6: the last chunk ends on a block boundary
     "block-table-short": ([T("a", 0, P((100, 116)))], {"max_num_batched_tokens": 6},
                           (1, "accounting.block-table-short", "a", 11)),
+    # 6 tokens + 3 drafts: the drafts of position 6..8 need a third block
+    "no-lookahead-slots": ([T("a", 0, P((100, 106)))], {"num_lookahead_tokens": 3},
+                           (1, "shadow-kv.write-out-of-bounds", "a", 8)),
     # c fails to get blocks, the cache changes, c retries with its stale hit count
     "stale-cache-hit": ([T("a", 0, P((100, 120)), out=8),
                          T("b", 0, P((100, 112), (300, 308)), out=8),
@@ -99,7 +102,8 @@ SCENARIOS = {
 BASE = {"block_size": 4, "num_gpu_blocks": 64, "max_num_batched_tokens": 32, "max_num_seqs": 8}
 FLAGS = {"block_manager": "--block-manager", "num_gpu_blocks": "--num-gpu-blocks",
          "max_num_batched_tokens": "--max-num-batched-tokens",
-         "long_prefill_token_threshold": "--long-prefill-token-threshold"}  # fmt: skip
+         "long_prefill_token_threshold": "--long-prefill-token-threshold",
+         "num_lookahead_tokens": "--num-lookahead-tokens"}  # fmt: skip
 
 
 def test_every_mutant_has_a_scenario():

@@ -200,3 +200,50 @@ def test_a_copy_of_equal_content_into_a_read_block_is_clean():
     _step(ex, 1, _sched("A", PROMPT_A, 0, 8, [3, 1]), _sched("A2", PROMPT_A, 0, 8, [4, 5]))
     _, v = _copy_step(ex, 2, [(5, 1)])  # A2's second block onto A's: the same keys 4..7
     assert v == [] and ex.requests["A"].verified_len == 8
+
+
+def _draft_step(ex, step, *reqs, k=3):
+    meta = build_metadata(SchedulerOutput(step, tuple(reqs)), BS, num_lookahead_tokens=k)
+    return ex.execute(meta), ex.violations
+
+
+def test_drafts_are_written_past_the_sampled_position_and_then_overwritten():
+    """A samples after position 9; drafts go to positions 10..12 (slots 26, 27, 8)."""
+    ex = _executor()
+    sampled, v = _draft_step(ex, 1, _sched("A", PROMPT_A, 0, 10, [3, 1, 6, 2]))
+    assert v == []
+    assert ex.shadow[[26, 27, 8]].tolist() == [int(hash_model.DRAFT)] * 3
+    assert sampled == {"A": int(hash_model.unchunked_outputs(PROMPT_A, 1)[0])}
+    token = np.int64(sampled["A"])
+    decode = ScheduledRequest("A", 10, 1, 11, 10, np.array([token]), (3, 1, 6, 2))
+    _, v = _draft_step(ex, 2, decode)  # position 10's true KV replaces its draft
+    assert v == []
+    assert (
+        ex.shadow[26] != hash_model.DRAFT
+        and ex.shadow[[27, 8, 9]].tolist() == [int(hash_model.DRAFT)] * 3
+    )
+
+
+def test_a_draft_past_the_block_table_is_an_out_of_bounds_write():
+    ex = _executor()
+    _, v = _draft_step(ex, 1, _sched("A", PROMPT_A, 0, 10, [3, 1, 6]))  # covers 12 tokens
+    assert [(x.invariant, x.request_id, x.position, x.slot) for x in v] == [
+        ("shadow-kv.write-out-of-bounds", "A", 12, -1)
+    ]
+    assert "lookahead_slot_mapping (position 12)" in v[0].message
+
+
+def test_a_draft_written_into_a_block_another_request_reads_is_reported():
+    """A's table wrongly ends in B's verified block 1: A's drafts overwrite B's keys 4..6,
+    and B's next read finds the draft KV there."""
+    ex = _executor()
+    _step(ex, 1, _sched("B", PROMPT_B, 0, 8, [3, 1]))
+    short = np.arange(100, 105, dtype=np.int64)
+    ex.add_request("S", short)
+    _, v = _draft_step(ex, 2, _sched("S", short, 0, 5, [5, 1]))  # drafts: positions 5..7
+    assert [(x.invariant, x.request_id, x.block) for x in v] == [
+        ("block-pool.write-into-shared-block", "S", 1)
+    ]
+    _, v = _step(ex, 3, _sched("B", PROMPT_B, 8, 3, [3, 1, 2]))
+    assert [(x.invariant, x.position) for x in v] == [("shadow-kv.read", 5)]
+    assert "the draft KV (speculative decoding) of S position 5" in v[0].message
