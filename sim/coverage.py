@@ -9,6 +9,8 @@ optional `num_evicted_blocks` counter on its KV snapshot), so any engine can be 
                                    preempted mid-prefill after an admission with a cache hit
     abort-mid-chunk                aborted between two chunks of its prefill
     evict-cached-block             cached blocks were evicted for new allocations
+    drafts-cross-block             a sampling request's draft tokens (speculative decoding)
+                                   do not fit the free slots of its last block (vllm#16370)
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ RARE_PATHS = (
     "preempt-during-chunked-prefill-with-prefix-hit",
     "abort-mid-chunk",
     "evict-cached-block",
+    "drafts-cross-block",
 )
 
 
 class Coverage:
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, num_lookahead_tokens: int = 0) -> None:
         self.block_size = block_size
+        self.num_lookahead_tokens = num_lookahead_tokens
         self.counts: dict[str, int] = dict.fromkeys(RARE_PATHS, 0)
         self.mid_prefill: set[str] = set()  # last chunk did not reach num_tokens
         self.admitted_with_hit: set[str] = set()
@@ -49,10 +53,13 @@ class Coverage:
             rid = r.request_id
             if rid not in self.scheduled_before:
                 self._admitted(rid, r.num_cached_tokens, r.num_tokens)
-            if r.num_computed_tokens + r.num_scheduled_tokens < r.num_tokens:
+            num_end_tokens = r.num_computed_tokens + r.num_scheduled_tokens
+            if num_end_tokens < r.num_tokens:
                 self.mid_prefill.add(rid)
             else:
                 self.mid_prefill.discard(rid)
+                if self.num_lookahead_tokens > -num_end_tokens % bs:  # free slots of its block
+                    self.counts["drafts-cross-block"] += 1
             key = keys.get(rid)
             if key is None:
                 request = live.get(rid)

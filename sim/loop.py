@@ -108,7 +108,7 @@ class Simulation:
         self.done = False
         self.progress = _progress(options.progress)
         self.rng = np.random.default_rng(options.seed)  # the run's one generator (faults)
-        self.coverage = Coverage(config.block_size)
+        self.coverage = Coverage(config.block_size, config.num_lookahead_tokens)
 
     # -- running ----------------------------------------------------------------------------
 

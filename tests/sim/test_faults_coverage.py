@@ -69,3 +69,16 @@ def test_coverage_of_same_prefix_and_fully_cached_prompt():
     assert "abort-mid-chunk" in never_reached(cov.counts)
     cov.observe_abort("b")  # b's first chunk stopped at 4 of 9 tokens
     assert cov.counts["abort-mid-chunk"] == 1
+
+
+def test_coverage_of_drafts_that_cross_into_a_new_block():
+    """block_size 4, 2 drafts: free slots of the last block after 3 tokens 1 (but that chunk
+    does not sample: no drafts), after 9 tokens 3, after 10 tokens 2, after 11 tokens 1."""
+    cov = Coverage(block_size=4, num_lookahead_tokens=2)
+    live = {"a": EngineRequest("a", np.arange(3, 12, dtype=np.int64), 4)}
+    for step, (ncomp, nsched, ntok) in enumerate([(0, 3, 9), (3, 6, 9), (9, 1, 10)]):
+        cov.observe_step(SchedulerOutput(step, (_req("a", ncomp, nsched, ntok),)), live)
+    assert cov.counts["drafts-cross-block"] == 0
+    cov.observe_step(SchedulerOutput(3, (_req("a", 10, 1, 11),)), live)
+    assert cov.counts["drafts-cross-block"] == 1
+    assert Coverage(block_size=4).num_lookahead_tokens == 0
