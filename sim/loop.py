@@ -440,11 +440,16 @@ class Simulation:
     # -- liveness ---------------------------------------------------------------------------
 
     def _liveness_bound(self) -> int:
+        """Steps to finish the live requests one at a time, doubled, plus a margin. A request
+        runs at most min(budget, long_prefill_token_threshold) tokens a step."""
         if self.options.liveness_steps_max:
             return self.options.liveness_steps_max
-        budget = self.config.max_num_batched_tokens
+        tokens_per_step = self.config.max_num_batched_tokens
+        threshold = self.config.long_prefill_token_threshold
+        if 0 < threshold < tokens_per_step:
+            tokens_per_step = threshold
         work = sum(
-            -(-(self.num_tokens[rid]) // budget) + req.max_tokens - len(self.sampled[rid])
+            -(-(self.num_tokens[rid]) // tokens_per_step) + req.max_tokens - len(self.sampled[rid])
             for rid, req in self.live.items()
         )
         return 2 * work + 2 * len(self.live) + 1000

@@ -141,3 +141,15 @@ def test_an_engine_crash_is_a_violation_unless_ignored():
         _trace(), f"{__name__}:_Crashing", CFG, SimOptions(ignore=("engine-crash",)), UNIT
     )
     assert (ignored.violations, ignored.ignored, ignored.steps) == ([], {"engine-crash": 1}, 2)
+
+
+def test_the_liveness_bound_counts_a_threshold_limited_prefill_by_its_threshold():
+    """1,500 prompt tokens at 1 token a step (long_prefill_token_threshold 1, budget 64) take
+    1,500 steps; a bound counted in budgets (2 * 25 + 1,002 = 1,052) cut it off: a false
+    liveness failure the clean-engine campaign (seed 7) found with block_size 1."""
+    prompt = tuple(range(3, 1503))
+    config = EngineConfig(block_size=4, num_gpu_blocks=400, max_num_batched_tokens=64,
+                          long_prefill_token_threshold=1)  # fmt: skip
+    result = run([TraceRequest("a", 0.0, 1, prompt_token_ids=prompt)], "reference", config,
+                 SimOptions(), profile("unit"))  # fmt: skip
+    assert (result.exit_code, result.stuck, result.finished, result.steps) == (0, {}, 1, 1500)
