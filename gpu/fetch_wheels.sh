@@ -15,17 +15,8 @@ set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WHEELS="$REPO/wheels"
 PIP=${PIP:-pip}
-PACKAGES=(
-  "flash-attn-4==4.0.0b36"
-  "nvidia-cutlass-dsl==4.8.1"
-  "nvidia-cutlass-dsl-libs-core==4.8.1"
-  "nvidia-cutlass-dsl-libs-base==4.8.1"
-  "nvidia-cutlass-dsl-libs-cu13==4.8.1"
-  "apache-tvm-ffi==0.1.15.post2"
-  "torch-c-dlpack-ext==0.1.5"
-  "quack-kernels==0.6.5"
-)
-# einops, typing_extensions and cuda-bindings are in the GPU machine's image.
+# The pinned list (gpu/fa4-requirements.txt, shared with tox -e fa4-compile), comments out.
+mapfile -t PACKAGES < <(grep -v '^\s*\(#\|$\)' "$REPO/gpu/fa4-requirements.txt")
 
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
