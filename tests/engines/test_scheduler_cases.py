@@ -283,6 +283,22 @@ def test_rejections_have_reasons(bm):
 
 
 @pytest.mark.parametrize("bm", BLOCK_MANAGERS)
+def test_draft_slots_count_in_the_rejection_and_are_capped_at_max_model_len(bm):
+    """2 drafts: "ok" needs 13 + 2 slots (4 blocks of 4), "big" 16 + 2 (5 > 4 blocks);
+    "edge" is capped: max_model_len 20 leaves 1 slot past its 19 KV tokens (5 blocks)."""
+    eng = engine(bm, num_gpu_blocks=4, max_model_len=20, num_lookahead_tokens=2)
+    eng.add_request(request("big", range(12), max_tokens=5))
+    eng.add_request(request("edge", range(15), max_tokens=5))
+    eng.add_request(request("ok", range(12), max_tokens=2))
+    out, _ = step(eng)
+    assert out.rejected_reasons == (
+        "needs 5 KV blocks for 16 tokens + 2 lookahead; the cache has 4 blocks of 4 tokens",
+        "needs 5 KV blocks for 19 tokens + 1 lookahead; the cache has 4 blocks of 4 tokens",
+    )
+    assert summary(out) == [("ok", 0, 12, (0, 1, 2, 3))]  # 12 tokens + 2 drafts: 4 blocks
+
+
+@pytest.mark.parametrize("bm", BLOCK_MANAGERS)
 def test_chunked_prefill_off(bm):
     """With chunked prefill off a prompt that does not fit the remaining budget waits."""
     eng = engine(bm, max_num_batched_tokens=12, enable_chunked_prefill=False)
