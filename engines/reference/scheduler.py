@@ -88,6 +88,7 @@ class Scheduler:
         )
         self.enable_chunked_prefill = config.enable_chunked_prefill
         self.chunk_align = chunk_align if config.enable_prefix_caching else "none"
+        _check_block_alignment(self.chunk_align, config)
         self._align = self.chunk_align != "none"
         self.policy = policy
         self.requests: dict[str, Request] = {}  # every request not finished
@@ -593,3 +594,19 @@ def _padded_tokens(request: Request, start: int, stop: int) -> np.ndarray:
     padded = np.concatenate([known, np.full(stop - start - known.size, -1, dtype=np.int64)])
     padded.flags.writeable = False
     return padded
+
+
+def _check_block_alignment(chunk_align: str, config: EngineConfig) -> None:
+    """chunk_align "block" cuts a non-final chunk down to a block boundary: with a budget or
+    a threshold under one block every long prompt's chunk would be empty, forever."""
+    if chunk_align != "block":
+        return
+    limits = [("max_num_batched_tokens", config.max_num_batched_tokens)]
+    if config.long_prefill_token_threshold:
+        limits.append(("long_prefill_token_threshold", config.long_prefill_token_threshold))
+    for name, value in limits:
+        if value < config.block_size:
+            raise ValueError(
+                f'chunk_align "block" needs {name} >= block_size ({config.block_size}), got '
+                f"{value}: a non-final chunk cut to a block boundary would be empty"
+            )

@@ -36,11 +36,27 @@ def test_registry_builds_it_and_it_implements_the_protocol(bm):
         (EngineConfig(block_manager="radix", extra={"page_size": "8"}), "page_size 8 != block"),
         (EngineConfig(extra={"policy": "lifo"}), "unknown scheduling policy 'lifo'"),
         (EngineConfig(extra={"chunk_align": "page"}), "chunk_align 'page'"),
+        (
+            EngineConfig(max_num_batched_tokens=15, extra={"chunk_align": "block"}),
+            'chunk_align "block" needs max_num_batched_tokens >= block_size \\(16\\), got 15',
+        ),
+        (
+            EngineConfig(long_prefill_token_threshold=8, extra={"chunk_align": "block"}),
+            'chunk_align "block" needs long_prefill_token_threshold >= block_size',
+        ),
     ],
 )
 def test_config_errors(config, message):
     with pytest.raises(ValueError, match=message):
         ReferenceEngine(config)
+
+
+def test_block_alignment_limits_apply_only_where_chunks_are_aligned():
+    no_caching = EngineConfig(
+        max_num_batched_tokens=15, enable_prefix_caching=False, extra={"chunk_align": "block"}
+    )
+    assert ReferenceEngine(no_caching).scheduler.chunk_align == "none"
+    ReferenceEngine(EngineConfig(max_num_batched_tokens=16, extra={"chunk_align": "block"}))
 
 
 def test_radix_page_size_equal_to_block_size_is_accepted():
