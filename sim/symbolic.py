@@ -155,7 +155,7 @@ class SymbolicExecutor:
                 f"{int(true_tokens[r])}",
                 position=int(meta.positions[r]),
             )
-        self._store(step, meta.slot_mapping, meta.positions, row_req, written, meta, reqs)
+        self._store(step, meta.slot_mapping, meta.positions, row_req, written, reqs)
         return written, true_ids
 
     def _write_drafts(self, meta: RunnerMetadata, reqs: list[_ShadowRequest]) -> None:
@@ -163,7 +163,7 @@ class SymbolicExecutor:
         positions = meta.lookahead_positions
         drafts = np.full(positions.size, hash_model.DRAFT, dtype=U64)
         slots = meta.lookahead_slot_mapping
-        self._store(meta.output.step, slots, positions, meta.lookahead_req, drafts, meta, reqs)
+        self._store(meta.output.step, slots, positions, meta.lookahead_req, drafts, reqs)
 
     def _store(
         self,
@@ -172,7 +172,6 @@ class SymbolicExecutor:
         positions: np.ndarray,
         batch: np.ndarray,
         identities: np.ndarray,
-        meta: RunnerMetadata,
         reqs: list[_ShadowRequest],
     ) -> None:
         """Write identities[w] into slots[w] for position positions[w] of request batch[w];
@@ -185,7 +184,7 @@ class SymbolicExecutor:
             self._violate(
                 "shadow-kv.write-out-of-bounds",
                 step,
-                meta.req_ids[batch[w]],
+                self.req_names[reqs[int(batch[w])].index],
                 f"{what} names slot {int(slots[w])}, outside the KV cache "
                 f"(0..{self.num_slots - 1}) or outside the block table",
                 position=int(positions[w]),
