@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -137,7 +138,9 @@ def write_schedule(path: str, outputs: Iterable[SchedulerOutput]) -> None:
 
 
 def read_schedule(path: str) -> Iterator[SchedulerOutput]:
-    with open(path, encoding="utf-8") as fh:
+    """The SchedulerOutputs of a JSONL file, or of an xz-compressed one (`.xz`)."""
+    opener = lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
         for line in fh:
             if line.strip():
                 yield output_from_json(json.loads(line))

@@ -9,7 +9,8 @@
 # 2. unpacks wheels/fa4-site.tar.xz (made by gpu/fetch_wheels.sh; carried with the tree
 #    as an ignored path) into a temporary folder and puts it on PYTHONPATH;
 # 3. runs the GPU tests (if pytest is there), then the nightly job on the small corpus
-#    (hand-built scenarios + tests/regressions bundles) on every backend, bf16 on cuda;
+#    (hand-built scenarios, tests/regressions bundles and the real-trace windows of
+#    traces/corpus/windows) on every backend, bf16 on cuda;
 #    the nightly's table is printed last and its exit code is this script's.
 set -uo pipefail
 
@@ -60,8 +61,8 @@ else
 fi
 
 cd "$REPO"
-timeout 210 "$PY" -m schedcheck.gpu.nightly --out "$OUT_DIR" --device "$DEVICE" \
-  --dtype "$DTYPE" --block-size 16 2>"$OUT_DIR/nightly_stderr.txt"
+timeout 210 "$PY" -m schedcheck.gpu.nightly "$REPO/traces/corpus/windows" --out "$OUT_DIR" \
+  --device "$DEVICE" --dtype "$DTYPE" --block-size 16 2>"$OUT_DIR/nightly_stderr.txt"
 code=$?
 [ $code -eq 124 ] && echo "nightly: timed out after 210 s"
 exit $code

@@ -4,10 +4,12 @@
         [--backends all|NAME,...] [--no-scenarios] [--no-regressions] [--block-size 16]
         [--max-bundles N]
 
-Corpus: every bundle (a directory with schedule.jsonl) under tests/regressions/ and under
-each DIR, plus the hand-built scenarios of gpu/scenarios.py (written to OUT/scenarios/).
-Windows of the real traces enter as bundles recorded beforehand (gpu/ never imports the
-simulator), e.g. `schedcheck replay TRACE --max-requests 20 --out DIR/window-0`.
+Corpus: every bundle (a directory with schedule.jsonl or schedule.jsonl.xz) under
+tests/regressions/ and under each DIR, plus the hand-built scenarios of gpu/scenarios.py
+(written to OUT/scenarios/). Windows of the real traces enter as bundles recorded
+beforehand (gpu/ never imports the simulator), e.g. traces/corpus/windows/ (which
+gpu/device_check.sh and tox -e gpu pass), or `schedcheck replay TRACE --max-requests 20
+--out DIR/window-0`.
 Each bundle runs on each backend that takes the configuration (others are `refused`,
 JUnit skipped). Expectations:
 
@@ -36,7 +38,7 @@ from schedcheck.gpu.backends import PREFERENCE, get_backend
 from schedcheck.gpu.backends.base import AttentionBackend, BackendSpec
 from schedcheck.gpu.compare import VerifyOptions, build_model, cpu_threads, verify_bundle
 from schedcheck.gpu.reports import Result, table, write_json, write_junit, write_markdown
-from schedcheck.traces.bundle import read_bundle
+from schedcheck.traces.bundle import SCHEDULE_FILES, read_bundle
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MAX_BUNDLES_DEFAULT = 200
@@ -47,7 +49,8 @@ def find_bundles(roots: Sequence[Path], limit: int) -> list[Path]:
     found: set[Path] = set()
     for root in roots:
         if root.is_dir():
-            found.update(p.parent for p in root.rglob("schedule.jsonl"))
+            for name in SCHEDULE_FILES:
+                found.update(p.parent for p in root.rglob(name))
     return sorted(found)[:limit]
 
 

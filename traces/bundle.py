@@ -4,7 +4,8 @@
       trace.jsonl        the requests (our trace schema), as replayed
       config.json        {"engine", "engine_config": {...}, "sim": {...}, "seed", "mutant",
                           "executor", "schedcheck_version"}
-      schedule.jsonl     one SchedulerOutput per line (engines/schedule_io.py)
+      schedule.jsonl     one SchedulerOutput per line (engines/schedule_io.py); a bundle
+                         kept in the repo may hold schedule.jsonl.xz instead
       outputs.json       {request_id: [output token ids]} as the run produced them
       violations.json    [{"invariant", "step", "sim_time_s", "request_id", "position",
                            "slot", "block", "expected", "found", "message", ...}]
@@ -30,12 +31,12 @@ from schedcheck.engines.schedule_io import read_schedule, write_schedule
 FILES = (
     "trace.jsonl",
     "config.json",
-    "schedule.jsonl",
     "outputs.json",
     "violations.json",
     "summary.json",
     "command.txt",
 )
+SCHEDULE_FILES = ("schedule.jsonl", "schedule.jsonl.xz")  # plain, or xz-compressed
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,15 @@ class Bundle:
         return self.path / "trace.jsonl"
 
     def schedule(self) -> Iterator[SchedulerOutput]:
-        return read_schedule(str(self.path / "schedule.jsonl"))
+        return read_schedule(str(schedule_path(self.path)))
+
+
+def schedule_path(root: Path) -> Path:
+    """The bundle's schedule file: schedule.jsonl, else schedule.jsonl.xz."""
+    for name in SCHEDULE_FILES:
+        if (root / name).is_file():
+            return root / name
+    return root / SCHEDULE_FILES[0]
 
 
 def write_bundle(
@@ -87,6 +96,8 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
     if not root.is_dir():
         raise ValueError(f"{root}: not a bundle directory")
     missing = [name for name in FILES if not (root / name).is_file()]
+    if not schedule_path(root).is_file():
+        missing.insert(2, " or ".join(SCHEDULE_FILES))
     if missing:
         raise ValueError(f"{root}: not a bundle, missing {', '.join(missing)}")
     return Bundle(

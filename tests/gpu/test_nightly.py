@@ -75,3 +75,9 @@ def test_regression_bundles_replay_without_failures(tmp_path: Path, capsys) -> N
     data = json.loads((tmp_path / "nightly.json").read_text())
     assert len(data["results"]) == len(bundles)
     assert not [r for r in data["results"] if r["verdict"] == "error"]
+
+
+def test_real_trace_windows_are_found_with_their_compressed_schedules() -> None:
+    windows = nightly.REPO_ROOT / "traces" / "corpus" / "windows"
+    found = nightly.find_bundles([windows], 1000)
+    assert [p.name for p in found] == ["mooncake_conversation_first4"]
