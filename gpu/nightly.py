@@ -1,15 +1,15 @@
 """The nightly GPU consistency job: a corpus of bundles on every available backend.
 
     python -m schedcheck.gpu.nightly [DIR ...] --out OUT [--device cuda] [--dtype bf16]
-        [--backends all|NAME,...] [--no-scenarios] [--no-regressions] [--block-size 16]
-        [--max-bundles N]
+        [--backends all|NAME,...] [--no-scenarios] [--regressions DIR | --no-regressions]
+        [--block-size 16] [--max-bundles N]
 
-Corpus: every bundle (a directory with schedule.jsonl or schedule.jsonl.xz) under
-tests/regressions/ and under each DIR, plus the hand-built scenarios of gpu/scenarios.py
-(written to OUT/scenarios/). Windows of the real traces enter as bundles recorded
-beforehand (gpu/ never imports the simulator), e.g. traces/corpus/windows/ (which
-gpu/device_check.sh and tox -e gpu pass), or `schedcheck replay TRACE --max-requests 20
---out DIR/window-0`.
+Run it from the repository root. Corpus: every bundle (a directory with schedule.jsonl or
+schedule.jsonl.xz) under --regressions (default tests/regressions/) and under each DIR,
+plus the hand-built scenarios of gpu/scenarios.py (written to OUT/scenarios/). Windows of
+the real traces enter as bundles recorded beforehand (gpu/ never imports the simulator),
+e.g. traces/corpus/windows/ (which gpu/device_check.sh and tox -e gpu pass), or
+`schedcheck replay TRACE --max-requests 20 --out DIR/window-0`.
 Each bundle runs on each backend that takes the configuration (others are `refused`,
 JUnit skipped). Expectations:
 
@@ -40,7 +40,7 @@ from schedcheck.gpu.compare import VerifyOptions, build_model, cpu_threads, veri
 from schedcheck.gpu.reports import Result, table, write_json, write_junit, write_markdown
 from schedcheck.traces.bundle import SCHEDULE_FILES, read_bundle
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REGRESSIONS_DEFAULT = Path("tests") / "regressions"  # relative to the working directory
 MAX_BUNDLES_DEFAULT = 200
 
 
@@ -137,7 +137,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", default=None, help="default: bf16 on cuda, fp32 on cpu")
     p.add_argument("--backends", default="all", help="all, or names separated by commas")
     p.add_argument("--no-scenarios", action="store_true", help="skip the hand-built corpus")
-    p.add_argument("--no-regressions", action="store_true", help="skip tests/regressions/")
+    p.add_argument(
+        "--regressions",
+        type=Path,
+        default=REGRESSIONS_DEFAULT,
+        metavar="DIR",
+        help="the regression bundles (default: tests/regressions, from the repository root)",
+    )
+    p.add_argument("--no-regressions", action="store_true", help="skip the regression bundles")
     p.add_argument("--block-size", type=int, default=16, help="block size of the scenarios")
     p.add_argument("--max-bundles", type=int, default=MAX_BUNDLES_DEFAULT)
     p.add_argument("--seed", type=int, default=0, help="model weights seed")
@@ -153,9 +160,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"nightly: {exc}", file=sys.stderr)
         return 2
+    if not args.no_regressions and not args.regressions.is_dir():
+        print(
+            f"nightly: no regression bundles at {args.regressions} (run from the repository "
+            "root, or pass --regressions DIR or --no-regressions)",
+            file=sys.stderr,
+        )
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     pinned = {} if args.no_scenarios else write_scenarios(args.out / "scenarios", args.block_size)
-    roots = [*([] if args.no_regressions else [REPO_ROOT / "tests" / "regressions"]), *args.dirs]
+    roots = [*([] if args.no_regressions else [args.regressions]), *args.dirs]
     corpus = list(pinned) + find_bundles(roots, args.max_bundles)
     opts = VerifyOptions(device=args.device, dtype=dtype, seed=args.seed)
     cpu_threads(args.device)

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from schedcheck.gpu import nightly, scenarios
 
+REPO = Path(__file__).resolve().parents[2]
+REGRESSIONS = REPO / "tests" / "regressions"
+
 
 def test_scenarios_pass_and_outputs_are_written(tmp_path: Path, capsys) -> None:
     out = tmp_path / "out"
@@ -21,8 +24,7 @@ def test_scenarios_pass_and_outputs_are_written(tmp_path: Path, capsys) -> None:
             "torch-ref,sdpa",
             "--block-size",
             "4",
-            "--max-bundles",
-            "0",
+            "--no-regressions",
         ]
     )
     printed = capsys.readouterr().out.strip().splitlines()
@@ -65,11 +67,10 @@ def test_unexpected_misalignment_fails(tmp_path: Path, capsys) -> None:
 def test_regression_bundles_replay_without_failures(tmp_path: Path, capsys) -> None:
     """Every bundle under tests/regressions replays: none errors, none that recorded no
     violation misaligns (bundles with recorded violations are informational)."""
-    bundles = nightly.find_bundles([nightly.REPO_ROOT / "tests" / "regressions"], 1000)
-    if not bundles:
-        return
+    bundles = nightly.find_bundles([REGRESSIONS], 1000)
+    assert len(bundles) == len(list(REGRESSIONS.glob("test_*.py")))  # one per mutant
     code = nightly.main(["--out", str(tmp_path), "--device", "cpu", "--backends", "torch-ref",
-                         "--no-scenarios"])  # fmt: skip
+                         "--no-scenarios", "--regressions", str(REGRESSIONS)])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 0, printed
     data = json.loads((tmp_path / "nightly.json").read_text())
@@ -78,6 +79,13 @@ def test_regression_bundles_replay_without_failures(tmp_path: Path, capsys) -> N
 
 
 def test_real_trace_windows_are_found_with_their_compressed_schedules() -> None:
-    windows = nightly.REPO_ROOT / "traces" / "corpus" / "windows"
+    windows = REPO / "traces" / "corpus" / "windows"
     found = nightly.find_bundles([windows], 1000)
     assert [p.name for p in found] == ["mooncake_conversation_first4"]
+
+
+def test_a_missing_regressions_directory_is_bad_usage(tmp_path: Path, capsys) -> None:
+    """Run elsewhere than the repository root, the job says so instead of replaying nothing."""
+    code = nightly.main(["--out", str(tmp_path), "--regressions", str(tmp_path / "nowhere")])
+    assert code == 2
+    assert "no regression bundles at" in capsys.readouterr().err
