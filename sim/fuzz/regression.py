@@ -25,7 +25,7 @@ from pathlib import Path
 from schedcheck.sim.bundles import same_violations
 from schedcheck.sim.fuzz.shrink import bundle_run, failure_kind
 from schedcheck.sim.loop import RunResult
-from schedcheck.traces.bundle import FILES, read_bundle
+from schedcheck.traces.bundle import FILES, read_bundle, schedule_path
 
 MUTANT_ENV = "SCHEDCHECK_MUTANT"
 
@@ -106,7 +106,8 @@ def write_regression(
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    for file_name in FILES:
+    schedule = schedule_path(Path(bundle))
+    for file_name in (*FILES, schedule.name):
         shutil.copyfile(Path(bundle) / file_name, target / file_name)
     (target / "command.txt").write_text(
         f"schedcheck replay --bundle tests/regressions/bundles/{name}\n", encoding="utf-8"
