@@ -40,16 +40,7 @@ def step_tensors(
     def dev(array: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.ascontiguousarray(array)).to(device)
 
-    attn = AttnBatch(
-        query_start_loc=dev(qsl),
-        seq_lens=dev(seq_lens),
-        block_table=dev(table),
-        block_table_np=table,
-        seq_lens_np=seq_lens,
-        query_start_loc_np=qsl,
-        block_size=md.block_size,
-        softmax_scale=softmax_scale,
-    )
+    attn = AttnBatch.from_host(qsl, seq_lens, table, md.block_size, softmax_scale, dev)
     rows = np.flatnonzero(plan.slot_mapping >= 0)
     return StepTensors(
         input_ids=dev(plan.input_ids),

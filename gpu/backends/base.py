@@ -15,6 +15,7 @@ key length S sees keys j <= r + S - n (its last row sees every key).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -69,6 +70,27 @@ class AttnBatch:
     query_start_loc_np: np.ndarray
     block_size: int
     softmax_scale: float
+
+    @staticmethod
+    def from_host(
+        query_start_loc: np.ndarray,
+        seq_lens: np.ndarray,
+        block_table: np.ndarray,
+        block_size: int,
+        softmax_scale: float,
+        to_device: Callable[[np.ndarray], torch.Tensor],
+    ) -> AttnBatch:
+        """The batch of these host arrays (int32), each also moved by `to_device`."""
+        return AttnBatch(
+            query_start_loc=to_device(query_start_loc),
+            seq_lens=to_device(seq_lens),
+            block_table=to_device(block_table),
+            block_table_np=block_table,
+            seq_lens_np=seq_lens,
+            query_start_loc_np=query_start_loc,
+            block_size=block_size,
+            softmax_scale=softmax_scale,
+        )
 
     @property
     def num_reqs(self) -> int:

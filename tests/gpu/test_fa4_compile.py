@@ -55,16 +55,8 @@ def _batch(table: np.ndarray, head_dim: int) -> AttnBatch:
     qsl = np.zeros(len(QUERY_LENS) + 1, dtype=np.int32)
     np.cumsum(QUERY_LENS, out=qsl[1:])
     seq_lens = np.asarray(SEQ_LENS, dtype=np.int32)
-    return AttnBatch(
-        query_start_loc=_fake_cuda(qsl),
-        seq_lens=_fake_cuda(seq_lens),
-        block_table=_fake_cuda(table),
-        block_table_np=table,
-        seq_lens_np=seq_lens,
-        query_start_loc_np=qsl,
-        block_size=BLOCK_SIZE,
-        softmax_scale=1.0 / math.sqrt(head_dim),
-    )
+    scale = 1.0 / math.sqrt(head_dim)
+    return AttnBatch.from_host(qsl, seq_lens, table, BLOCK_SIZE, scale, _fake_cuda)
 
 
 def _paged(dtype: torch.dtype, head_dim: int, table: np.ndarray = TABLE) -> torch.Tensor:
