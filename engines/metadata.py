@@ -188,19 +188,20 @@ def _lookahead(
 ) -> tuple[IntArray, IntArray, IntArray]:
     """(positions, slots, batch indices) of the draft KV each sampling request writes:
     positions [num_end_tokens, num_end_tokens + k), capped at max_model_len."""
-    cap = max_model_len if max_model_len is not None else np.iinfo(np.int64).max
-    starts = [reqs[i].num_end_tokens for i in sampling]
-    counts = [max(0, min(num_lookahead_tokens, cap - start)) for start in starts]
-    drafting = [j for j, count in enumerate(counts) if count > 0]
-    if not drafting:
+    if num_lookahead_tokens == 0:
         return _EMPTY, _EMPTY, _EMPTY
-    tables = [reqs[sampling[j]].block_table for j in drafting]
-    starts = [starts[j] for j in drafting]
-    counts = [counts[j] for j in drafting]
-    slots = gather_slots(tables, starts, counts, block_size)
-    batch = np.repeat(np.asarray([sampling[j] for j in drafting], np.int64), counts)
-    first = np.repeat(np.asarray(starts, np.int64), counts)
+    cap = max_model_len if max_model_len is not None else np.iinfo(np.int64).max
+    drafts = [(i, reqs[i].num_end_tokens) for i in sampling]
+    drafts = [(i, start) for i, start in drafts if start < cap]
+    if not drafts:
+        return _EMPTY, _EMPTY, _EMPTY
+    batch_index = [i for i, _ in drafts]
+    starts = [start for _, start in drafts]
+    counts = [min(num_lookahead_tokens, cap - start) for start in starts]
+    slots = gather_slots([reqs[i].block_table for i in batch_index], starts, counts, block_size)
+    batch = np.repeat(np.asarray(batch_index, np.int64), counts)
     row_start = np.repeat(np.cumsum([0, *counts[:-1]]), counts)
+    first = np.repeat(np.asarray(starts, np.int64), counts)
     positions = first + np.arange(batch.size, dtype=np.int64) - row_start
     return positions, slots, batch
 
