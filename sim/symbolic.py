@@ -155,7 +155,15 @@ class SymbolicExecutor:
                 f"{int(true_tokens[r])}",
                 position=int(meta.positions[r]),
             )
-        self._store(step, meta.slot_mapping, meta.positions, row_req, written, reqs)
+        self._store(
+            step,
+            meta.slot_mapping,
+            meta.positions,
+            row_req,
+            written,
+            reqs,
+            slots_of_positions=meta.slot_mapping_from_block_table,
+        )
         return written, true_ids
 
     def _write_drafts(self, meta: RunnerMetadata, reqs: list[_ShadowRequest]) -> None:
@@ -173,9 +181,12 @@ class SymbolicExecutor:
         batch: np.ndarray,
         identities: np.ndarray,
         reqs: list[_ShadowRequest],
+        slots_of_positions: bool = True,
     ) -> None:
         """Write identities[w] into slots[w] for position positions[w] of request batch[w];
-        a slot outside the cache (or -1: past the block table) is an out-of-bounds write."""
+        a slot outside the cache (or -1: past the block table) is an out-of-bounds write.
+        `slots_of_positions`: each slot is its position's slot through the request's block
+        table (False under a runner mutant that derives slots otherwise)."""
         valid = (slots >= 0) & (slots < self.num_slots)
         for w in np.flatnonzero(~valid)[:1]:
             what = "slot_mapping"
@@ -201,7 +212,7 @@ class SymbolicExecutor:
         if changed.any():
             kept = np.flatnonzero(valid)[changed]
             self._invalidate_overwritten(
-                step, slots_ok[changed], positions[kept], batch[kept], reqs
+                step, slots_ok[changed], positions[kept], batch[kept], reqs, slots_of_positions
             )
 
     def _copy_block(self, step: int, src: int, dst: int) -> None:
@@ -436,16 +447,21 @@ class SymbolicExecutor:
         positions: np.ndarray,
         row_reqs: np.ndarray,
         reqs: list[_ShadowRequest],
+        slots_of_positions: bool,
     ) -> None:
         """A write changed a slot: any live request that had verified it must re-read it.
 
         Write w was of position positions[w] of request reqs[row_reqs[w]]. The common case
-        is a request writing the stale rest of its own last, partly verified block; only a
-        block verified by some *other* live request takes the slow path, which finds the
-        requests and re-verifies them from that key.
+        is a request writing the stale rest of its own last, partly verified block (its
+        position's own slot: past every key it verified there); only a block verified by
+        some *other* live request takes the slow path, which finds the requests and
+        re-verifies them from that key. When slots are not their positions' slots (a
+        runner bug), a write into the writer's own verified block may hit a verified key:
+        slow path too.
         """
         own_blocks = np.fromiter((len(r.verified_table) for r in reqs), I64, len(reqs))
         self_verified = (positions // self.block_size) < own_blocks[row_reqs]
+        self_verified &= slots_of_positions
         if not (self.verifiers[slots // self.block_size] > self_verified).any():
             return
         for name, req in self.requests.items():  # rare path: only on overwrites of verified KV

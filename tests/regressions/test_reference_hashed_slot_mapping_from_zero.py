@@ -1,7 +1,7 @@
 """Regression: mutant slot-mapping-from-zero (reference), 1 requests (schedcheck fuzz).
 
-step 1: shadow-kv.read: request r0 position 1 slot 1 block 0: key 1 holds nothing (never
-written), expected the KV of r0 position 1
+step 1: shadow-kv.read: request r0 position 0 slot 0 block 0: key 0 holds the KV of r0 position
+1 (written at step 1), expected the KV of r0 position 0
 
 Replays the bundle (from tests/regressions/):
     schedcheck replay --bundle bundles/reference_hashed_slot_mapping_from_zero

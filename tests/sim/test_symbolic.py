@@ -247,3 +247,16 @@ def test_a_draft_written_into_a_block_another_request_reads_is_reported():
     _, v = _step(ex, 3, _sched("B", PROMPT_B, 8, 3, [3, 1, 2]))
     assert [(x.invariant, x.position) for x in v] == [("shadow-kv.read", 5)]
     assert "the draft KV (speculative decoding) of S position 5" in v[0].message
+
+
+def test_a_slot_mapping_that_overwrites_the_writers_own_verified_key_names_that_key():
+    """slot-mapping-from-zero: the decode of position 10 writes slot 12 (key 0's slot), which A
+    verified; the shadow KV re-reads key 0 and names it (the tensor replay's first wrong
+    key too), not only the never-written slot of key 10."""
+    ex = _executor()
+    _step(ex, 1, _sched("A", PROMPT_A, 0, 10, [3, 1, 6]))
+    token = int(hash_model.unchunked_outputs(PROMPT_A, 1)[0])
+    decode = ScheduledRequest("A", 10, 1, 11, 10, np.array([token]), (3, 1, 6))
+    _, v = _step(ex, 2, decode, mutant="slot-mapping-from-zero")
+    assert [(x.invariant, x.position, x.slot) for x in v] == [("shadow-kv.read", 0, 12)]
+    assert "key 0 holds the KV of A position 10" in v[0].message
