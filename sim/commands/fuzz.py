@@ -1,8 +1,11 @@
 """`schedcheck fuzz`: a campaign of generated traces and swarm configs against one engine.
 
 Stops at the first finding or when the budget is spent; prints the seed, the options and a
-reproduce command for each finding (--json: one object). `--shrink BUNDLE` instead shrinks
-a failing bundle (e.g. from `schedcheck replay` of a real trace) by delta debugging.
+reproduce command for each finding (--json: one object). With --continue-past-findings,
+campaign follows campaign until the budget is spent, each ignoring the invariants found
+before it, so one run lists every distinct kind of finding (--json: {"campaigns": [...]}).
+`--shrink BUNDLE` instead shrinks a failing bundle (e.g. from `schedcheck replay` of a real
+trace) by delta debugging.
 
 Exit codes: 0 nothing found, 1 found (bundle written), 2 bad input.
 """
@@ -10,10 +13,12 @@ Exit codes: 0 nothing found, 1 found (bundle written), 2 bad input.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +70,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="DIR",
         default=None,
         help="also write a pytest regression test here (e.g. tests/regressions)",
+    )
+    parser.add_argument(
+        "--continue-past-findings",
+        action="store_true",
+        help="after a finding, go on with its invariant ignored (a new campaign in the "
+        "budget left, bundles under OUT/campaign-N), until the budget is spent or a finding "
+        "cannot be ignored (liveness); for campaigns against real engines",
     )
     parser.add_argument(
         "--shrink",
@@ -184,25 +196,61 @@ def _run(args: argparse.Namespace) -> int:
         faults=not args.no_faults,
         ignore=tuple(args.ignore),
     )
+    if args.continue_past_findings:
+        return _continue_past_findings(args, spec)
+    report = _campaign(args, campaign_options(args, spec, args.out))
+    _print(args, report)
+    return EXIT_FOUND if report["found"] else EXIT_NOTHING
+
+
+def _campaign(args: argparse.Namespace, options: CampaignOptions) -> dict[str, Any]:
+    """One campaign, its report, and its regression test if asked for."""
     progress = _progress(args)
     try:
-        result = run_campaign(campaign_options(args, spec, args.out), progress)
+        result = run_campaign(options, progress)
     except (EngineLoadError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     finally:
         if progress is not None:
             progress.close()
-    report = campaign_report(result, reproduce_command(args))
+    report = campaign_report(result, reproduce_command(args, options.spec.ignore))
     if result.finding is not None and result.finding.get("bundle") and args.regressions:
         test = write_regression(
             result.finding["bundle"], args.regressions, result.finding["headline"]
         )
         report["regression"] = str(test)
-    _print(args, report)
-    return EXIT_FOUND if report["found"] else EXIT_NOTHING
+    return report
 
 
-def reproduce_command(args: argparse.Namespace) -> str:
+def _continue_past_findings(args: argparse.Namespace, spec: SwarmSpec) -> int:
+    """Campaigns in the budget, each ignoring the kinds of finding before it (bounded: a kind
+    is ignored once, and there are finitely many invariants)."""
+    deadline_s = time.monotonic() + args.budget_s
+    reports: list[dict[str, Any]] = []
+    while (budget_s := deadline_s - time.monotonic()) > 0:
+        out_dir = str(Path(args.out) / f"campaign-{len(reports)}")
+        options = dataclasses.replace(campaign_options(args, spec, out_dir), budget_s=budget_s)
+        report = _campaign(args, options)
+        reports.append(report)
+        if not args.json:
+            _print(args, report)
+        kind = report["kind"] or ""
+        if not report["found"] or report["interrupted"] or not IGNORABLE.fullmatch(kind):
+            break
+        assert kind not in spec.ignore, f"an ignored invariant {kind} was reported"
+        spec = dataclasses.replace(spec, ignore=(*spec.ignore, kind))
+    kinds = [r["kind"] for r in reports if r["found"]]
+    if args.json:
+        summary = {"found": bool(kinds), "kinds": kinds, "campaigns": reports}
+        json.dump(summary, sys.stdout, indent=1, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        print(f"{len(reports)} campaign(s); found: {', '.join(kinds) or 'nothing'}")
+    return EXIT_FOUND if kinds else EXIT_NOTHING
+
+
+def reproduce_command(args: argparse.Namespace, ignore: tuple[str, ...]) -> str:
+    """The campaign's command line (`ignore`: the invariants that campaign ignored)."""
     words = ["schedcheck", "fuzz", "--engine", args.engine]
     for flag, value in (("--mutant", args.mutant), ("--block-manager", args.block_manager)):
         if value:
@@ -218,7 +266,7 @@ def reproduce_command(args: argparse.Namespace) -> str:
     ]
     if args.no_faults:
         words.append("--no-faults")
-    for name in args.ignore:
+    for name in ignore:
         words += ["--ignore", name]
     return shlex.join(words)
 
