@@ -2,7 +2,7 @@
 
     python -m schedcheck.gpu.nightly [DIR ...] --out OUT [--device cuda] [--dtype bf16]
         [--backends all|NAME,...] [--no-scenarios] [--regressions DIR | --no-regressions]
-        [--block-size 16] [--max-bundles N]
+        [--block-size 16] [--max-bundles N] [--budget-s S]
 
 Run it from the repository root. Corpus: every bundle (a directory with schedule.jsonl or
 schedule.jsonl.xz) under --regressions (default tests/regressions/) and under each DIR,
@@ -17,6 +17,8 @@ JUnit skipped). Expectations:
     bundle, no recorded violations    must verify consistent (near ties allowed)
     bundle with recorded violations   informational: verdict and position agreement
 
+Bundles run in corpus order, each on every backend; past --budget-s the rest are `skipped`
+(JUnit skipped, not failures), so a short GPU lease still ends with its reports.
 Writes OUT/nightly.xml (JUnit), OUT/nightly.json, OUT/nightly.md; prints the per-backend
 table last. Exit 1 on any failure (an unexpected misalignment, or a pinned misalignment not
 found), 2 on bad usage, else 0.
@@ -148,6 +150,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--block-size", type=int, default=16, help="block size of the scenarios")
     p.add_argument("--max-bundles", type=int, default=MAX_BUNDLES_DEFAULT)
     p.add_argument("--seed", type=int, default=0, help="model weights seed")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="start no replay after S seconds; the rest are reported skipped (default: none)",
+    )
     return p.parse_args(argv)
 
 
@@ -175,11 +184,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     cpu_threads(args.device)
     model = build_model(opts)
     started = time.perf_counter()
-    results = [
-        run_one(path, backend, opts, model, pinned.get(path))
-        for backend in backends
-        for path in corpus
-    ]
+    results = []
+    for path in corpus:  # bounded: the corpus, times the backends
+        for backend in backends:
+            if args.budget_s is not None and time.perf_counter() - started > args.budget_s:
+                message = f"not started: the {args.budget_s:g} s budget was spent"
+                results.append(Result(str(path), backend.name, "skipped", "-", False, message))
+            else:
+                results.append(run_one(path, backend, opts, model, pinned.get(path)))
     meta = {
         "device": _device_name(args.device),
         "dtype": dtype,

@@ -16,12 +16,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+NOT_RUN = ("refused", "skipped")  # a backend that cannot take it; the time budget was spent
+
 
 @dataclass(frozen=True)
 class Result:
     bundle: str
     backend: str
-    verdict: str  # consistent | misaligned | near-tie | refused | error
+    verdict: str  # consistent | misaligned | near-tie | refused | error | skipped
     expected: str  # consistent | misaligned | recorded (violations, not pinned)
     failed: bool
     message: str
@@ -42,7 +44,7 @@ def write_junit(path: Path, results: Sequence[Result]) -> None:
         name="schedcheck-gpu-nightly",
         tests=str(len(results)),
         failures=str(sum(r.failed for r in results)),
-        skipped=str(sum(r.verdict == "refused" for r in results)),
+        skipped=str(sum(r.verdict in NOT_RUN for r in results)),
         time=f"{sum(r.replay_s + r.baseline_s for r in results):.3f}",
     )
     for r in results:
@@ -53,7 +55,7 @@ def write_junit(path: Path, results: Sequence[Result]) -> None:
             name=r.bundle,
             time=f"{r.replay_s + r.baseline_s:.3f}",
         )
-        if r.verdict == "refused":
+        if r.verdict in NOT_RUN:
             ET.SubElement(case, "skipped", message=r.message)
         elif r.failed:
             ET.SubElement(
@@ -70,7 +72,7 @@ def write_json(path: Path, results: Sequence[Result], meta: dict[str, Any]) -> N
 def table(results: Sequence[Result]) -> list[str]:
     """Markdown rows: per backend, bundles consistent / misaligned / near-tie and the cost."""
     lines = [
-        "| backend | bundles | consistent | misaligned | near-tie | refused/error | "
+        "| backend | bundles | consistent | misaligned | near-tie | refused/error/skipped | "
         "failures | replay / bare forward |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -79,7 +81,7 @@ def table(results: Sequence[Result]) -> list[str]:
         count = {
             v: sum(r.verdict == v for r in rows) for v in ("consistent", "misaligned", "near-tie")
         }
-        other = sum(r.verdict in ("refused", "error") for r in rows)
+        other = sum(r.verdict in (*NOT_RUN, "error") for r in rows)
         ran = [r for r in rows if r.forward_s > 0]
         replay, forward = sum(r.replay_s for r in ran), sum(r.forward_s for r in ran)
         cost = f"{replay / forward:.2f}x ({replay:.2f} s / {forward:.2f} s)" if forward else "-"

@@ -89,3 +89,17 @@ def test_a_missing_regressions_directory_is_bad_usage(tmp_path: Path, capsys) ->
     code = nightly.main(["--out", str(tmp_path), "--regressions", str(tmp_path / "nowhere")])
     assert code == 2
     assert "no regression bundles at" in capsys.readouterr().err
+
+
+def test_past_the_budget_the_rest_is_skipped_and_the_reports_still_come_out(
+    tmp_path: Path, capsys
+) -> None:
+    code = nightly.main(["--out", str(tmp_path), "--device", "cpu", "--backends", "torch-ref",
+                         "--block-size", "4", "--no-regressions", "--budget-s", "0"])  # fmt: skip
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert code == 0
+    assert printed[-1].startswith("| torch-ref | 10 | 0 | 0 | 0 | 10 | 0 | - |")
+    data = json.loads((tmp_path / "nightly.json").read_text())
+    assert {r["verdict"] for r in data["results"]} == {"skipped"}
+    suite = ET.parse(tmp_path / "nightly.xml").getroot()
+    assert (suite.get("tests"), suite.get("skipped"), suite.get("failures")) == ("10", "10", "0")
