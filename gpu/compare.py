@@ -194,7 +194,13 @@ def verify_bundle(
     executor = TensorExecutor(model, backend, block_size, num_blocks, observer=checker)
     executor.set_true_tokens(sequences)
     stats = replay_schedule(
-        schedule, executor, block_size, bundle.config.get("mutant"), opts.transform
+        schedule,
+        executor,
+        block_size,
+        bundle.config.get("mutant"),
+        opts.transform,
+        num_lookahead_tokens=int(engine_cfg.get("num_lookahead_tokens", 0)),
+        max_model_len=engine_cfg.get("max_model_len"),
     )
     return Report(
         bundle=str(path),

@@ -8,6 +8,9 @@ tables, logits_indices):
     step_tensors       ─► tensors on the device
     model.forward      ─► per layer: cache.write(k, v, slot_mapping); backend.paged(q, cache)
     logits[logits_indices] ─► greedy argmax ─► {request id: token}
+    draft writes       ─► speculative decoding: each sampling request's drafter writes
+                          draft K/V (here: its sampled row's K/V, which is not the KV of
+                          the draft positions) through lookahead_slot_mapping
 
 A slot -1 or a block id out of range never crashes: it is a `misalignment` finding in
 `executor.findings` (writes skipped, reads of the zero block); `violations` holds the last
@@ -56,6 +59,7 @@ from schedcheck.gpu.kv_cache import PagedKVCache
 from schedcheck.gpu.model import LlamaModel, ModelConfig, make_model
 from schedcheck.gpu.shadow import IdentityShadow, row_identities
 from schedcheck.gpu.step_plan import StepPlan, plan_step
+from schedcheck.invariants import hash_model
 from schedcheck.invariants.violation import Violation
 
 KV = tuple[torch.Tensor, torch.Tensor]
@@ -134,6 +138,7 @@ class TensorExecutor:
         self.num_steps += 1
         if self.observer is not None:
             self.observer.on_step(plan, tensors, written, hidden, logits, tokens, self)
+        self._write_drafts(plan, written)  # after this step's reads (and their checks)
         sampled = dict(zip(metadata.sampling_req_ids, token_list, strict=True))
         self._extend_oracle(metadata, sampled)
         return sampled
@@ -149,6 +154,25 @@ class TensorExecutor:
             self.shadow, md.req_ids, plan.row_request, md.positions, md.input_ids, self.tokens
         )
         self.shadow.write(plan.slot_mapping, ident)
+
+    def _write_drafts(self, plan: StepPlan, written: list[KV]) -> None:
+        """Draft K/V into the valid lookahead slots, in every layer: the K/V its request's
+        sampling row wrote (a stand-in for the drafter's KV, wrong for those positions, as
+        a rejected draft's is). The owner rewrites them before it reads them; anyone else
+        who reads one reads a wrong entry."""
+        keep = np.flatnonzero(plan.draft_slots >= 0)
+        if keep.size == 0:
+            return
+        md = plan.metadata
+        rows = md.query_start_loc[md.lookahead_req[keep] + 1] - 1  # each request's last row
+        slots = plan.draft_slots[keep]
+        self.shadow.write(slots, np.full(slots.size, hash_model.DRAFT, dtype=np.uint64))
+        device = self.model.device
+        rows_t = torch.as_tensor(rows, device=device)
+        slots_t = torch.as_tensor(slots, device=device)
+        with torch.inference_mode():
+            for layer, (k, v) in enumerate(written):
+                self.cache.write_rows(layer, k, v, rows_t, slots_t)
 
     def set_true_tokens(self, tokens: Mapping[str, npt.NDArray[np.int64]]) -> None:
         """Replay: the whole true sequence of every request is known up front; the

@@ -6,7 +6,8 @@ metadata mutant, as the run that recorded it did:
 
     for each SchedulerOutput (bounded by the schedule's length):
         finished_req_ids  -> executor.finish_request   (the oracle forgets them)
-        build_metadata(output, block_size, mutant) [-> transform] -> executor.execute
+        build_metadata(output, block_size, mutant, lookahead) [-> transform]
+            -> executor.execute
 
 `Recorder` is an observer that keeps what a replay produced: the logits of every sampled
 row and the K/V every row wrote, per (request, position), on the host.
@@ -42,6 +43,9 @@ def replay_schedule(
     block_size: int,
     mutant: str | None = None,
     transform: Transform | None = None,
+    *,
+    num_lookahead_tokens: int = 0,
+    max_model_len: int | None = None,
 ) -> ReplayStats:
     stats = ReplayStats()
     start = time.perf_counter()
@@ -50,7 +54,13 @@ def replay_schedule(
             executor.finish_request(rid)
         if not output.scheduled:
             continue
-        metadata = build_metadata(output, block_size, mutant)
+        metadata = build_metadata(
+            output,
+            block_size,
+            mutant,
+            num_lookahead_tokens=num_lookahead_tokens,
+            max_model_len=max_model_len,
+        )
         if transform is not None:
             metadata = transform(metadata)
         executor.execute(metadata)

@@ -10,6 +10,8 @@ arrays handed to the kernels are sanitized so nothing reads or writes out of bou
     key_table (B, W)    logical block k of request i -> block id, for every key position
                         j < seq_lens[i] (k = j // block_size, W = max cdiv(seq_len, bs));
                         -1 = missing or out of range (the kernels read a zero block there)
+    draft_slots (L,)    speculative decoding: where the drafter writes the draft KV of each
+                        lookahead position (metadata.lookahead_*); -1 = skip (invalid)
 
 Layout of keys for request i (block_size 4, seq_len 10, block_table (7, 2))::
 
@@ -44,6 +46,7 @@ class StepPlan:
     key_table: IntArray  # (B, W) -1 = read the zero block
     input_ids: IntArray  # (T,) the chunk token ids, invalid ids replaced by 0
     max_block_id: int  # largest valid block id the step touches; -1 if none
+    draft_slots: IntArray  # (L,) -1 = skip the draft write
 
     @property
     def step(self) -> int:
@@ -69,10 +72,13 @@ def plan_step(
     findings += _alignment_findings(metadata)
     slots, slot_findings = _sanitize_slots(metadata, row_request, num_blocks * bs)
     key_table, block_findings = _key_table(metadata, num_blocks)
-    valid_blocks = np.concatenate([slots[slots >= 0] // bs, key_table[key_table >= 0]])
+    draft_slots, draft_findings = _sanitize_draft_slots(metadata, num_blocks * bs)
+    valid_blocks = np.concatenate(
+        [slots[slots >= 0] // bs, key_table[key_table >= 0], draft_slots[draft_slots >= 0] // bs]
+    )
     plan = StepPlan(
         metadata=metadata,
-        findings=tuple(findings + slot_findings + block_findings),
+        findings=tuple(findings + slot_findings + block_findings + draft_findings),
         row_request=row_request,
         slot_mapping=slots,
         key_table=key_table,
@@ -80,6 +86,7 @@ def plan_step(
             (metadata.input_ids >= 0) & (metadata.input_ids < vocab_size), metadata.input_ids, 0
         ),
         max_block_id=int(valid_blocks.max()) if valid_blocks.size else -1,
+        draft_slots=draft_slots,
     )
     assert plan.slot_mapping.shape == metadata.positions.shape
     assert plan.max_block_id < num_blocks
@@ -208,6 +215,30 @@ def _sanitize_slots(
     keep = np.zeros(slots.size, dtype=bool)
     keep[slots.size - 1 - last] = True  # last occurrence of every slot value
     slots[~keep & (slots >= 0)] = -1
+    return slots, findings
+
+
+def _sanitize_draft_slots(md: RunnerMetadata, num_slots: int) -> tuple[IntArray, list[Finding]]:
+    """The drafter's lookahead slots; an invalid one (past the block table: BUGS #10) -> -1
+    with a finding at its request's first invalid draft position."""
+    slots = md.lookahead_slot_mapping.astype(np.int64, copy=True)
+    bad = (slots < 0) | (slots >= num_slots)
+    findings = []
+    for i, w in _first_rows(bad, md.lookahead_req):
+        slot = int(slots[w])
+        findings.append(
+            misalignment(
+                "slot-invalid",
+                md.output.step,
+                md.req_ids[i],
+                int(md.lookahead_positions[w]),
+                f"the drafter's slot {slot} for position {int(md.lookahead_positions[w])} is "
+                f"outside [0, {num_slots}): its draft KV write was skipped",
+                slot=slot,
+                block=slot // md.block_size if slot >= 0 else None,
+            )
+        )
+    slots[bad] = -1
     return slots, findings
 
 

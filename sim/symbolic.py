@@ -184,11 +184,14 @@ class SymbolicExecutor:
         slots_of_positions: bool = True,
     ) -> None:
         """Write identities[w] into slots[w] for position positions[w] of request batch[w];
-        a slot outside the cache (or -1: past the block table) is an out-of-bounds write.
+        a slot outside the cache (or -1: past the block table) is an out-of-bounds write,
+        reported at each request's first one.
         `slots_of_positions`: each slot is its position's slot through the request's block
         table (False under a runner mutant that derives slots otherwise)."""
         valid = (slots >= 0) & (slots < self.num_slots)
-        for w in np.flatnonzero(~valid)[:1]:
+        invalid = np.flatnonzero(~valid)
+        _, first = np.unique(batch[invalid], return_index=True)  # bounded: requests
+        for w in invalid[first]:
             what = "slot_mapping"
             if identities[w] == hash_model.DRAFT:
                 what = f"the drafter's lookahead_slot_mapping (position {int(positions[w])})"

@@ -94,3 +94,38 @@ def test_the_engine_loop_runs_live_on_the_tensor_executor() -> None:
     result = run(trace, "reference", config, options)
     assert result.finished == 2 and result.violations == []
     assert all(0 <= t < 512 for out in result.outputs.values() for t in out)
+
+
+class _Written:
+    """Observer: keeps each step's per-layer (K, V) of every row."""
+
+    def __init__(self) -> None:
+        self.written: list = []
+
+    def on_step(self, plan, tensors, written, hidden, logits, tokens, executor) -> None:
+        self.written = [(k.clone(), v.clone()) for k, v in written]
+
+
+def test_drafts_write_the_sampled_rows_kv_past_its_position_and_are_overwritten() -> None:
+    """6 prompt tokens in blocks (1, 3), 2 drafts: slots 3*4+2 and 3*4+3 (positions 6, 7)
+    get the K/V of the sampled row (position 5); the decode of position 6 then writes its
+    own K/V over the first (its drafts, positions 7 and 8, need a third block: 4)."""
+    watch = _Written()
+    ex = _executor(observer=watch)
+    ex.add_request("r", PROMPT)
+    md = build_metadata(
+        SchedulerOutput(0, (ScheduledRequest("r", 0, 6, 6, 6, PROMPT, (1, 3)),)),
+        BS,
+        num_lookahead_tokens=2,
+    )
+    token = ex.execute(md)["r"]
+    for layer, (k, v) in enumerate(watch.written):
+        keys = ex.cache.key_cache[layer].view(-1, *k.shape[1:])
+        values = ex.cache.value_cache[layer].view(-1, *v.shape[1:])
+        assert torch.equal(keys[14], k[5]) and torch.equal(keys[15], k[5])
+        assert torch.equal(values[15], v[5])
+    decode = ScheduledRequest("r", 6, 1, 7, 6, np.array([token]), (1, 3, 4))
+    ex.execute(build_metadata(SchedulerOutput(1, (decode,)), BS, num_lookahead_tokens=2))
+    k_decode = watch.written[0][0]
+    keys = ex.cache.key_cache[0].view(-1, *k_decode.shape[1:])
+    assert torch.equal(keys[14], k_decode[0]) and ex.findings == []

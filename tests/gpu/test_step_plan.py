@@ -64,3 +64,18 @@ def test_negative_slot_from_the_runner_is_a_finding() -> None:
     plan = plan_step(md, 16, TOKENS)
     assert [(f.kind, f.position, f.slot) for f in plan.findings] == [("slot-invalid", 1, -1)]
     assert plan.slot_mapping.tolist() == [8, -1, 10]
+
+
+def test_draft_slots_past_the_table_become_findings_and_skipped_writes() -> None:
+    """B samples after position 5 (end 6, block size 4): with 3 drafts, positions 6, 7 lie in
+    its block 2 and position 8 past its table; A's chunk samples nothing, so drafts nothing."""
+    a = replace(_req("A", 4, 3, (5, 6)), num_tokens=10)  # a chunk: it does not sample
+    step = SchedulerOutput(3, (a, _req("B", 5, 1, (1, 2))))
+    md = build_metadata(step, BS, num_lookahead_tokens=3)
+    plan = plan_step(md, 16, TOKENS)
+    assert plan.draft_slots.tolist() == [10, 11, -1]
+    assert [(f.kind, f.request_id, f.position, f.slot) for f in plan.findings] == [
+        ("slot-invalid", "B", 8, -1)
+    ]
+    assert plan.max_block_id == 6
+    assert _plan(_req("B", 5, 1, (1, 2))).draft_slots.size == 0  # no speculative decoding

@@ -32,11 +32,22 @@ def model():
 
 
 @pytest.mark.parametrize(
-    "mutant", [None, "slot-mapping-from-zero", "seq-len-full-prompt", "block-table-short"]
+    ("mutant", "num_lookahead_tokens"),
+    [
+        (None, 0),
+        ("slot-mapping-from-zero", 0),
+        ("seq-len-full-prompt", 0),
+        ("block-table-short", 0),
+        (None, 3),  # speculative decoding: draft KV written past every sampled token
+        ("no-lookahead-slots", 3),
+    ],
 )
-def test_first_divergence_matches_the_shadow_kv(model, mutant: str | None) -> None:
+def test_first_divergence_matches_the_shadow_kv(
+    model, mutant: str | None, num_lookahead_tokens: int
+) -> None:
     config = EngineConfig(block_size=4, num_gpu_blocks=64, max_num_batched_tokens=8,
-                          max_num_seqs=4, mutant=mutant)  # fmt: skip
+                          max_num_seqs=4, mutant=mutant,
+                          num_lookahead_tokens=num_lookahead_tokens)  # fmt: skip
     result = run(_trace(), "reference", config,
                  SimOptions(seed=0, record_schedule=True, keep_going=True))  # fmt: skip
     bundle = save_bundle(tempfile.mkdtemp(prefix="vs-symbolic-"), result)
