@@ -99,8 +99,11 @@ class Coverage:
         return sorted(self.mid_prefill)
 
 
-def never_reached(counts: Mapping[str, int]) -> list[str]:
-    return [path for path in RARE_PATHS if counts.get(path, 0) == 0]
+def never_reached(counts: Mapping[str, int], *, drafts: bool = True) -> list[str]:
+    """Rare paths with a zero count; `drafts` False: a campaign that never draws draft tokens
+    cannot reach drafts-cross-block, so it is not listed."""
+    paths = RARE_PATHS if drafts else tuple(p for p in RARE_PATHS if p != "drafts-cross-block")
+    return [path for path in paths if counts.get(path, 0) == 0]
 
 
 def merge(*counts: Mapping[str, int]) -> dict[str, int]:

@@ -190,8 +190,10 @@ class SymbolicExecutor:
         table (False under a runner mutant that derives slots otherwise)."""
         valid = (slots >= 0) & (slots < self.num_slots)
         invalid = np.flatnonzero(~valid)
-        _, first = np.unique(batch[invalid], return_index=True)  # bounded: requests
-        for w in invalid[first]:
+        if invalid.size:  # rare: each request's first out-of-bounds write
+            _, first = np.unique(batch[invalid], return_index=True)
+            invalid = invalid[first]
+        for w in invalid:
             what = "slot_mapping"
             if identities[w] == hash_model.DRAFT:
                 what = f"the drafter's lookahead_slot_mapping (position {int(positions[w])})"

@@ -140,9 +140,14 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
     )
 
 
+def draws_lookahead(spec: SwarmSpec) -> bool:
+    """Draft tokens are drawn for the reference engine only (the vLLM adapters refuse them,
+    and an engine we do not know may not allocate lookahead slots)."""
+    return spec.is_reference
+
+
 def draw_lookahead(draw: st.DrawFn, spec: SwarmSpec) -> int:
-    """Draft tokens for the reference engine (0 elsewhere: the vLLM adapters refuse them)."""
-    if not spec.is_reference or not draw(st.booleans()):
+    if not draws_lookahead(spec) or not draw(st.booleans()):
         return 0
     return pick(draw, LOOKAHEAD_TOKENS)
 

@@ -72,6 +72,7 @@ def test_nothing_found_exits_0_and_lists_paths_never_reached(tmp_path, capsys):
     )
     assert code == 0 and not out["found"] and out["examples"] >= 32
     assert "evict-cached-block" in out["never_reached"]  # the toy engine has no prefix cache
+    assert "drafts-cross-block" not in out["never_reached"]  # no drafts drawn for it
 
 
 @pytest.mark.parametrize(

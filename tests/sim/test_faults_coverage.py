@@ -82,3 +82,5 @@ def test_coverage_of_drafts_that_cross_into_a_new_block():
     cov.observe_step(SchedulerOutput(3, (_req("a", 10, 1, 11),)), live)
     assert cov.counts["drafts-cross-block"] == 1
     assert Coverage(block_size=4).num_lookahead_tokens == 0
+    assert "drafts-cross-block" in never_reached({})
+    assert "drafts-cross-block" not in never_reached({}, drafts=False)
