@@ -66,6 +66,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     trace.add_argument("--num-gpu-blocks", type=positive_int, default=4096, metavar="N")
     trace.add_argument("--max-num-batched-tokens", type=positive_int, default=512, metavar="N")
     trace.add_argument("--max-num-seqs", type=positive_int, default=64, metavar="N")
+    trace.add_argument("--block-manager", default="hashed", help="reference: hashed | radix")
+    trace.add_argument(
+        "--long-prefill-token-threshold", type=non_negative_int, default=0, metavar="N"
+    )
+    trace.add_argument(
+        "--num-lookahead-tokens",
+        type=non_negative_int,
+        default=0,
+        metavar="K",
+        help="speculative decoding: K draft tokens after every sampled token",
+    )
     parser.add_argument(
         "--out",
         default=None,
@@ -125,6 +136,9 @@ def _record_bundle(args: argparse.Namespace, trace: Path) -> Path:
         num_gpu_blocks=args.num_gpu_blocks,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs,
+        block_manager=args.block_manager,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
+        num_lookahead_tokens=args.num_lookahead_tokens,
         mutant=args.mutant,
     )
     options = SimOptions(seed=args.seed, record_schedule=True, keep_going=True)

@@ -62,7 +62,7 @@ def test_importing_gpu_and_the_cli_does_not_import_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_trace_input_runs_the_engine_loop_first(tmp_path: Path, capsys) -> None:
+def _write_trace(tmp_path: Path) -> Path:
     trace = tmp_path / "trace.jsonl"
     shared = list(range(100, 120))
     lines = [
@@ -74,6 +74,11 @@ def test_trace_input_runs_the_engine_loop_first(tmp_path: Path, capsys) -> None:
          "prompt_token_ids": list(range(300, 311))},
     ]  # fmt: skip
     trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return trace
+
+
+def test_trace_input_runs_the_engine_loop_first(tmp_path: Path, capsys) -> None:
+    trace = _write_trace(tmp_path)
     out = tmp_path / "bundle"
     code = main(["verify", str(trace), "--block-size", "4", "--max-num-batched-tokens", "8",
                  "--out", str(out), "--json"])  # fmt: skip
@@ -81,3 +86,19 @@ def test_trace_input_runs_the_engine_loop_first(tmp_path: Path, capsys) -> None:
     assert code == 0 and report["verdict"] == "consistent"
     assert (out / "schedule.jsonl").is_file() and report["steps"] > 3
     assert report["sampled"] == 3 + 4 + 2
+
+
+def test_trace_input_with_drafts_clean_and_with_no_lookahead_slots(tmp_path: Path, capsys) -> None:
+    """3 draft tokens: the clean engine replays consistent; without lookahead slots the first
+    draft past a block table is a misalignment where the shadow KV put it."""
+    trace = _write_trace(tmp_path)
+    argv = ["verify", str(trace), "--block-size", "4", "--max-num-batched-tokens", "8",
+            "--num-lookahead-tokens", "3", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "consistent"
+    assert main([*argv, "--mutant", "no-lookahead-slots"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "misaligned"
+    matched = report["violations_matched"]
+    assert matched and all(m["same_position"] for m in matched)
+    assert {m["found"]["kind"] for m in matched} == {"slot-invalid"}
