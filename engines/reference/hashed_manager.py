@@ -95,12 +95,19 @@ class HashedKVManager:
         return hit
 
     def _longest_hit(self, block_hashes: Sequence[bytes], max_num_blocks: int) -> list[int]:
-        """Block ids of the leading cached hashes; the lookups run in C (map), then cut."""
+        """Block ids of the leading cached hashes. The lookups run in C (map) over chunks
+        of doubling size, so a hit stopping early does not look up a long prompt's rest."""
         lookup = self.block_pool.cached_block_hash_to_block.get
-        found: list[int | None] = list(map(lookup, block_hashes[:max_num_blocks]))
-        if None in found:
-            del found[found.index(None) :]
-        return found  # type: ignore[return-value]  # no None left
+        found: list[int] = []
+        start, size = 0, 8
+        while start < max_num_blocks:  # bounded: start grows by size >= 8
+            chunk = list(map(lookup, block_hashes[start : min(start + size, max_num_blocks)]))
+            if None in chunk:
+                found.extend(chunk[: chunk.index(None)])
+                return found
+            found.extend(chunk)  # no None in it
+            start, size = start + size, 2 * size
+        return found
 
     # -- allocation ------------------------------------------------------------------------
 
@@ -163,7 +170,7 @@ class HashedKVManager:
         num_new_blocks = max(0, num_required_blocks - num_held_blocks - len(hit.block_ids))
         pool = self.block_pool
         queue = pool.free_block_queue
-        num_evictable_hit_blocks = sum(1 for b in hit.block_ids if b in queue)
+        num_evictable_hit_blocks = sum(map(queue.__contains__, hit.block_ids))  # in C
         if num_new_blocks + num_evictable_hit_blocks > len(queue):
             return False
 
