@@ -17,6 +17,7 @@ BUGS #4 cannot arise at all). A request's blocks are freed in reverse order.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 from schedcheck.engines.reference.block_pool import BlockPool
 from schedcheck.engines.reference.kv_manager import EMPTY_HIT, PrefixHit, cdiv
@@ -103,9 +104,9 @@ class HashedKVManager:
         while start < max_num_blocks:  # bounded: start grows by size >= 8
             chunk = list(map(lookup, block_hashes[start : min(start + size, max_num_blocks)]))
             if None in chunk:
-                found.extend(chunk[: chunk.index(None)])
+                found.extend(cast(list[int], chunk[: chunk.index(None)]))
                 return found
-            found.extend(chunk)  # no None in it
+            found.extend(cast(list[int], chunk))  # no None in it
             start, size = start + size, 2 * size
         return found
 
