@@ -192,24 +192,9 @@ def _sanitize_slots(
     md: RunnerMetadata, row_request: IntArray, num_slots: int
 ) -> tuple[IntArray, list[Finding]]:
     """Invalid slots -> -1 with a finding; of rows sharing a slot only the last writes."""
-    slots = md.slot_mapping.astype(np.int64, copy=True)
-    bad = (slots < 0) | (slots >= num_slots)
-    findings = []
-    for i, row in _first_rows(bad, row_request):
-        slot = int(slots[row])
-        count = int(bad[row_request == i].sum())
-        findings.append(
-            misalignment(
-                "slot-invalid",
-                md.output.step,
-                md.req_ids[i],
-                int(md.positions[row]),
-                f"slot {slot} is outside [0, {num_slots}); {count} write(s) skipped",
-                slot=slot,
-                block=slot // md.block_size if slot >= 0 else None,
-            )
-        )
-    slots[bad] = -1
+    slots, findings = _invalid_slots(
+        md, md.slot_mapping, row_request, md.positions, num_slots, "slot"
+    )
     reversed_slots = slots[::-1]
     _, last = np.unique(reversed_slots, return_index=True)
     keep = np.zeros(slots.size, dtype=bool)
@@ -220,20 +205,41 @@ def _sanitize_slots(
 
 def _sanitize_draft_slots(md: RunnerMetadata, num_slots: int) -> tuple[IntArray, list[Finding]]:
     """The drafter's lookahead slots; an invalid one (past the block table: BUGS #10) -> -1
-    with a finding at its request's first invalid draft position."""
-    slots = md.lookahead_slot_mapping.astype(np.int64, copy=True)
+    with a finding."""
+    return _invalid_slots(
+        md,
+        md.lookahead_slot_mapping,
+        md.lookahead_req,
+        md.lookahead_positions,
+        num_slots,
+        "the drafter's slot",
+    )
+
+
+def _invalid_slots(
+    md: RunnerMetadata,
+    slot_mapping: IntArray,
+    owner: IntArray,
+    positions: IntArray,
+    num_slots: int,
+    what: str,
+) -> tuple[IntArray, list[Finding]]:
+    """A copy of `slot_mapping` with every slot outside the cache -> -1, and a `slot-invalid`
+    finding at the first one of each request (`owner`: batch index of each write)."""
+    slots = slot_mapping.astype(np.int64, copy=True)
     bad = (slots < 0) | (slots >= num_slots)
     findings = []
-    for i, w in _first_rows(bad, md.lookahead_req):
-        slot = int(slots[w])
+    for i, w in _first_rows(bad, owner):
+        slot, position = int(slots[w]), int(positions[w])
+        count = int(bad[owner == i].sum())
         findings.append(
             misalignment(
                 "slot-invalid",
                 md.output.step,
                 md.req_ids[i],
-                int(md.lookahead_positions[w]),
-                f"the drafter's slot {slot} for position {int(md.lookahead_positions[w])} is "
-                f"outside [0, {num_slots}): its draft KV write was skipped",
+                position,
+                f"{what} {slot} for position {position} is outside [0, {num_slots}); "
+                f"{count} write(s) skipped",
                 slot=slot,
                 block=slot // md.block_size if slot >= 0 else None,
             )
