@@ -24,7 +24,7 @@ BUILTIN_ENGINES: dict[str, str] = {
 # Engines whose own config validation refuses some configs the fuzzer's swarm draws: a
 # function EngineConfig -> EngineConfig giving the nearest config the engine accepts.
 CONFIG_FITTERS: dict[str, str] = {
-    "vllm-v1": "schedcheck.engines.vllm.common:fit_config",
+    "vllm-v1": "schedcheck.engines.vllm.v1_fit:fit_config_v1",
     "vllm-v0": "schedcheck.engines.vllm.common:fit_config_v0",
 }
 

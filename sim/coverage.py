@@ -11,6 +11,14 @@ optional `num_evicted_blocks` counter on its KV snapshot), so any engine can be 
     evict-cached-block             cached blocks were evicted for new allocations
     drafts-cross-block             a sampling request's draft tokens (speculative decoding)
                                    do not fit the free slots of its last block (vllm#16370)
+
+vLLM v1 scheduler options (reached only by an engine that models them: ENGINE_PATHS):
+
+    preempt-scheduled-same-step    a request preempted by the schedule() call that had
+                                   scheduled it (priority policy; the adapter counts it)
+    async-output-placeholder       async scheduling: a chunk ran a position whose token the
+                                   engine did not know yet (the previous step's sample)
+    queue-full-rejection           refused at admission by max_num_queued_reqs / _tokens
 """
 
 from __future__ import annotations
@@ -26,7 +34,18 @@ RARE_PATHS = (
     "abort-mid-chunk",
     "evict-cached-block",
     "drafts-cross-block",
+    "preempt-scheduled-same-step",
+    "async-output-placeholder",
+    "queue-full-rejection",
 )
+# rare paths only some engines can reach (an engine -> its paths); the others never do
+ENGINE_PATHS: dict[str, tuple[str, ...]] = {
+    "vllm-v1": (
+        "preempt-scheduled-same-step",
+        "async-output-placeholder",
+        "queue-full-rejection",
+    ),
+}
 
 
 class Coverage:
@@ -95,15 +114,26 @@ class Coverage:
         if num_evicted_blocks is not None:
             self.counts["evict-cached-block"] = int(num_evicted_blocks)
 
+    def observe_engine_paths(self, counts: Mapping[str, int]) -> None:
+        """Rare paths the engine counted itself (e.g. vllm-v1's rare_path_counts())."""
+        for path, count in counts.items():
+            if path in self.counts:
+                self.counts[path] = int(count)
+
     def mid_prefill_ids(self) -> list[str]:
         return sorted(self.mid_prefill)
 
 
-def never_reached(counts: Mapping[str, int], *, drafts: bool = True) -> list[str]:
+def never_reached(
+    counts: Mapping[str, int], *, drafts: bool = True, engine: str | None = None
+) -> list[str]:
     """Rare paths with a zero count; `drafts` False: a campaign that never draws draft tokens
-    cannot reach drafts-cross-block, so it is not listed."""
+    cannot reach drafts-cross-block, so it is not listed; nor are the ENGINE_PATHS of
+    engines other than `engine`."""
     paths = RARE_PATHS if drafts else tuple(p for p in RARE_PATHS if p != "drafts-cross-block")
-    return [path for path in paths if counts.get(path, 0) == 0]
+    own = ENGINE_PATHS.get(engine or "", ())
+    others = {p for e, ps in ENGINE_PATHS.items() if e != engine for p in ps} - set(own)
+    return [path for path in paths if counts.get(path, 0) == 0 and path not in others]
 
 
 def merge(*counts: Mapping[str, int]) -> dict[str, int]:

@@ -87,7 +87,11 @@ class CampaignResult:
             self.errors.append(str(message["error"]))
 
     def never_reached(self) -> list[str]:
-        return never_reached(self.coverage, drafts=draws_lookahead(self.options.spec))
+        return never_reached(
+            self.coverage,
+            drafts=draws_lookahead(self.options.spec),
+            engine=self.options.spec.engine,
+        )
 
 
 def check_target(spec: SwarmSpec) -> None:

@@ -51,6 +51,7 @@ from schedcheck.sim.fuzz.strategies import (
     draw_features,
     pick,
 )
+from schedcheck.sim.fuzz.swarm_vllm import VLLM_FAMILIES, draw_vllm_v1_extra
 from schedcheck.traces.schema import TraceRequest
 
 BLOCK_SIZES = (4, 2, 8, 16, 1)
@@ -74,6 +75,7 @@ class SwarmSpec:
     faults: bool = True
     oversize: bool | None = None  # sometimes too few blocks for one request; None: reference
     ignore: tuple[str, ...] = ()  # invariants of known behaviours, not findings (--ignore)
+    vllm_families: tuple[str, ...] = VLLM_FAMILIES  # vllm-v1: option families drawn
 
     @property
     def is_reference(self) -> bool:
@@ -127,6 +129,8 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
         if align == "block":  # a chunk cut to a block boundary needs room for one block
             budget_tokens = max(budget_tokens, block_size)
             threshold = max(threshold, block_size) if threshold else 0
+    elif spec.engine == "vllm-v1" and spec.vllm_families:
+        extra = draw_vllm_v1_extra(draw, spec.vllm_families, block_size, blocks_max)
     return Knobs(
         block_size=block_size,
         max_num_batched_tokens=budget_tokens,
