@@ -12,7 +12,7 @@ optional `num_evicted_blocks` counter on its KV snapshot), so any engine can be 
     drafts-cross-block             a sampling request's draft tokens (speculative decoding)
                                    do not fit the free slots of its last block (vllm#16370)
 
-vLLM v1 scheduler options (reached only by an engine that models them: ENGINE_PATHS):
+vLLM v1 scheduler options (VLLM_OPTION_PATHS: only an engine with those options reaches them):
 
     preempt-scheduled-same-step    a request preempted by the schedule() call that had
                                    scheduled it (priority policy; the adapter counts it)
@@ -38,14 +38,11 @@ RARE_PATHS = (
     "async-output-placeholder",
     "queue-full-rejection",
 )
-# rare paths only some engines can reach (an engine -> its paths); the others never do
-ENGINE_PATHS: dict[str, tuple[str, ...]] = {
-    "vllm-v1": (
-        "preempt-scheduled-same-step",
-        "async-output-placeholder",
-        "queue-full-rejection",
-    ),
-}
+VLLM_OPTION_PATHS = (
+    "preempt-scheduled-same-step",
+    "async-output-placeholder",
+    "queue-full-rejection",
+)
 
 
 class Coverage:
@@ -125,15 +122,14 @@ class Coverage:
 
 
 def never_reached(
-    counts: Mapping[str, int], *, drafts: bool = True, engine: str | None = None
+    counts: Mapping[str, int], *, drafts: bool = True, vllm_options: bool = True
 ) -> list[str]:
-    """Rare paths with a zero count; `drafts` False: a campaign that never draws draft tokens
-    cannot reach drafts-cross-block, so it is not listed; nor are the ENGINE_PATHS of
-    engines other than `engine`."""
-    paths = RARE_PATHS if drafts else tuple(p for p in RARE_PATHS if p != "drafts-cross-block")
-    own = ENGINE_PATHS.get(engine or "", ())
-    others = {p for e, ps in ENGINE_PATHS.items() if e != engine for p in ps} - set(own)
-    return [path for path in paths if counts.get(path, 0) == 0 and path not in others]
+    """Rare paths with a zero count; a campaign that never draws lookahead draft tokens
+    (`drafts`) or vLLM v1's scheduler options (`vllm_options`: priority, async scheduling,
+    queue limits) cannot reach their paths, so they are not listed."""
+    skip = set() if drafts else {"drafts-cross-block"}
+    skip |= set() if vllm_options else set(VLLM_OPTION_PATHS)
+    return [path for path in RARE_PATHS if path not in skip and counts.get(path, 0) == 0]
 
 
 def merge(*counts: Mapping[str, int]) -> dict[str, int]:

@@ -12,6 +12,9 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
     num_lookahead_tokens         reference: half the examples 0 (shrinks there), else 1, 2,
                                  3 or 5 draft tokens (speculative decoding, BUGS #10)
     block_manager                reference: hashed | radix, unless fixed by the spec/mutant
+    vLLM scheduler options       vllm-v1 (sim/fuzz/swarm_vllm.py): policy, async scheduling,
+                                 max_num_scheduled_tokens, watermark, queue limits, ...,
+                                 by family, each on in half the examples (--family: all)
     chunk_align, policy          reference only (EngineConfig.extra); chunk_align "block"
                                  raises the budget and threshold to one block at least (a
                                  chunk cut to a block boundary is empty below that)
@@ -63,6 +66,8 @@ LOOKAHEAD_TOKENS = (1, 2, 3, 5)
 BLOCK_MANAGERS = ("hashed", "radix")
 CHUNK_ALIGNS = ("none", "block", "deterministic")
 POLICIES = ("fcfs", "priority")
+FAMILIES = VLLM_FAMILIES  # --family: a campaign per option family
+VLLM_OPTION_ENGINES = frozenset({"vllm-v1"})  # engines drawing vLLM v1's scheduler options
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +80,7 @@ class SwarmSpec:
     faults: bool = True
     oversize: bool | None = None  # sometimes too few blocks for one request; None: reference
     ignore: tuple[str, ...] = ()  # invariants of known behaviours, not findings (--ignore)
-    vllm_families: tuple[str, ...] = VLLM_FAMILIES  # vllm-v1: option families drawn
+    families: tuple[str, ...] = ()  # option families drawn on in every example (--family)
 
     @property
     def is_reference(self) -> bool:
@@ -129,8 +134,8 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
         if align == "block":  # a chunk cut to a block boundary needs room for one block
             budget_tokens = max(budget_tokens, block_size)
             threshold = max(threshold, block_size) if threshold else 0
-    elif spec.engine == "vllm-v1" and spec.vllm_families:
-        extra = draw_vllm_v1_extra(draw, spec.vllm_families, block_size, blocks_max)
+    elif draws_vllm_options(spec):
+        extra = draw_vllm_v1_extra(draw, spec.families, block_size, blocks_max)
     return Knobs(
         block_size=block_size,
         max_num_batched_tokens=budget_tokens,
@@ -142,6 +147,11 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
         extra=extra,
         num_lookahead_tokens=draw_lookahead(draw, spec),
     )
+
+
+def draws_vllm_options(spec: SwarmSpec) -> bool:
+    """vLLM v1's scheduler options (sim/fuzz/swarm_vllm.py) are drawn for vllm-v1."""
+    return spec.engine in VLLM_OPTION_ENGINES
 
 
 def draws_lookahead(spec: SwarmSpec) -> bool:

@@ -1,6 +1,7 @@
 """The vLLM v1 scheduler options the swarm draws for `--engine vllm-v1`, by family.
 
-Each family is drawn on or off per example (off shrinks first, to vLLM's defaults), and
+Each family is drawn on or off per example (off shrinks first, to vLLM's defaults; on in
+every example for a family named by `--family`, a campaign per family), and
 its options are written to `EngineConfig.extra` (`policy`, `async_scheduling`, and
 `vllm:<SchedulerConfig field>`, see engines/vllm/v1_options.py); `fit_config` then moves
 them to what vLLM's validation accepts (engines/vllm/v1_fit.py).
@@ -32,10 +33,11 @@ Extra = tuple[tuple[str, str], ...]
 def draw_vllm_v1_extra(
     draw: st.DrawFn, families: tuple[str, ...], block_size: int, blocks_max: int
 ) -> Extra:
-    """The drawn options of the families in `families`, as sorted EngineConfig.extra pairs."""
+    """The options of every family drawn on (those in `families` always, the others in
+    half the examples), as sorted EngineConfig.extra pairs."""
     extra: dict[str, str] = {}
     for family in VLLM_FAMILIES:  # a fixed order: the same draws for the same choices
-        if family in families and draw(st.booleans()):
+        if family in families or draw(st.booleans()):
             extra.update(_DRAWS[family](draw, block_size, blocks_max))
     return tuple(sorted(extra.items()))
 
