@@ -66,6 +66,12 @@ from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput  # isor
 from vllm.v1.request import Request, RequestStatus  # isort: skip
 
 ENGINE_NAME = "vllm-v1"
+# vLLM stamps Request.arrival_time with time.time() as each request reaches the engine, so
+# two requests never tie; the simulator adds a tick's arrivals at one simulated time. The
+# adapter keeps vLLM's order by making each stamp at least this much later than the last
+# (ties would decide the priority policy's victim and queue order by request id instead:
+# a false liveness finding of the first priority campaign, tests/vllm/test_vllm_v1_options.py)
+ARRIVAL_TIME_TICK_S = 1e-6
 
 
 class VllmV1Engine:
@@ -96,6 +102,7 @@ class VllmV1Engine:
         self._depth = 2 if is_async_scheduling(config) else 1
         self._same_step_preemptions = SameStepPreemptions(self.scheduler)
         self._num_queue_rejections = 0
+        self._last_arrival_time_s = -ARRIVAL_TIME_TICK_S
         self._pending_finished: list[FinishedRequest] = []  # aborts, rejections
         self._rejected: list[tuple[str, str]] = []  # (id, reason) for the next step
 
@@ -116,7 +123,7 @@ class VllmV1Engine:
             prompt_token_ids=prompt.tolist(),
             sampling_params=SamplingParams(max_tokens=request.max_tokens, ignore_eos=True),
             pooling_params=None,
-            arrival_time=request.arrival_time_s,
+            arrival_time=self._arrival_time(request.arrival_time_s),
             priority=request.priority,
             cache_salt=request.cache_salt,
             block_hasher=self._block_hasher,
@@ -124,6 +131,12 @@ class VllmV1Engine:
         self.scheduler.add_request(vllm_request)
         self._tokens[rid] = TokenBuffer(prompt, request.max_tokens)
         self._live[rid] = vllm_request
+
+    def _arrival_time(self, arrival_time_s: float) -> float:
+        """A stamp after every earlier one, as time.time() gives vLLM's frontend."""
+        stamp = max(arrival_time_s, self._last_arrival_time_s + ARRIVAL_TIME_TICK_S)
+        self._last_arrival_time_s = stamp
+        return stamp
 
     def abort_request(self, request_id: str) -> None:
         """vLLM's own abort path; the abort is reported by the next update_from_output."""

@@ -177,3 +177,27 @@ def test_replay_with_async_scheduling_reports_placeholders(tmp_path):
     summary_json = json.loads(done.stdout)
     assert summary_json["finished"] == 8
     assert summary_json["coverage"]["async-output-placeholder"] > 0
+
+
+def test_requests_added_at_one_simulated_time_get_increasing_arrival_times():
+    """vLLM stamps time.time(): the adapter never hands it two equal arrival times."""
+    engine = _engine({"policy": "priority"})
+    for rid in ("b", "a", "c"):
+        engine.add_request(request(rid, PROMPT, 1))
+    stamps = [engine.scheduler.requests[rid].arrival_time for rid in ("b", "a", "c")]
+    assert stamps == [0.0, 1e-6, 2e-6]
+
+
+def test_the_tied_arrivals_liveness_was_a_harness_false_positive():
+    """The first priority campaign's liveness finding: r7 and r9 arrived in one tick with
+    one priority, so max((priority, arrival_time)) picked the head of the running queue
+    as victim every time and the two preempted each other for ever. With vLLM's distinct
+    arrival stamps the newest is preempted and every request finishes."""
+    from pathlib import Path
+
+    from schedcheck.sim.bundles import rerun_bundle
+
+    bundle = Path(__file__).parent / "false_positives" / "0.33.0-v1-priority-tied-arrivals-liveness"
+    result, recorded = rerun_bundle(bundle)
+    assert recorded.summary["stuck"]  # it was recorded as a liveness failure
+    assert (result.exit_code, result.finished, result.steps) == (0, 5, 27)
