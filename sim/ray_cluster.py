@@ -7,11 +7,14 @@ return plain data and are retried by Ray when their node is lost (`max_retries`)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 TASK_RETRIES = 5  # a task lost with its node is run again this many times at most
 LOOPBACK = "127.0.0.1"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+RAY_CLUSTER_MODE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # read once, when ray is imported
 INSTALL_HINT = "Ray is not installed: pip install 'schedcheck[ray]' (or: tox -e ray)"
 
 
@@ -19,7 +22,12 @@ class RayMissing(RuntimeError):
     """`--ray` without ray installed."""
 
 
-def import_ray() -> Any:
+def import_ray(address: str | None = None) -> Any:
+    """ray, imported for `address` (None: a local Ray); RayMissing without it."""
+    if address is None or address.split(":")[0] in LOOPBACK_HOSTS:
+        # Ray rewrites 127.0.0.1 into the machine's outward address (and listens there)
+        # unless its multi-machine mode is off; a Ray of this machine keeps to loopback
+        os.environ.setdefault(RAY_CLUSTER_MODE, "0")
     try:
         import ray
     except ImportError:
@@ -29,7 +37,7 @@ def import_ray() -> Any:
 
 def connect(address: str | None) -> Any:
     """ray.init: a local Ray for None, else `auto` or HOST:PORT of a running cluster."""
-    ray = import_ray()
+    ray = import_ray(address)
     if ray.is_initialized():
         return ray
     if address is None:  # a Ray of this machine alone: it listens on the loopback address

@@ -206,7 +206,7 @@ def _run(args: argparse.Namespace) -> int:
         return _shrink(args)
     if args.ray is not None:
         try:
-            import_ray()
+            import_ray(args.ray or None)
         except RayMissing as exc:
             raise UsageError(str(exc)) from None
     for name in args.ignore:

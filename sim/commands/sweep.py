@@ -116,7 +116,7 @@ def _window(text: str) -> Window:
 def _run(args: argparse.Namespace) -> int:
     if args.ray is not None:
         try:
-            import_ray()
+            import_ray(args.ray or None)
         except RayMissing as exc:
             raise UsageError(str(exc)) from None
     if args.trace is None:
