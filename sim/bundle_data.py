@@ -9,13 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 
 BUNDLE_FILES_MAX = 64  # files in one bundle directory (a bundle has fewer than ten)
+COMMAND_FILE = "command.txt"
+HERE = b"{bundle}"
 
 
 def pack_dir(folder: Path) -> dict[str, bytes]:
     """Every file under `folder`, by its path relative to it (sorted: deterministic)."""
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     assert len(files) <= BUNDLE_FILES_MAX, f"{folder}: {len(files)} files"
-    return {str(p.relative_to(folder)): p.read_bytes() for p in files}
+    packed = {str(p.relative_to(folder)): p.read_bytes() for p in files}
+    if COMMAND_FILE in packed:
+        packed[COMMAND_FILE] = packed[COMMAND_FILE].replace(str(folder).encode(), HERE)
+    return packed
 
 
 def unpack_dir(files: dict[str, bytes], folder: Path) -> Path:
@@ -24,5 +29,7 @@ def unpack_dir(files: dict[str, bytes], folder: Path) -> Path:
         path = folder / relative
         assert folder in path.parents, f"{relative}: outside the bundle"
         path.parent.mkdir(parents=True, exist_ok=True)
+        if relative == COMMAND_FILE:
+            content = content.replace(HERE, str(folder).encode())
         path.write_bytes(content)
     return folder

@@ -54,16 +54,31 @@ def test_a_round_task_returns_what_the_local_campaign_writes(tmp_path):
     for key in ("kind", "headline", "scenario", "shrunk_requests", "round_seed"):
         assert finding[key] == local.finding[key]
     for name in ("r0-raw", "r0-shrunk"):
-        assert pack_dir(tmp_path / "driver" / name) == pack_dir(tmp_path / "local" / name)
+        assert _timeless(tmp_path / "driver" / name) == _timeless(tmp_path / "local" / name)
+
+
+def _timeless(folder: Path) -> dict[str, object]:
+    """A bundle's files, its summary without the wall time (the one thing runs differ in)."""
+    files: dict[str, object] = dict(pack_dir(folder))  # its own path packed as {bundle}
+    summary = json.loads(files.pop("summary.json"))
+    del summary["wall_time_s"]
+    return {**files, "summary.json": summary}
 
 
 def test_pack_and_unpack_a_directory(tmp_path):
     (tmp_path / "a" / "sub").mkdir(parents=True)
     (tmp_path / "a" / "x.json").write_bytes(b"{}\n")
     (tmp_path / "a" / "sub" / "y.xz").write_bytes(b"\xfd7zXZ")
+    (tmp_path / "a" / "command.txt").write_text(f"schedcheck replay --bundle {tmp_path / 'a'}\n")
     packed = pack_dir(tmp_path / "a")
-    assert packed == {"sub/y.xz": b"\xfd7zXZ", "x.json": b"{}\n"}
+    assert packed == {
+        "command.txt": b"schedcheck replay --bundle {bundle}\n",
+        "sub/y.xz": b"\xfd7zXZ",
+        "x.json": b"{}\n",
+    }
     assert pack_dir(unpack_dir(packed, tmp_path / "b")) == packed
+    command = (tmp_path / "b" / "command.txt").read_text()
+    assert command == f"schedcheck replay --bundle {tmp_path / 'b'}\n"
 
 
 def test_json_progress_counts_examples_findings_and_rounds_in_flight():
