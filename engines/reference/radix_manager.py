@@ -107,7 +107,14 @@ class RadixKVManager:
                 self._table_tuples.pop(request_id, None)
             pages.num_computed_tokens = num_computed_tokens
             return True
-        # (Re)admission: the request holds no pages yet.
+        return self._admit(request, num_new_tokens, hit, num_lookahead_tokens)
+
+    def _admit(
+        self, request: Request, num_new_tokens: int, hit: PrefixHit, num_lookahead_tokens: int
+    ) -> bool:
+        """(Re)admission, the request holds no pages yet: lock the hit's path, then take
+        pages for the rest (evicting unlocked leaves if needed)."""
+        request_id = request.request_id
         num_computed_tokens = request.num_computed_tokens + hit.num_tokens
         num_required = cdiv(
             num_computed_tokens + num_new_tokens + num_lookahead_tokens, self.block_size
