@@ -251,6 +251,7 @@ class Scheduler:
     def _schedule_running(self, token_budget: int, batch: _Batch) -> int:
         running = self.running
         allocate_slots = self.kv_manager.allocate_slots
+        scheduled, num_scheduled, num_hit_tokens = batch.lists()
         threshold = self.long_prefill_token_threshold
         inline_chunks = self._inline_steps and not self._align
         index = 0
@@ -277,9 +278,9 @@ class Scheduler:
                 )
                 if request.status is not _RUNNING:
                     return token_budget  # it preempted itself: stop (vLLM breaks here)
-            batch.requests.append(request)
-            batch.num_scheduled.append(num_new_tokens)
-            batch.num_hit_tokens.append(0)
+            scheduled.append(request)
+            num_scheduled.append(num_new_tokens)
+            num_hit_tokens.append(0)
             token_budget -= num_new_tokens
             index += 1
         return token_budget
@@ -584,6 +585,9 @@ class _Batch:
         self.num_scheduled: list[int] = []
         self.num_hit_tokens: list[int] = []
         self.preempted: list[Request] = []
+
+    def lists(self) -> tuple[list[Request], list[int], list[int]]:
+        return self.requests, self.num_scheduled, self.num_hit_tokens
 
     def remove(self, victim: Request) -> int:
         """Drop a preempted request from the batch if it is in it; returns its tokens."""
