@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 # verb -> module under schedcheck.sim.commands exposing `register(subparsers)`.
-COMMANDS: tuple[str, ...] = ("trace", "replay", "fuzz", "mutants", "verify", "diff")
+COMMANDS: tuple[str, ...] = ("trace", "replay", "fuzz", "mutants", "verify", "diff", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -310,6 +310,8 @@ def campaign_report(result: CampaignResult, command: str) -> dict[str, Any]:
             f"schedcheck replay --bundle {finding['bundle']}" if finding.get("bundle") else None
         ),
         "reproduce_campaign": command,
+        "progress": [list(p) for p in result.progress],
+        "configs": result.configs,
     }
 
 
