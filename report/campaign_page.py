@@ -18,7 +18,7 @@ SUMMARY_KEYS = ("engine", "mutant", "block_manager", "seed", "workers", "budget_
 
 
 def examples_figure(report: Mapping[str, Any]) -> go.Figure:
-    points = report.get("progress") or []
+    points = [[0.0, 0], *(report.get("progress") or [])]
     fig = go.Figure(
         go.Scatter(
             name="examples", x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers"

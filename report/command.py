@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from schedcheck.report.campaign import is_bundle, read_campaigns
 from schedcheck.report.nightly import read_nightly
@@ -60,7 +61,8 @@ def write_report(path: Path, out: Path) -> Path:
 
         nightly = read_nightly(path)
         found = [(r["bundle"], nightly.bundle_path(r["bundle"])) for r in nightly.results]
-        links = write_bundle_pages([(name, p) for name, p in found if p is not None], out)
+        verify = nightly.verify_reports()
+        links = write_bundle_pages([(n, p) for n, p in found if p is not None], out, verify)
         text = nightly_page(nightly, links)
     else:
         from schedcheck.report.campaign_page import campaign_page
@@ -73,14 +75,21 @@ def write_report(path: Path, out: Path) -> Path:
     return out
 
 
-def bundle_page(path: Path) -> str:
+def bundle_page(path: Path, verify: list[dict[str, Any]] | None = None) -> str:
+    """A bundle's finding page; `verify`: GPU verifications from elsewhere (the nightly's)."""
     from schedcheck.report.finding import build_finding
     from schedcheck.report.finding_page import finding_page
 
-    return finding_page(build_finding(path))
+    finding = build_finding(path)
+    finding.verify += verify or []
+    return finding_page(finding)
 
 
-def write_bundle_pages(bundles: Iterable[tuple[str, Path]], out: Path) -> dict[str, str]:
+def write_bundle_pages(
+    bundles: Iterable[tuple[str, Path]],
+    out: Path,
+    verify: Mapping[str, list[dict[str, Any]]] | None = None,
+) -> dict[str, str]:
     """One finding page per distinct bundle in OUT-bundles/; key -> href relative to OUT."""
     folder = out.parent / f"{out.stem}-bundles"
     links: dict[str, str] = {}
@@ -90,7 +99,8 @@ def write_bundle_pages(bundles: Iterable[tuple[str, Path]], out: Path) -> dict[s
         if resolved not in pages:
             name = f"{len(pages):03d}-{_safe(path.name)}.html"
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_text(bundle_page(path), encoding="utf-8")
+            page = bundle_page(path, (verify or {}).get(key))
+            (folder / name).write_text(page, encoding="utf-8")
             pages[resolved] = f"{folder.name}/{name}"
         links[key] = pages[resolved]
     return links

@@ -36,6 +36,14 @@ class Nightly:
             out[backend] = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
         return out
 
+    def verify_reports(self) -> dict[str, list[dict[str, Any]]]:
+        """bundle -> the verify reports of its backends (as `verify --json` writes them)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for r in self.results:
+            if isinstance(r.get("report"), dict) and "verdict" in r["report"]:
+                out.setdefault(r["bundle"], []).append({**r["report"], "file": "nightly.json"})
+        return out
+
     def bundle_path(self, name: str) -> Path | None:
         for base in (Path.cwd(), self.path, self.path.parent):
             candidate = Path(name) if Path(name).is_absolute() else base / name

@@ -127,11 +127,12 @@ def _highlight(fig: go.Figure, focus: Focus, rows: Sequence[str]) -> None:
 
 def story_figure(story: BlockStory) -> go.Figure:
     fig = go.Figure()
+    runs = state_runs(story.states)
     for state in STATES:
         xs: list[float | None] = []
-        for step, s in story.states:
+        for first, last, s in runs:
             if s == state:
-                xs += [step - 0.5, step + 0.5, None]
+                xs += [first - 0.5, last + 0.5, None]
         fig.add_trace(
             go.Scatter(
                 name=f"state: {state}", x=xs, y=["state" if x is not None else None for x in xs],
@@ -159,6 +160,17 @@ def story_figure(story: BlockStory) -> go.Figure:
     return fig
 
 
+def state_runs(states: Sequence[tuple[int, str]]) -> list[tuple[int, int, str]]:
+    """(first step, last step, state) of each run of equal states in consecutive steps."""
+    runs: list[tuple[int, int, str]] = []
+    for step, state in states:
+        if runs and runs[-1][2] == state and runs[-1][1] == step - 1:
+            runs[-1] = (runs[-1][0], step, state)
+        else:
+            runs.append((step, step, state))
+    return runs
+
+
 def story_table(story: BlockStory) -> go.Figure:
     events = story.events
     fig = go.Figure(
@@ -180,7 +192,7 @@ def story_table(story: BlockStory) -> go.Figure:
     )
     fig.update_layout(
         title=f"Events of block {story.block}",
-        height=min(900, 120 + 28 * max(len(events), 1)),
+        height=min(900, 110 + 21 * max(len(events), 1)),
         margin={"l": 10, "r": 10, "t": 40, "b": 10},
     )
     return fig
@@ -229,8 +241,10 @@ def usage_figure(usage: Usage, focus_step: int) -> go.Figure:
                        line={"color": color, "shape": "hv"}, stackgroup="blocks"),
             secondary_y=False,
         )  # fmt: skip
-    fig.add_trace(
-        go.Bar(name="prefix-hit tokens", x=steps, y=usage.column("hit_tokens"), marker={"color": "#d4a017"}),
+    hits = [(step, n) for step, n in zip(steps, usage.column("hit_tokens"), strict=True) if n]
+    fig.add_trace(  # only the steps with hits: a bar per step would be thousands of rects
+        go.Bar(name="prefix-hit tokens", x=[h[0] for h in hits], y=[h[1] for h in hits],
+               marker={"color": "#d4a017"}, width=max(1, len(steps) // 200)),
         secondary_y=True,
     )  # fmt: skip
     fig.add_vline(x=focus_step, line={"color": "#d62728", "dash": "dot"})
