@@ -7,6 +7,8 @@ live before a step, the engine was idle and the step starts at the earliest arri
 waits for its parent, so there the gap may be shorter than the run's)::
 
     step  start_s  time_us  running  waiting  sampled  hit_ratio
+
+hit_ratio: prefix-hit tokens / tokens known, summed over every (re)admission so far.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ class RunSeries:
     waiting: list[int] = field(default_factory=list)
     sampled: list[int] = field(default_factory=list)
     hit_ratio: list[float] = field(default_factory=list)
-    admitted: set[str] = field(default_factory=set)
-    num_prompt_tokens: int = 0
+    admitted: set[str] = field(default_factory=set)  # ever scheduled
+    live: set[str] = field(default_factory=set)  # holding blocks now
+    num_prompt_tokens: int = 0  # tokens known at each (re)admission, summed
     num_hit_tokens: int = 0
     clock_s: float = 0.0
 
@@ -39,14 +42,17 @@ class RunSeries:
 
     def observe(self, view: StepView) -> None:
         out = view.output
+        self.live.difference_update(view.left)
         new = [r for r in out.scheduled if r.request_id not in self.admitted]
         if not view.tables.keys() - {r.request_id for r in new} and new:  # engine was idle
             first = min(self.arrival_s.get(r.request_id, self.clock_s) for r in new)
             self.clock_s = max(self.clock_s, first)
-        for r in new:
-            self.admitted.add(r.request_id)
-            self.num_prompt_tokens += r.num_prompt_tokens
-            self.num_hit_tokens += r.num_cached_tokens
+        for r in out.scheduled:
+            if r.request_id not in self.live:  # (re)admitted: its hit counts
+                self.live.add(r.request_id)
+                self.num_prompt_tokens += r.num_tokens
+                self.num_hit_tokens += r.num_cached_tokens
+        self.admitted.update(r.request_id for r in new)
         step_s = self.cost.step_time_us(view.meta) * 1e-6
         self.start_s.append(self.clock_s)
         self.step_time_s.append(step_s)
