@@ -1,11 +1,11 @@
 """A fuzz campaign's directory, as `schedcheck fuzz --out DIR` leaves it.
 
-    DIR/campaign.json          the campaign's JSON report (fuzz --json), with "progress"
-                               [[elapsed_s, examples], ...] and "configs" {knob: {value: n}}
-    DIR/w0-r3-raw/             a bundle: the first failing example, as found
-    DIR/w0-r3-shrunk/          a bundle: the finding, shrunk (scenario.json beside)
-    DIR/w0-r1-clean-failure/   a bundle: the engine without the mutant fails too
-    DIR/campaign-N/            --continue-past-findings: one campaign directory each
+DIR/campaign.json          the campaign's JSON report (fuzz --json), with "progress"
+                           [[elapsed_s, examples], ...] and "configs" {knob: {value: n}}
+DIR/w0-r3-raw/             a bundle: the first failing example, as found
+DIR/w0-r3-shrunk/          a bundle: the finding, shrunk (scenario.json beside)
+DIR/w0-r1-clean-failure/   a bundle: the engine without the mutant fails too
+DIR/campaign-N/            --continue-past-findings: one campaign directory each
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ def read_campaign(root: Path) -> Campaign:
         try:
             report = json.loads((root / "campaign.json").read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{root / 'campaign.json'}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
+            raise ValueError(
+                f"{root / 'campaign.json'}:{exc.lineno}: not valid JSON: {exc.msg}"
+            ) from exc
     bundles = [_entry(p) for p in sorted(root.iterdir()) if is_bundle(p)]
     return Campaign(root, report, bundles)
 
@@ -58,5 +60,7 @@ def _entry(path: Path) -> CampaignBundle:
     bundle = read_bundle(path)
     role = next((r for r in ("shrunk", "raw", "clean-failure") if path.name.endswith(r)), "bundle")
     v = bundle.violations[0] if bundle.violations else {}
-    headline = f"step {v.get('step')}: {v.get('invariant')}: {v.get('message')}" if v else "no violation"
+    headline = (
+        f"step {v.get('step')}: {v.get('invariant')}: {v.get('message')}" if v else "no violation"
+    )
     return CampaignBundle(path, role, headline, int(bundle.summary.get("requests", 0)))

@@ -12,23 +12,45 @@ from plotly.subplots import make_subplots
 from schedcheck.report.campaign import Campaign
 from schedcheck.report.page import Link, Section, figure, kv_table, note, render, rows_table
 
-SUMMARY_KEYS = ("engine", "mutant", "block_manager", "seed", "workers", "budget_s",
-                "elapsed_s", "examples", "found", "kind", "time_to_detect_s",
-                "reproduce", "reproduce_campaign")  # fmt: skip
+SUMMARY_KEYS = (
+    "engine",
+    "mutant",
+    "block_manager",
+    "seed",
+    "workers",
+    "budget_s",
+    "elapsed_s",
+    "examples",
+    "found",
+    "kind",
+    "time_to_detect_s",
+    "reproduce",
+    "reproduce_campaign",
+)
 
 
 def examples_figure(report: Mapping[str, Any]) -> go.Figure:
     points = [[0.0, 0], *(report.get("progress") or [])]
     fig = go.Figure(
         go.Scatter(
-            name="examples", x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers"
+            name="examples",
+            x=[p[0] for p in points],
+            y=[p[1] for p in points],
+            mode="lines+markers",
         )
     )
     if report.get("time_to_detect_s") is not None:
-        fig.add_vline(x=report["time_to_detect_s"], line={"color": "#d62728", "dash": "dot"},
-                      annotation_text="finding")  # fmt: skip
-    fig.update_layout(title="Examples over time", height=320,
-                      xaxis_title="elapsed (s)", yaxis_title="examples (cumulative)")  # fmt: skip
+        fig.add_vline(
+            x=report["time_to_detect_s"],
+            line={"color": "#d62728", "dash": "dot"},
+            annotation_text="finding",
+        )
+    fig.update_layout(
+        title="Examples over time",
+        height=320,
+        xaxis_title="elapsed (s)",
+        yaxis_title="examples (cumulative)",
+    )
     return fig
 
 
@@ -38,13 +60,16 @@ def coverage_figure(report: Mapping[str, Any]) -> go.Figure:
     names = list(coverage)
     fig = go.Figure(
         go.Bar(
-            name="rare paths", x=names, y=[coverage[n] for n in names],
+            name="rare paths",
+            x=names,
+            y=[coverage[n] for n in names],
             marker={"color": ["#d62728" if n in never else "#2ca02c" for n in names]},
             text=["never reached" if n in never else str(coverage[n]) for n in names],
-        )  # fmt: skip
+        )
     )
-    fig.update_layout(title="Rare-path coverage (red: never reached)", height=360,
-                      yaxis_title="times reached")  # fmt: skip
+    fig.update_layout(
+        title="Rare-path coverage (red: never reached)", height=360, yaxis_title="times reached"
+    )
     return fig
 
 
@@ -57,8 +82,11 @@ def configs_figure(report: Mapping[str, Any]) -> go.Figure:
     for i, knob in enumerate(knobs):
         counts = configs[knob]
         values = sorted(counts, key=_number_first)
-        fig.add_trace(go.Bar(name=knob, x=values, y=[counts[v] for v in values], showlegend=False),
-                      row=i // cols + 1, col=i % cols + 1)  # fmt: skip
+        fig.add_trace(
+            go.Bar(name=knob, x=values, y=[counts[v] for v in values], showlegend=False),
+            row=i // cols + 1,
+            col=i % cols + 1,
+        )
         fig.update_xaxes(type="category", row=i // cols + 1, col=i % cols + 1)
     fig.update_layout(title="Swarm config distribution (examples per value)", height=240 * rows)
     return fig
@@ -76,14 +104,22 @@ def campaign_sections(campaign: Campaign, links: Mapping[str, str], index: int) 
     rows = [(k, str(report.get(k))) for k in SUMMARY_KEYS if report.get(k) is not None]
     rows.append(("directory", str(campaign.path)))
     bundles = [
-        [b.role, Link(b.path.name, links[str(b.path)]) if str(b.path) in links else b.path.name,
-         b.requests, b.headline]
+        [
+            b.role,
+            Link(b.path.name, links[str(b.path)]) if str(b.path) in links else b.path.name,
+            b.requests,
+            b.headline,
+        ]
         for b in campaign.bundles
-    ]  # fmt: skip
+    ]
     sections = [
         Section(f"Campaign {campaign.path.name}", kv_table(rows)),
-        Section("Findings", rows_table(("role", "bundle (report)", "requests", "violation"), bundles)
-                if bundles else note("No bundle in this directory: nothing found.")),  # fmt: skip
+        Section(
+            "Findings",
+            rows_table(("role", "bundle (report)", "requests", "violation"), bundles)
+            if bundles
+            else note("No bundle in this directory: nothing found."),
+        ),
     ]
     if campaign.report is None:
         sections.append(Section("Campaign record", note("No campaign.json: only the bundles.")))

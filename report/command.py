@@ -33,8 +33,9 @@ def kind_of(path: Path) -> str:
         return "bundle"
     if (path / "nightly.json").is_file():
         return "nightly"
-    if (path / "campaign.json").is_file() or any(is_bundle(p) or p.name.startswith("campaign-")
-                                                  for p in path.iterdir()):  # fmt: skip
+    if (path / "campaign.json").is_file() or any(
+        is_bundle(p) or p.name.startswith("campaign-") for p in path.iterdir()
+    ):
         return "campaign"
     raise ValueError(
         f"{path}: not a bundle, a campaign directory (bundles or campaign.json) or a nightly "

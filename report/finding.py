@@ -1,13 +1,13 @@
 """Everything a finding's page shows, as data: built from a bundle's files alone.
 
-    header      the violation in words, engine and config, reproduce command, fingerprint
-    focus       the violating step, request and block (the block the violation names; else
-                the slot's block; else the block of the offline replay's violation at that
-                step; else the request's last block)
-    timeline    timeline.py      usage   usage.py
-    story       kv_story.py      grid    block_grid.py
-    verify      `schedcheck verify BUNDLE --json` outputs saved beside the bundle
-                (verify*.json), if any
+header      the violation in words, engine and config, reproduce command, fingerprint
+focus       the violating step, request and block (the block the violation names; else
+            the slot's block; else the block of the offline replay's violation at that
+            step; else the request's last block)
+timeline    timeline.py      usage   usage.py
+story       kv_story.py      grid    block_grid.py
+verify      `schedcheck verify BUNDLE --json` outputs saved beside the bundle
+            (verify*.json), if any
 """
 
 from __future__ import annotations
@@ -102,7 +102,9 @@ def header(bundle: Bundle) -> list[tuple[str, str]]:
         rows.append(("more", f"{len(bundle.violations) - 1} more violation(s) at the same step"))
     release = cfg.get("engine_version") or cfg.get("schedcheck_version")
     rows.append(("engine", str(cfg.get("engine", "?")) + (f" {release}" if release else "")))
-    rows.append(("config", ", ".join(f"{k} {engine_cfg[k]}" for k in CONFIG_KEYS if k in engine_cfg)))
+    rows.append(
+        ("config", ", ".join(f"{k} {engine_cfg[k]}" for k in CONFIG_KEYS if k in engine_cfg))
+    )
     rows.append(("seed", str(cfg.get("seed", "?"))))
     rows.append(("reproduce", bundle.command))
     rows.append(("fingerprint", str(summary.get("fingerprint", "?"))))
@@ -160,10 +162,17 @@ def choose_focus(bundle: Bundle, first: list[Violation] | None) -> Focus:
         return Focus(step, rid, int(v["slot"]) // bs, "the block of the slot the violation names")
     for w in first or []:
         if w.step == step and w.block >= 0 and w.request_id in (rid, ""):
-            return Focus(step, w.request_id or rid, w.block, f"the block of the offline replay's {w.invariant}")
+            return Focus(
+                step,
+                w.request_id or rid,
+                w.block,
+                f"the block of the offline replay's {w.invariant}",
+            )
     table = _table_at(bundle, rid, step)
     if table:
-        return Focus(step, rid, table[-1], f"{rid}'s last block at step {step} (the violation names none)")
+        return Focus(
+            step, rid, table[-1], f"{rid}'s last block at step {step} (the violation names none)"
+        )
     return Focus(step, rid, -1, "the violation names no block and its request holds none")
 
 
@@ -187,13 +196,17 @@ def bad_read(bundle: Bundle, focus: Focus, first: list[Violation] | None) -> Bad
         slot = int(v.get("slot", -1))
         if slot >= 0 and slot // bs == focus.block:
             text = f"{v.get('request_id')} key {v.get('position')} slot {slot}: {v.get('message')}"
-            return BadRead(focus.step, str(v.get("request_id", "")), int(v.get("position", -1)), slot, text)
+            return BadRead(
+                focus.step, str(v.get("request_id", "")), int(v.get("position", -1)), slot, text
+            )
     return None
 
 
 def reproduced(bundle: Bundle, found: list[Violation]) -> bool | None:
     """Did the offline replay find the first recorded violation? None: not a shadow-KV one."""
-    if not bundle.violations or not str(bundle.violations[0].get("invariant", "")).startswith("shadow-kv."):
+    if not bundle.violations or not str(bundle.violations[0].get("invariant", "")).startswith(
+        "shadow-kv."
+    ):
         return None
     v = bundle.violations[0]
     keys = ("invariant", "step", "request_id", "position", "slot")

@@ -92,10 +92,18 @@ def _verify(reports: list[dict[str, Any]]) -> Section:
         )
         first = rep.get("first_divergence") or {}
         rows = [
-            [rid, f.get("kind"), f.get("cls"), f.get("step"), f.get("position"),
-             f.get("error"), f.get("tolerance"), f.get("message")]
+            [
+                rid,
+                f.get("kind"),
+                f.get("cls"),
+                f.get("step"),
+                f.get("position"),
+                f.get("error"),
+                f.get("tolerance"),
+                f.get("message"),
+            ]
             for rid, f in sorted(first.items())
-        ]  # fmt: skip
+        ]
         columns = ("request", "kind", "class", "step", "position", "error", "tolerance", "message")
         parts.append(rows_table(columns, rows))
     return Section("GPU verification (first divergence per request)", "".join(parts))

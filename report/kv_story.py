@@ -95,7 +95,9 @@ class BlockStory:
             if rid not in self.holders and r is not None:
                 index = r.block_table.index(self.block)
                 hit = index < r.num_cached_tokens // view.blocks.block_size
-                notes.append(f"{rid} takes it as logical block {index}{' (cache hit)' if hit else ''}")
+                notes.append(
+                    f"{rid} takes it as logical block {index}{' (cache hit)' if hit else ''}"
+                )
         notes += [f"{rid} lets it go" for rid in self.holders if rid not in holders]
         text = f"held by {', '.join(holders) or 'nobody'} (ref_cnt {ref_cnt}): " + "; ".join(notes)
         self._event(step, "owners", text, ", ".join(holders), ref_cnt, "", "")
@@ -105,7 +107,9 @@ class BlockStory:
         meta, shadow, bs = view.meta, view.shadow, view.blocks.block_size
         for src, dst in view.output.block_copies:
             if dst == self.block:
-                self._event(step, "writes", f"copy-on-write: block {src} copied here", ref_cnt=ref_cnt)
+                self._event(
+                    step, "writes", f"copy-on-write: block {src} copied here", ref_cnt=ref_cnt
+                )
         rows = np.flatnonzero(meta.slot_mapping // bs == self.block)
         for row in rows.tolist():
             rid = meta.req_ids[int(meta.row_req[row])]
@@ -153,7 +157,9 @@ def describe_block(shadow: SymbolicExecutor, block: int) -> str:
     parts = [
         f"{names[w] if w >= 0 else '?'} pos {a}" + (f"..{b}" if b > a else "") for w, a, b in runs
     ]
-    tail = f" #{int(shadow.shadow[slots[-1]]):016x}"[:10] if written.all() else (
-        f" ({int(written.sum())}/{bs} slots written)"
+    tail = (
+        f" #{int(shadow.shadow[slots[-1]]):016x}"[:10]
+        if written.all()
+        else (f" ({int(written.sum())}/{bs} slots written)")
     )
     return ", ".join(parts) + tail

@@ -59,5 +59,5 @@ def read_nightly(root: Path) -> Nightly:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-        raise ValueError(f"{path}: not a nightly output (no \"results\" list)")
+        raise ValueError(f'{path}: not a nightly output (no "results" list)')
     return Nightly(root, dict(data.get("meta") or {}), list(data["results"]))

@@ -17,7 +17,8 @@ from plotly.offline import get_plotlyjs
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; max-width: 1400px; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
-table.kv td, table.rows td, table.rows th { padding: 3px 8px; vertical-align: top; text-align: left; }
+table.kv td, table.rows td, table.rows th {
+  padding: 3px 8px; vertical-align: top; text-align: left; }
 table.kv td:first-child { font-weight: 600; white-space: nowrap; }
 table.rows { border-collapse: collapse; } table.rows td, table.rows th { border: 1px solid #ddd; }
 tr.bad td { background: #fde0e0; }
@@ -40,9 +41,7 @@ def figure(fig: go.Figure, div_id: str) -> str:
 
 
 def kv_table(rows: Sequence[tuple[str, str]]) -> str:
-    cells = "".join(
-        f"<tr><td>{html.escape(k)}</td><td>{_value(k, v)}</td></tr>" for k, v in rows
-    )
+    cells = "".join(f"<tr><td>{html.escape(k)}</td><td>{_value(k, v)}</td></tr>" for k, v in rows)
     return f'<table class="kv">{cells}</table>'
 
 

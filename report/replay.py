@@ -65,7 +65,9 @@ class ScheduleReplay:
         self.vocab_size = int(bundle.config.get("sim", {}).get("vocab_size", DEFAULT_VOCAB_SIZE))
         self.shadow = SymbolicExecutor(self.num_blocks, self.block_size, self.vocab_size)
         self.shadow.current_table = self.tables_get
-        self.trace: dict[str, TraceRequest] = {r.request_id: r for r in read_trace(bundle.trace_path)}
+        self.trace: dict[str, TraceRequest] = {
+            r.request_id: r for r in read_trace(bundle.trace_path)
+        }
         self.outputs = {k: list(v) for k, v in bundle.outputs.items()}
         self.tables: dict[str, tuple[int, ...]] = {}
         prefix_caching = bool(cfg.get("enable_prefix_caching", True))

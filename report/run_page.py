@@ -27,17 +27,24 @@ def build_run(bundle: Bundle) -> tuple[RunSeries, Usage]:
 
 def run_figure(series: RunSeries, usage: Usage) -> go.Figure:
     t = series.start_s
-    throughput = [n / s if s > 0 else 0.0 for n, s in zip(series.sampled, series.step_time_s, strict=True)]
+    throughput = [
+        n / s if s > 0 else 0.0 for n, s in zip(series.sampled, series.step_time_s, strict=True)
+    ]
     panels = (
         ("output tokens / s", [("throughput", throughput)]),
         ("requests", [("running", series.running), ("waiting", series.waiting)]),
-        ("KV blocks", [(n, usage.column(n)) for n in ("blocks_used", "blocks_cached", "blocks_free")]),
+        (
+            "KV blocks",
+            [(n, usage.column(n)) for n in ("blocks_used", "blocks_cached", "blocks_free")],
+        ),
         ("prefix-hit ratio", [("hit ratio (cumulative)", series.hit_ratio)]),
     )
     fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.04)
     for row, (title, lines) in enumerate(panels, start=1):
         for name, ys in lines:
-            fig.add_trace(go.Scatter(name=name, x=t, y=ys, mode="lines", line={"shape": "hv"}), row=row, col=1)
+            fig.add_trace(
+                go.Scatter(name=name, x=t, y=ys, mode="lines", line={"shape": "hv"}), row=row, col=1
+            )
         fig.update_yaxes(title_text=title, row=row, col=1)
     fig.update_xaxes(title_text="simulated time (s)", row=len(panels), col=1)
     fig.update_layout(height=900, title="The run over simulated time", margin={"t": 50})
@@ -47,8 +54,20 @@ def run_figure(series: RunSeries, usage: Usage) -> go.Figure:
 def run_page(bundle: Bundle, run_json: dict[str, Any] | None = None) -> str:
     series, usage = build_run(bundle)
     summary = run_json or bundle.summary
-    keys = ("engine", "block_manager", "mutant", "requests", "finished", "aborted", "rejected",
-            "steps", "sim_time_s", "wall_time_s", "fingerprint", "exit_code")  # fmt: skip
+    keys = (
+        "engine",
+        "block_manager",
+        "mutant",
+        "requests",
+        "finished",
+        "aborted",
+        "rejected",
+        "steps",
+        "sim_time_s",
+        "wall_time_s",
+        "fingerprint",
+        "exit_code",
+    )
     rows = [(k, str(summary.get(k))) for k in keys if k in summary]
     rows.append(("bundle", str(bundle.path)))
     sections = [

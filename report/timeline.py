@@ -83,9 +83,13 @@ class Timeline:
         admitted = rid not in self.last_scheduled or rid in self.preempted
         if rid in self.preempted:
             self.preempted.discard(rid)
-            self._mark("resumed", rid, step, f"resumed at num_computed_tokens {r.num_computed_tokens}")
+            self._mark(
+                "resumed", rid, step, f"resumed at num_computed_tokens {r.num_computed_tokens}"
+            )
         if admitted and r.num_cached_tokens > 0:
-            self._mark("cache hit", rid, step, f"{r.num_cached_tokens} tokens from the prefix cache")
+            self._mark(
+                "cache hit", rid, step, f"{r.num_cached_tokens} tokens from the prefix cache"
+            )
         self.last_scheduled[rid] = step
         if is_decode(r):
             first, _ = self.decode_run.get(rid, (step, step))

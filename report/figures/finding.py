@@ -1,14 +1,14 @@
 """The plotly figures of a finding's page (report/finding.py holds their data).
 
-    timeline_figure   one row per request, steps on x; a trace per kind of mark, in
-                      timeline.KINDS order, then `violation`; the violating request's row
-                      and the violating step are shaded (layout shapes named
-                      "violating request" and "violating step")
-    story_figure      the focus block's lanes (kv_story.LANES): state as segments (a trace
-                      per state, STATES order), then owners, content, writes, read
-    story_table       the same events as a table
-    grid_figure       block tables of the involved requests at the violating step
-    usage_figure      blocks used / cached / free and prefix-hit tokens per step
+timeline_figure   one row per request, steps on x; a trace per kind of mark, in
+                  timeline.KINDS order, then `violation`; the violating request's row
+                  and the violating step are shaded (layout shapes named
+                  "violating request" and "violating step")
+story_figure      the focus block's lanes (kv_story.LANES): state as segments (a trace
+                  per state, STATES order), then owners, content, writes, read
+story_table       the same events as a table
+grid_figure       block tables of the involved requests at the violating step
+usage_figure      blocks used / cached / free and prefix-hit tokens per step
 """
 
 from __future__ import annotations
@@ -84,9 +84,15 @@ def _marks_trace(kind: str, marks: Sequence[Mark]) -> go.Scatter:
             ys += [m.request_id, m.request_id, None]
             texts += [f"{m.request_id}: {m.text}"] * 2 + [None]
         return go.Scatter(
-            name=kind, x=xs, y=ys, mode="lines+markers", hovertext=texts, hoverinfo="text",
-            line={"color": color, "width": 5}, marker={"symbol": symbol, "size": size, "color": color},
-        )  # fmt: skip
+            name=kind,
+            x=xs,
+            y=ys,
+            mode="lines+markers",
+            hovertext=texts,
+            hoverinfo="text",
+            line={"color": color, "width": 5},
+            marker={"symbol": symbol, "size": size, "color": color},
+        )
     return go.Scatter(
         name=kind,
         x=[m.step for m in marks],
@@ -94,7 +100,12 @@ def _marks_trace(kind: str, marks: Sequence[Mark]) -> go.Scatter:
         mode="markers",
         hovertext=[f"{m.request_id} step {m.step}: {m.text}" for m in marks],
         hoverinfo="text",
-        marker={"symbol": symbol, "color": color, "size": size, "line": {"width": 2, "color": color}},
+        marker={
+            "symbol": symbol,
+            "color": color,
+            "size": size,
+            "line": {"width": 2, "color": color},
+        },
     )
 
 
@@ -115,14 +126,29 @@ def _highlight(fig: go.Figure, focus: Focus, rows: Sequence[str]) -> None:
     if focus.request_id in rows:
         index = list(rows).index(focus.request_id)
         fig.add_shape(
-            type="rect", name="violating request", xref="paper", x0=0, x1=1,
-            y0=index - 0.5, y1=index + 0.5, fillcolor=HIGHLIGHT, line={"width": 0}, layer="below",
-        )  # fmt: skip
+            type="rect",
+            name="violating request",
+            xref="paper",
+            x0=0,
+            x1=1,
+            y0=index - 0.5,
+            y1=index + 0.5,
+            fillcolor=HIGHLIGHT,
+            line={"width": 0},
+            layer="below",
+        )
     fig.add_shape(
-        type="rect", name="violating step", yref="paper", y0=0, y1=1,
-        x0=focus.step - 0.5, x1=focus.step + 0.5, fillcolor=HIGHLIGHT, line={"width": 0},
+        type="rect",
+        name="violating step",
+        yref="paper",
+        y0=0,
+        y1=1,
+        x0=focus.step - 0.5,
+        x1=focus.step + 0.5,
+        fillcolor=HIGHLIGHT,
+        line={"width": 0},
         layer="below",
-    )  # fmt: skip
+    )
 
 
 def story_figure(story: BlockStory) -> go.Figure:
@@ -135,19 +161,27 @@ def story_figure(story: BlockStory) -> go.Figure:
                 xs += [first - 0.5, last + 0.5, None]
         fig.add_trace(
             go.Scatter(
-                name=f"state: {state}", x=xs, y=["state" if x is not None else None for x in xs],
-                mode="lines", line={"color": STATE_COLORS[state], "width": 14}, hoverinfo="name",
-            )  # fmt: skip
+                name=f"state: {state}",
+                x=xs,
+                y=["state" if x is not None else None for x in xs],
+                mode="lines",
+                line={"color": STATE_COLORS[state], "width": 14},
+                hoverinfo="name",
+            )
         )
     for lane in LANES[::-1][1:]:  # owners, content, writes, read
         events = [e for e in story.events if e.lane == lane]
         symbol, color = LANE_STYLE[lane]
         fig.add_trace(
             go.Scatter(
-                name=lane, x=[e.step for e in events], y=[lane] * len(events), mode="markers",
-                hovertext=[f"step {e.step}: {e.text}" for e in events], hoverinfo="text",
+                name=lane,
+                x=[e.step for e in events],
+                y=[lane] * len(events),
+                mode="markers",
+                hovertext=[f"step {e.step}: {e.text}" for e in events],
+                hoverinfo="text",
                 marker={"symbol": symbol, "color": color, "size": 16 if lane == "read" else 11},
-            )  # fmt: skip
+            )
         )
     last = story.states[-1][0] if story.states else story.last_step
     fig.update_layout(
@@ -208,22 +242,36 @@ def grid_figure(grid: Grid) -> go.Figure:
     scale = [[(k + j) / n, c] for k, c in enumerate(colors) for j in (0, 1)]  # discrete bands
     fig = go.Figure(
         go.Heatmap(
-            z=z, x=columns, y=list(grid.request_ids), text=text, texttemplate="%{text}",
+            z=z,
+            x=columns,
+            y=list(grid.request_ids),
+            text=text,
+            texttemplate="%{text}",
             customdata=[[c or "-" for c in row] for row in grid.categories],
-            hovertemplate="%{y} logical block %{x}: physical block %{text} (%{customdata})<extra></extra>",
-            zmin=-0.5, zmax=len(colors) - 0.5, colorscale=scale, xgap=2, ygap=2,
+            hovertemplate="%{y} logical block %{x}: physical block %{text} (%{customdata})"
+            "<extra></extra>",
+            zmin=-0.5,
+            zmax=len(colors) - 0.5,
+            colorscale=scale,
+            xgap=2,
+            ygap=2,
             colorbar={"tickvals": list(range(len(CATEGORIES))), "ticktext": list(CATEGORIES)},
-        )  # fmt: skip
+        )
     )
     for r, row in enumerate(grid.blocks):
         for c, block in enumerate(row):
             if block == grid.block:
                 fig.add_shape(
-                    type="rect", name="focus block", x0=c - 0.5, x1=c + 0.5, y0=r - 0.5,
-                    y1=r + 0.5, line={"color": "#d62728", "width": 3},
-                )  # fmt: skip
+                    type="rect",
+                    name="focus block",
+                    x0=c - 0.5,
+                    x1=c + 0.5,
+                    y0=r - 0.5,
+                    y1=r + 0.5,
+                    line={"color": "#d62728", "width": 3},
+                )
     fig.update_layout(
-        title=f"Block tables at step {grid.step} (logical -> physical; block {grid.block} outlined)",
+        title=f"Block tables at step {grid.step} (logical -> physical; {grid.block} outlined)",
         height=160 + 40 * len(grid.request_ids),
         xaxis={"title": "logical block", "type": "category"},
         yaxis={"type": "category", "autorange": "reversed"},
@@ -235,18 +283,33 @@ def grid_figure(grid: Grid) -> go.Figure:
 def usage_figure(usage: Usage, focus_step: int) -> go.Figure:
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     steps = usage.column("step")
-    for name, color in (("blocks_used", "#1f77b4"), ("blocks_cached", "#2ca02c"), ("blocks_free", "#aaaaaa")):
+    for name, color in (
+        ("blocks_used", "#1f77b4"),
+        ("blocks_cached", "#2ca02c"),
+        ("blocks_free", "#aaaaaa"),
+    ):
         fig.add_trace(
-            go.Scatter(name=name, x=steps, y=usage.column(name), mode="lines",
-                       line={"color": color, "shape": "hv"}, stackgroup="blocks"),
+            go.Scatter(
+                name=name,
+                x=steps,
+                y=usage.column(name),
+                mode="lines",
+                line={"color": color, "shape": "hv"},
+                stackgroup="blocks",
+            ),
             secondary_y=False,
-        )  # fmt: skip
+        )
     hits = [(step, n) for step, n in zip(steps, usage.column("hit_tokens"), strict=True) if n]
     fig.add_trace(  # only the steps with hits: a bar per step would be thousands of rects
-        go.Bar(name="prefix-hit tokens", x=[h[0] for h in hits], y=[h[1] for h in hits],
-               marker={"color": "#d4a017"}, width=max(1, len(steps) // 200)),
+        go.Bar(
+            name="prefix-hit tokens",
+            x=[h[0] for h in hits],
+            y=[h[1] for h in hits],
+            marker={"color": "#d4a017"},
+            width=max(1, len(steps) // 200),
+        ),
         secondary_y=True,
-    )  # fmt: skip
+    )
     fig.add_vline(x=focus_step, line={"color": "#d62728", "dash": "dot"})
     fig.update_layout(title="KV-cache usage over steps", height=360, margin={"t": 50, "b": 40})
     fig.update_xaxes(title_text="step")

@@ -31,11 +31,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
         epilog="Exit codes: 0 written, 2 bad input. Needs the `report` extra (plotly).",
     )
-    parser.add_argument("input", metavar="INPUT", help="BUNDLE | RUN_JSON | CAMPAIGN_DIR | NIGHTLY_DIR")
     parser.add_argument(
-        "-o", "--out", metavar="OUT.html", default=None,
+        "input", metavar="INPUT", help="BUNDLE | RUN_JSON | CAMPAIGN_DIR | NIGHTLY_DIR"
+    )
+    parser.add_argument(
+        "-o",
+        "--out",
+        metavar="OUT.html",
+        default=None,
         help="where to write the page (default: INPUT/report.html, or RUN_JSON with .html)",
-    )  # fmt: skip
+    )
     parser.add_argument("--open", action="store_true", help="open the page in a browser")
     add_json_flag(parser)
     parser.set_defaults(run=run_guarded(_run))
@@ -47,8 +52,10 @@ def _run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name != "plotly" and not str(exc.name).startswith("plotly."):
             raise
-        print("schedcheck: error: report needs plotly: pip install 'schedcheck[report]'",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "schedcheck: error: report needs plotly: pip install 'schedcheck[report]'",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     source = Path(args.input)
     out = Path(args.out) if args.out else default_out(source)

@@ -34,9 +34,9 @@ def test_focus_and_offline_replay_find_the_recorded_read():
     finding = build_finding(STALE)
     assert finding.focus == Focus(6, "r1", 1, "the block the violation names")
     assert finding.reproduced is True
-    assert [(v.invariant, v.step, v.request_id, v.position, v.slot) for v in finding.replay_violations] == [
-        ("shadow-kv.read", 6, "r1", 0, 1)
-    ]
+    assert [
+        (v.invariant, v.step, v.request_id, v.position, v.slot) for v in finding.replay_violations
+    ] == [("shadow-kv.read", 6, "r1", 0, 1)]
     assert finding.request_ids == ["r0", "r1"] and finding.num_steps == 7
 
 
@@ -54,7 +54,10 @@ def test_timeline_marks_exactly():
         ("resumed", "r1", 6, -1),
     ]
     assert marks[6] == Mark(
-        "prefill", "r1", 6, "prefill tokens [1, 4) of 4, 1 cached; block_table (4 blocks) [1, 3, 5, 4]"
+        "prefill",
+        "r1",
+        6,
+        "prefill tokens [1, 4) of 4, 1 cached; block_table (4 blocks) [1, 3, 5, 4]",
     )
 
 
@@ -86,7 +89,12 @@ def test_kv_story_of_the_block_exactly():
         (5, "writes", "r0 writes position 5 into slot 1", 1),
         (5, "content", "r0 pos 5 #0693135c", 1),
         (5, "state", "in use (evicted: its cached content overwritten)", 1),
-        (6, "owners", "held by r1 (ref_cnt 1): r1 takes it as logical block 0 (cache hit); r0 lets it go", 1),
+        (
+            6,
+            "owners",
+            "held by r1 (ref_cnt 1): r1 takes it as logical block 0 (cache hit); r0 lets it go",
+            1,
+        ),
         (
             6,
             "read",
@@ -96,9 +104,14 @@ def test_kv_story_of_the_block_exactly():
         ),
     ]
     assert story.states == [
-        (0, "in use"), (1, "in use"), (2, "in use"), (3, "cached"), (4, "cached"),
-        (5, "in use"), (6, "in use"),
-    ]  # fmt: skip
+        (0, "in use"),
+        (1, "in use"),
+        (2, "in use"),
+        (3, "cached"),
+        (4, "cached"),
+        (5, "in use"),
+        (6, "in use"),
+    ]
 
 
 def test_block_grid_at_the_violating_step():
@@ -122,7 +135,9 @@ def test_header_names_violation_engine_reproduce_and_fingerprint():
     assert header["reproduce"] == (
         "schedcheck replay --bundle tests/regressions/bundles/reference_hashed_stale_cache_hit"
     )
-    assert header["fingerprint"] == "b84e6306aec85f40dfb3f589e1cf75a0d824b20dfd62a5048afa9b4fcf61bd4e"
+    assert (
+        header["fingerprint"] == "b84e6306aec85f40dfb3f589e1cf75a0d824b20dfd62a5048afa9b4fcf61bd4e"
+    )
 
 
 def test_every_repository_bundle_builds_and_every_shadow_read_replays():

@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("plotly", reason="the `report` extra (plotly) is not installed")
 
-from schedcheck.gpu.reports import Result, write_json  # noqa: E402
-from schedcheck.report.figures.finding import story_figure, timeline_figure  # noqa: E402
-from schedcheck.report.finding import build_finding  # noqa: E402
-from schedcheck.sim.cli import main  # noqa: E402
+from schedcheck.gpu.reports import Result, write_json
+from schedcheck.report.figures.finding import story_figure, timeline_figure
+from schedcheck.report.finding import build_finding
+from schedcheck.sim.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 REGRESSIONS = ROOT / "tests" / "regressions" / "bundles"
@@ -46,16 +46,31 @@ def test_timeline_and_story_traces_and_the_highlight():
     finding = build_finding(STALE)
     timeline = timeline_figure(finding)
     names = [t.name for t in timeline.data]
-    assert names == ["prefill", "decode", "cache hit", "preempted", "resumed", "aborted",
-                     "finished", "violation"]  # fmt: skip
+    assert names == [
+        "prefill",
+        "decode",
+        "cache hit",
+        "preempted",
+        "resumed",
+        "aborted",
+        "finished",
+        "violation",
+    ]
     assert list(timeline.data[-1].y) == ["r1"] and list(timeline.data[-1].x) == [6]
     shapes = {s.name: s for s in timeline.layout.shapes}
     assert (shapes["violating request"].y0, shapes["violating request"].y1) == (0.5, 1.5)
     assert (shapes["violating step"].x0, shapes["violating step"].x1) == (5.5, 6.5)
     assert list(timeline.layout.yaxis.ticktext) == ["r0", "<b>▶ r1</b>"]
     story = story_figure(finding.story)
-    assert [t.name for t in story.data] == ["state: in use", "state: cached", "state: free",
-                                            "owners", "content", "writes", "read"]  # fmt: skip
+    assert [t.name for t in story.data] == [
+        "state: in use",
+        "state: cached",
+        "state: free",
+        "owners",
+        "content",
+        "writes",
+        "read",
+    ]
     assert list(story.data[1].x) == [2.5, 4.5, None]  # cached over steps 3..4
     assert list(story.data[-1].x) == [6]
 
@@ -72,14 +87,27 @@ def test_a_run_page_from_replay_json(tmp_path, capsys):
 
 def test_a_campaign_directory_links_its_findings(tmp_path, capsys):
     camp = tmp_path / "camp"
-    args = ["fuzz", "--mutant", "stale-cache-hit", "--budget-s", "60", "--seed", "1",
-            "--no-db", "--out", str(camp), "--json"]  # fmt: skip
+    args = [
+        "fuzz",
+        "--mutant",
+        "stale-cache-hit",
+        "--budget-s",
+        "60",
+        "--seed",
+        "1",
+        "--no-db",
+        "--out",
+        str(camp),
+        "--json",
+    ]
     assert main(args) == 1
     record = json.loads(capsys.readouterr().out)
     assert record["report"] == str(Path(record["bundle"]) / "report.html")  # beside the bundle
     _self_contained(Path(record["report"]))
     saved = json.loads((camp / "campaign.json").read_text())
-    assert saved["examples"] == record["examples"] and saved["progress"][-1][1] == record["examples"]
+    assert (
+        saved["examples"] == record["examples"] and saved["progress"][-1][1] == record["examples"]
+    )
     assert sum(saved["configs"]["block_size"].values()) == record["examples"]
     out = tmp_path / "site" / "campaign.html"
     assert main(["report", str(camp), "-o", str(out)]) == 0
@@ -87,8 +115,10 @@ def test_a_campaign_directory_links_its_findings(tmp_path, capsys):
     for div in ("examples-0", "coverage-0", "configs-0"):
         assert f'id="{div}"' in text
     pages = sorted(p.name for p in (tmp_path / "site" / "campaign-bundles").iterdir())
-    assert pages == [f"000-{Path(record['bundle']).name.replace('shrunk', 'raw')}.html",
-                     f"001-{Path(record['bundle']).name}.html"]  # fmt: skip
+    assert pages == [
+        f"000-{Path(record['bundle']).name.replace('shrunk', 'raw')}.html",
+        f"001-{Path(record['bundle']).name}.html",
+    ]
     assert f'href="campaign-bundles/{pages[1]}"' in text
 
 
@@ -98,11 +128,24 @@ def test_a_nightly_output_links_each_bundle_with_its_verdict(tmp_path, monkeypat
     nightly.mkdir()
     verified = {"verdict": "misaligned", "backend": "torch-ref", "first_divergence": {}}
     results = [
-        Result(str(STALE.relative_to(ROOT)), "torch-ref", "misaligned", "recorded", False, "m",
-               1.0, 0.5, 0.1, 10, verified),
+        Result(
+            str(STALE.relative_to(ROOT)),
+            "torch-ref",
+            "misaligned",
+            "recorded",
+            False,
+            "m",
+            1.0,
+            0.5,
+            0.1,
+            10,
+            verified,
+        ),
         Result(str(STALE.relative_to(ROOT)), "sdpa", "refused", "-", False, "no"),
-        Result(str(BUNDLES[0].relative_to(ROOT)), "torch-ref", "consistent", "consistent", False, "ok"),
-    ]  # fmt: skip
+        Result(
+            str(BUNDLES[0].relative_to(ROOT)), "torch-ref", "consistent", "consistent", False, "ok"
+        ),
+    ]
     write_json(nightly / "nightly.json", results, {"device": "cpu", "bundles": 2})
     assert main(["report", str(nightly)]) == 0
     text = _self_contained(nightly / "report.html")
