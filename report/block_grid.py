@@ -5,7 +5,7 @@ that wrote its slots; columns: logical block index; a cell: the physical block i
 the request came to hold it::
 
     logical      0        1        2
-    r1           3 hit    5 hit    4 fresh      hit: within its prefix-cache hit
+    r1           3 hit    5 hit    4 fresh      hit: within its prefix-cache hit (or partly)
     r0           0        3 shared              fresh: entered its table this step
                                                 shared: another live request holds it too
 At most WIDTH_MAX columns: long tables are cut to a window around the focus block.
@@ -40,7 +40,7 @@ class BlockGrid:
     block: int
     focus_request: str
     grid: Grid | None = None
-    hit_blocks: dict[str, int] = field(default_factory=dict)  # request -> cached blocks
+    hit_blocks: dict[str, int] = field(default_factory=dict)  # request -> blocks hit
     previous: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def observe(self, view: StepView) -> None:
@@ -50,7 +50,7 @@ class BlockGrid:
             self.previous.pop(rid, None)
         for r in out.scheduled:
             if r.request_id not in self.hit_blocks:
-                self.hit_blocks[r.request_id] = r.num_cached_tokens // bs
+                self.hit_blocks[r.request_id] = -(-r.num_cached_tokens // bs)  # partial too
         if out.step == self.step:
             self.grid = self._build(view)
         for r in out.scheduled:

@@ -58,6 +58,7 @@ class Finding:
     marks: list[Mark]
     request_ids: list[str]
     num_steps: int
+    step_range: tuple[int, int]  # first and last recorded step
     usage: Usage
     story: BlockStory | None
     grid: Grid | None
@@ -86,6 +87,7 @@ def build_finding(path: str | Path) -> Finding:
         marks=timeline.finish(),
         request_ids=timeline.request_ids,
         num_steps=timeline.num_steps,
+        step_range=(timeline.first_step, timeline.last_step),
         usage=usage,
         story=story,
         grid=grid.grid if grid else None,

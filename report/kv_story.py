@@ -57,7 +57,7 @@ class BlockStory:
     events: list[StoryEvent] = field(default_factory=list)
     states: list[tuple[int, str]] = field(default_factory=list)  # (step, state) every step
     holders: tuple[str, ...] = ()
-    content: str = ""
+    content: str = "empty"
     state: str = "free"
 
     def observe(self, view: StepView) -> None:
@@ -69,7 +69,7 @@ class BlockStory:
         self._writes(view, step, ref_cnt)
         content = describe_block(view.shadow, self.block)
         state = view.blocks.state_of(self.block)
-        evicted = self.state == "cached" and content != self.content and self.content != ""
+        evicted = self.state == "cached" and content != self.content
         if content != self.content:
             self._event(step, "content", content, ref_cnt=ref_cnt, state=state, content=content)
         if state != self.state or evicted:
@@ -94,7 +94,7 @@ class BlockStory:
             r = scheduled.get(rid)
             if rid not in self.holders and r is not None:
                 index = r.block_table.index(self.block)
-                hit = index < r.num_cached_tokens // view.blocks.block_size
+                hit = index * view.blocks.block_size < r.num_cached_tokens  # partly, too
                 notes.append(
                     f"{rid} takes it as logical block {index}{' (cache hit)' if hit else ''}"
                 )

@@ -50,10 +50,15 @@ class Timeline:
     decode_run: dict[str, tuple[int, int]] = field(default_factory=dict)  # open runs
     preempted: set[str] = field(default_factory=set)
     num_steps: int = 0
+    first_step: int = 0  # the engine's numbering (vLLM v0 counts from 1)
+    last_step: int = 0
 
     def observe(self, view: StepView) -> None:
         out = view.output
+        if self.num_steps == 0:
+            self.first_step = out.step
         self.num_steps += 1
+        self.last_step = out.step
         for rid in out.finished_req_ids:
             self._close_run(rid)
             if self._short(rid):

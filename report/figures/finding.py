@@ -65,9 +65,12 @@ def timeline_figure(finding: Finding) -> go.Figure:
     fig.update_layout(
         title="Schedule timeline (one row per request)",
         height=max(320, min(3000, 140 + 16 * len(rows))),
-        xaxis={"title": "step", "range": [-0.5, max(finding.num_steps, 1) - 0.5]},
+        xaxis={
+            "title": "step",
+            "range": [finding.step_range[0] - 0.5, finding.step_range[1] + 0.5],
+        },
         yaxis=_request_axis(rows, focus.request_id),
-        legend={"orientation": "h", "y": -0.12 if len(rows) < 30 else -0.02},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0.3},
         margin={"l": 90, "r": 20, "t": 50, "b": 40},
     )
     return fig
@@ -183,11 +186,12 @@ def story_figure(story: BlockStory) -> go.Figure:
                 marker={"symbol": symbol, "color": color, "size": 16 if lane == "read" else 11},
             )
         )
+    first = story.states[0][0] if story.states else story.last_step
     last = story.states[-1][0] if story.states else story.last_step
     fig.update_layout(
         title=f"KV story of block {story.block} (hover a mark for the event)",
         height=340,
-        xaxis={"title": "step", "range": [-0.5, last + 0.5]},
+        xaxis={"title": "step", "range": [first - 0.5, last + 0.5]},
         yaxis={"type": "category", "categoryorder": "array", "categoryarray": list(LANES)},
         margin={"l": 80, "r": 20, "t": 50, "b": 40},
     )

@@ -176,3 +176,21 @@ def test_campaign_directory_reads_bundles_and_record(tmp_path):
         ("w0-r2-raw", "raw", 3),
         ("w0-r2-shrunk", "shrunk", 2),
     ]
+
+
+def test_the_vllm_finding_story_shows_the_overwrite_under_an_unchanged_hash():
+    """vLLM 0.6.0 block manager v2: r3 overwrites slot 12 of r5's cached block 3 at step 6;
+    the block's last slot (what its hash covers) still holds r5's KV, and r5 comes back to
+    it through a partial cache hit and reads r3's KV at key 4."""
+    finding = build_finding(ROOT / "tests" / "vllm" / "bundles" / "0.6.0-bm2-shadow-kv-read")
+    story = finding.story
+    assert story is not None
+    contents = [(e.step, e.text) for e in story.events if e.lane == "content"]
+    assert contents == [(3, "r5 pos 4..7 #5832f4b0"), (6, "r3 pos 4, r5 pos 5..7 #5832f4b0")]
+    owners = [(e.step, e.text) for e in story.events if e.lane == "owners"]
+    assert owners[-1] == (9, "held by r5 (ref_cnt 1): r5 takes it as logical block 1 (cache hit)")
+    assert [(e.step, e.lane) for e in story.events][-2:] == [(9, "state"), (9, "read")]
+    assert finding.step_range == (1, 9)
+    assert finding.grid is not None
+    assert finding.grid.blocks == ((2, 3, 1),)
+    assert finding.grid.categories == (("cache hit", "cache hit", "fresh"),)
