@@ -73,8 +73,10 @@ def main() -> int:
     else:
         print(f"load average {' '.join(out['uptime'])}")
         for r in rows:
-            print(f"{r['bundle']}: {r['steps']} steps, {r['html_mb']} MB, build {r['build_s']} s, "
-                  f"render {r['render_s']} s")
+            print(
+                f"{r['bundle']}: {r['steps']} steps, {r['html_mb']} MB, build {r['build_s']} s, "
+                f"render {r['render_s']} s"
+            )
     return 0
 
 
