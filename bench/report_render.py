@@ -1,5 +1,9 @@
 """How long a large finding's report takes to build and to render in a browser, and its size.
 
+Render time: wall time from navigation until every chart is drawn (grows with the
+machine's load), and the page's main-thread CPU time until then (DevTools Performance
+metrics in thread ticks: what it costs on a free core).
+
 The large finding: the bundled Mooncake slice (first 200 requests) through the reference
 engine with mutant stale-cache-hit and 1,800 KV blocks: the stale hit is read at step
 3,935 (87 requests), so the bundle holds 3,936 steps. Side by side, the page of the small
@@ -44,6 +48,7 @@ def measure(bundle: Path, work: Path, repeat: int) -> dict[str, object]:
     loads = [load(page) for _ in range(repeat)]
     assert all(not x.errors for x in loads), [x.errors for x in loads]
     renders = [round(x.render_s, 2) for x in loads]
+    cpu = [round(x.main_thread_s, 2) for x in loads]
     steps = json.loads((bundle / "summary.json").read_text())["steps"]
     return {
         "bundle": bundle.name,
@@ -52,6 +57,7 @@ def measure(bundle: Path, work: Path, repeat: int) -> dict[str, object]:
         "build_s": round(build_s, 2),
         "render_s": renders,
         "render_median_s": statistics.median(renders),
+        "main_thread_cpu_s": cpu,
     }
 
 
@@ -75,7 +81,7 @@ def main() -> int:
         for r in rows:
             print(
                 f"{r['bundle']}: {r['steps']} steps, {r['html_mb']} MB, build {r['build_s']} s, "
-                f"render {r['render_s']} s"
+                f"render {r['render_s']} s (main thread CPU {r['main_thread_cpu_s']} s)"
             )
     return 0
 

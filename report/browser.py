@@ -5,7 +5,10 @@ bench/report_render.py. Nothing is downloaded: playwright is pointed at the Chro
 system has (Debian's `chromium` package; or $SCHEDCHECK_CHROMIUM).
 
     load(page)  ->  Loaded(render_s, errors, traces, ...)
-        render_s   from navigation to every plotly div drawn (its _fullLayout and SVG exist)
+        render_s   from navigation to every plotly div drawn (its _fullLayout and SVG exist):
+                   wall time, so it grows with the machine's load
+        main_thread_s  the CPU time of the page's main-thread tasks until then (DevTools
+                   Performance metrics in thread ticks): what the render costs on a free core
         errors     console errors and uncaught page errors, in order
         traces     div id -> number of traces
 """
@@ -40,6 +43,7 @@ class Loaded:
     errors: list[str]
     traces: dict[str, int]
     facts: dict[str, Any] = field(default_factory=dict)  # answers to `ask`
+    main_thread_s: float = 0.0  # CPU time of the page's main-thread tasks (load-independent)
 
 
 def load(
@@ -60,13 +64,18 @@ def load(
             errors: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
+            cdp = page.context.new_cdp_session(page)
+            cdp.send("Performance.enable", {"timeDomain": "threadTicks"})
             started = time.perf_counter()
             page.goto(page_path.resolve().as_uri(), wait_until="load", timeout=TIMEOUT_MS)
             page.wait_for_function(ALL_DRAWN, timeout=TIMEOUT_MS)
             render_s = time.perf_counter() - started
+            metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
             facts = {name: page.evaluate(js) for name, js in (ask or {}).items()}
             if screenshot is not None:
                 page.screenshot(path=str(screenshot), full_page=False)
-            return Loaded(render_s, errors, page.evaluate(TRACES), facts)
+            loaded = Loaded(render_s, errors, page.evaluate(TRACES), facts)
+            loaded.main_thread_s = float(metrics.get("TaskDuration", 0.0))
+            return loaded
         finally:
             browser.close()
