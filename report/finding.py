@@ -20,7 +20,7 @@ from typing import Any
 from schedcheck.invariants.violation import Violation
 from schedcheck.report.block_grid import BlockGrid, Grid
 from schedcheck.report.kv_story import BadRead, BlockStory
-from schedcheck.report.replay import replay
+from schedcheck.report.replay import engine_config, replay
 from schedcheck.report.timeline import Mark, Timeline
 from schedcheck.report.usage import Usage
 from schedcheck.traces import read_trace
@@ -70,6 +70,9 @@ def build_finding(path: str | Path) -> Finding:
     lengths = {r.request_id: r.output_length for r in read_trace(bundle.trace_path)}
     first = _first_pass(bundle) if _needs_first_pass(bundle) else None
     focus = choose_focus(bundle, first)
+    num_blocks = int(engine_config(bundle)["num_gpu_blocks"])
+    if not 0 <= focus.block < num_blocks and focus.block != -1:
+        focus = Focus(focus.step, focus.request_id, -1, f"block {focus.block} is outside the cache")
     timeline, usage = Timeline(lengths, bundle.outputs), Usage()
     observers: list[Any] = [timeline, usage]
     story = grid = None

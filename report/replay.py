@@ -56,9 +56,9 @@ class ScheduleReplay:
     """The shadow KV and the live block tables of one bundle, advanced one step at a time."""
 
     def __init__(self, bundle: Bundle) -> None:
-        cfg = bundle.config.get("engine_config", {})
-        self.block_size = int(cfg.get("block_size", 16))
-        self.num_blocks = int(cfg.get("num_gpu_blocks", 1))
+        cfg = engine_config(bundle)
+        self.block_size = int(cfg["block_size"])
+        self.num_blocks = int(cfg["num_gpu_blocks"])
         self.mutant = cfg.get("mutant")
         self.num_lookahead_tokens = int(cfg.get("num_lookahead_tokens", 0) or 0)
         self.max_model_len = int(cfg.get("max_model_len", 131_072))
@@ -121,6 +121,18 @@ class ScheduleReplay:
             parts.append(parent.own_prompt_tokens(self.vocab_size))
             parent_id = parent.parent_request_id
         return parts[0] if len(parts) == 1 else np.concatenate(parts[::-1])
+
+
+def engine_config(bundle: Bundle) -> dict:
+    """config.json's engine_config; ValueError naming what is missing."""
+    cfg = bundle.config.get("engine_config")
+    where = bundle.path / "config.json"
+    if not isinstance(cfg, dict):
+        raise ValueError(f'{where}: no "engine_config" object')
+    for key in ("block_size", "num_gpu_blocks"):
+        if not isinstance(cfg.get(key), int) or cfg[key] < 1:
+            raise ValueError(f"{where}: engine_config.{key} must be a positive integer")
+    return cfg
 
 
 def replay(bundle: Bundle, observers: Iterable[Observer]) -> ScheduleReplay:

@@ -64,7 +64,8 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, KeyError, TypeError) as exc:
         if type(exc).__name__ == "TraceError":
             raise
-        print(f"schedcheck: error: {args.input}: {exc}", file=sys.stderr)
+        why = str(exc) if isinstance(exc, ValueError) else f"{args.input}: not usable: {exc!r}"
+        print(f"schedcheck: error: {why}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.json:
         print(json.dumps({"report": str(written.resolve()), "bytes": written.stat().st_size}))

@@ -169,7 +169,17 @@ def test_a_gpu_verification_beside_the_bundle_is_shown(tmp_path, capsys):
 def test_bad_input_is_exit_2_with_a_clear_line(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"schedcheck: error: {tmp_path}: {tmp_path}: not a bundle, a campaign")
+    assert err.startswith(f"schedcheck: error: {tmp_path}: not a bundle, a campaign directory")
     (tmp_path / "x.json").write_text("{}")
     assert main(["report", str(tmp_path / "x.json")]) == 2
     assert "not a `schedcheck replay --json` output (no fingerprint)" in capsys.readouterr().err
+
+
+def test_a_bundle_without_engine_config_is_exit_2_naming_the_file(tmp_path, capsys):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(STALE, bundle)
+    (bundle / "config.json").write_text("{}")
+    assert main(["report", str(bundle)]) == 2
+    assert capsys.readouterr().err == (
+        f'schedcheck: error: {bundle}/config.json: no "engine_config" object\n'
+    )
