@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from schedcheck.engines.metadata import RunnerMetadata
 from schedcheck.report.replay import StepView
 from schedcheck.sim.symbolic import SymbolicExecutor
 
@@ -111,13 +112,16 @@ class BlockStory:
                     step, "writes", f"copy-on-write: block {src} copied here", ref_cnt=ref_cnt
                 )
         rows = np.flatnonzero(meta.slot_mapping // bs == self.block)
-        for row in rows.tolist():
-            rid = meta.req_ids[int(meta.row_req[row])]
-            pos, slot = int(meta.positions[row]), int(meta.slot_mapping[row])
-            req = shadow.requests.get(rid)
-            right = req is not None and pos < req.num_tokens and req.ids[pos] == shadow.shadow[slot]
-            how = "" if right else " (computed from a wrong token)"
-            text = f"{rid} writes position {pos} into slot {slot}{how}"
+        runs = _runs(meta.row_req[rows], meta.positions[rows], meta.slot_mapping[rows])
+        for first, last in runs:  # one event per run of a request's positions and slots
+            rid = meta.req_ids[int(meta.row_req[rows[first]])]
+            wrong = [
+                int(meta.positions[r])
+                for r in rows[first : last + 1]
+                if not _right(shadow, rid, meta, r)
+            ]
+            how = f" (positions {wrong} computed from a wrong token)" if wrong else ""
+            text = f"{rid} writes {_span(meta, rows[first], rows[last])}{how}"
             self._event(step, "writes", text, rid, ref_cnt)
         drafts = np.flatnonzero(meta.lookahead_slot_mapping // bs == self.block)
         for w in drafts.tolist():
@@ -137,6 +141,33 @@ class BlockStory:
         content: str = "",
     ) -> None:
         self.events.append(StoryEvent(step, lane, text, request_id, ref_cnt, state, content))
+
+
+def _runs(row_reqs: np.ndarray, positions: np.ndarray, slots: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) indices of runs of one request's consecutive positions and slots."""
+    runs: list[tuple[int, int]] = []
+    for i in range(len(row_reqs)):
+        same = runs and row_reqs[i] == row_reqs[i - 1]
+        if same and positions[i] == positions[i - 1] + 1 and slots[i] == slots[i - 1] + 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+def _span(meta: RunnerMetadata, first_row: int, last_row: int) -> str:
+    p0, p1 = int(meta.positions[first_row]), int(meta.positions[last_row])
+    s0, s1 = int(meta.slot_mapping[first_row]), int(meta.slot_mapping[last_row])
+    if first_row == last_row:
+        return f"position {p0} into slot {s0}"
+    return f"positions {p0}..{p1} into slots {s0}..{s1}"
+
+
+def _right(shadow: SymbolicExecutor, rid: str, meta: RunnerMetadata, row: int) -> bool:
+    """Row `row` wrote the request's true KV entry for its position."""
+    req = shadow.requests.get(rid)
+    pos, slot = int(meta.positions[row]), int(meta.slot_mapping[row])
+    return req is not None and pos < req.num_tokens and bool(req.ids[pos] == shadow.shadow[slot])
 
 
 def describe_block(shadow: SymbolicExecutor, block: int) -> str:

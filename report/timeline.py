@@ -83,7 +83,7 @@ class Timeline:
 
     def _scheduled(self, step: int, r: ScheduledRequest) -> None:
         rid = r.request_id
-        if rid not in self.last_scheduled:
+        if rid not in self.request_ids:
             self.request_ids.append(rid)
         admitted = rid not in self.last_scheduled or rid in self.preempted
         if rid in self.preempted:
@@ -111,6 +111,8 @@ class Timeline:
             self.marks.append(Mark("decode", rid, first, text, last_step=last))
 
     def _mark(self, kind: str, rid: str, step: int, text: str) -> None:
+        if rid not in self.last_scheduled and rid not in self.request_ids:
+            self.request_ids.append(rid)  # rejected before it ever ran: a row all the same
         self.marks.append(Mark(kind, rid, step, text))
 
     def _short(self, rid: str) -> bool:
