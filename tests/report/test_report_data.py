@@ -194,3 +194,43 @@ def test_the_vllm_finding_story_shows_the_overwrite_under_an_unchanged_hash():
     assert finding.grid is not None
     assert finding.grid.blocks == ((2, 3, 1),)
     assert finding.grid.categories == (("cache hit", "cache hit", "fresh"),)
+
+
+def test_a_request_rejected_before_it_ran_gets_its_own_row(tmp_path):
+    from schedcheck.engines.schedule_io import output_from_json
+    from schedcheck.traces.bundle import write_bundle
+
+    r0 = {
+        "request_id": "r0",
+        "num_computed_tokens": 0,
+        "num_scheduled_tokens": 1,
+        "num_tokens": 1,
+        "num_prompt_tokens": 1,
+        "token_ids": [1000],
+        "block_table": [0],
+    }
+    rejected = {
+        "step": 1,
+        "scheduled": [],
+        "rejected_req_ids": ["r1"],
+        "rejected_reasons": ["too long"],
+    }
+    line = (
+        '{"request_id": "%s", "arrival_time_s": 0.0, "output_length": 1, "prompt_token_ids": [%d]}'
+    )
+    write_bundle(
+        tmp_path / "b",
+        trace_lines=[line % ("r0", 1000), line % ("r1", 7)],
+        config=json.loads((STALE / "config.json").read_text()),
+        schedule=[output_from_json({"step": 0, "scheduled": [r0]}), output_from_json(rejected)],
+        outputs={"r0": [18496], "r1": []},
+        violations=[],
+        summary={"steps": 2, "fingerprint": "-"},
+        command="-",
+    )  # fmt: skip
+    finding = build_finding(tmp_path / "b")
+    assert finding.request_ids == ["r0", "r1"]
+    assert [(m.kind, m.request_id, m.step, m.text) for m in finding.marks] == [
+        ("prefill", "r0", 0, "prefill tokens [0, 1) of 1; block_table (1 blocks) [0]"),
+        ("aborted", "r1", 1, "rejected: too long"),
+    ]
