@@ -19,6 +19,7 @@ from typing import Any
 
 from schedcheck.invariants.violation import Violation
 from schedcheck.report.block_grid import BlockGrid, Grid
+from schedcheck.report.engine_events import read_block_events
 from schedcheck.report.kv_story import BadRead, BlockStory
 from schedcheck.report.replay import engine_config, replay
 from schedcheck.report.timeline import Mark, Timeline
@@ -78,6 +79,7 @@ def build_finding(path: str | Path) -> Finding:
     story = grid = None
     if focus.block >= 0:
         story = BlockStory(focus.block, focus.step, bad_read(bundle, focus, first))
+        story.engine = read_block_events(bundle.path, focus.block) or {}
         grid = BlockGrid(focus.step, focus.block, focus.request_id)
         observers += [story, grid]
     state = replay(bundle, observers)

@@ -42,19 +42,22 @@ def _story(finding: Finding) -> Section:
     if story is None:
         return Section("KV story", note(f"No block to follow: {finding.focus.why}."))
     body = (
-        note(f"Block {story.block}: {finding.focus.why}. {_derived()}")
+        note(f"Block {story.block}: {finding.focus.why}. {_derived(bool(story.engine))}")
         + figure(story_figure(story), "kv-story")
         + figure(story_table(story), "kv-story-table")
     )
     return Section(f"KV story of block {story.block}", body)
 
 
-def _derived() -> str:
-    return (
+def _derived(engine: bool) -> str:
+    text = (
         "Owners and ref_cnt are the live requests whose block table holds the block; content "
-        "is what the shadow KV holds after replaying the recorded schedule; cached = no owner "
-        "and full, with prefix caching on (a bundle does not record the engine's own free queue)."
+        "is what the shadow KV holds after replaying the recorded schedule; state cached = no "
+        "owner and full, with prefix caching on. "
     )
+    if engine:
+        return text + "The engine lane is the engine's own snapshot after each step (kv_events)."
+    return text + "This bundle has no kv_events.jsonl: the engine's own view is not shown."
 
 
 def _grid(finding: Finding) -> Section:

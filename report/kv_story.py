@@ -4,6 +4,7 @@ Lanes (one row each in the report's lane chart; one line per event in its table)
 
     step    0          2            5                 6
     state   in use ....... cached ........ in use (evicted) ...
+    engine  (kv_events.jsonl) ref_cnt 0; in the prefix cache as #9f3e...
     owners  r0 (1)                        r1 (1), cache hit
     content r0 pos 0..3 #1f2e...          r1 pos 4..7 #77a0...
     writes  r0 pos 0 slot 4 ...           r1 pos 4 slot 4
@@ -17,6 +18,7 @@ when the block is full (what a prefix cache hashes it by); state: in use / cache
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +27,7 @@ from schedcheck.engines.metadata import RunnerMetadata
 from schedcheck.report.replay import StepView
 from schedcheck.sim.symbolic import SymbolicExecutor
 
-LANES = ("read", "writes", "content", "owners", "state")
+LANES = ("read", "writes", "content", "engine", "owners", "state")
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class BlockStory:
     holders: tuple[str, ...] = ()
     content: str = "empty"
     state: str = "free"
+    engine: Mapping[int, str] = field(default_factory=dict)  # step -> the engine's view
 
     def observe(self, view: StepView) -> None:
         step = view.output.step
@@ -78,6 +81,8 @@ class BlockStory:
             self._event(step, "state", text, ref_cnt=ref_cnt, state=state, content=content)
         self.content, self.state = content, state
         self.states.append((step, state))
+        if step in self.engine:
+            self._event(step, "engine", self.engine[step], ref_cnt=ref_cnt, state=state)
         if self.bad_read is not None and step == self.bad_read.step:
             r = self.bad_read
             self._event(step, "read", r.text, r.request_id, ref_cnt, state, content)

@@ -41,6 +41,7 @@ LANE_STYLE = {  # lane -> (symbol, color)
     "content": ("diamond", "#8c564b"),
     "writes": ("triangle-down", "#1f77b4"),
     "read": ("star", "#d62728"),
+    "engine": ("square", "#17becf"),
 }
 
 
@@ -172,7 +173,7 @@ def story_figure(story: BlockStory) -> go.Figure:
                 hoverinfo="name",
             )
         )
-    for lane in LANES[::-1][1:]:  # owners, content, writes, read
+    for lane in LANES[::-1][1:]:  # owners, engine, content, writes, read
         events = [e for e in story.events if e.lane == lane]
         symbol, color = LANE_STYLE[lane]
         fig.add_trace(

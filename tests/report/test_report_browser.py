@@ -53,7 +53,7 @@ def test_a_finding_renders_without_errors_with_its_charts_and_highlight(tmp_path
     assert loaded.errors == []
     assert loaded.traces == {
         "timeline": 8,  # 7 kinds of marks + the violation
-        "kv-story": 7,  # 3 states + owners, content, writes, read
+        "kv-story": 8,  # 3 states + owners, engine, content, writes, read
         "kv-story-table": 1,
         "block-grid": 1,
         "usage": 4,
@@ -77,6 +77,6 @@ def test_a_vllm_finding_renders_too(tmp_path):
         viewport=(1100, 1290),
     )
     assert loaded.errors == []
-    assert loaded.traces["timeline"] == 8 and loaded.traces["kv-story"] == 7
+    assert loaded.traces["timeline"] == 8 and loaded.traces["kv-story"] == 8
     assert loaded.facts["violation_y"] == ["r5"] and loaded.facts["bold_ticks"] == ["▶ r5"]
     assert loaded.facts["read_x"] == [9]

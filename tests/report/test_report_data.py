@@ -234,3 +234,33 @@ def test_a_request_rejected_before_it_ran_gets_its_own_row(tmp_path):
         ("prefill", "r0", 0, "prefill tokens [0, 1) of 1; block_table (1 blocks) [0]"),
         ("aborted", "r1", 1, "rejected: too long"),
     ]
+
+
+def test_a_rerun_bundle_carries_the_engines_view_of_the_block(tmp_path):
+    """save_bundle of a violating run records the engine's block events (kv_events.jsonl);
+    the story shows them: after step 5 the engine has block 1 cached under r0's content's
+    hash, yet r1 takes it at step 6 as a hit on its own prefix (the stale count)."""
+    from schedcheck.sim.bundles import rerun_bundle, save_bundle
+
+    result, _ = rerun_bundle(STALE)
+    save_bundle(tmp_path / "b", result)
+    story = build_finding(tmp_path / "b").story
+    assert story is not None
+    assert [(e.step, e.text) for e in story.events if e.lane == "engine"] == [
+        (0, "engine after step 0: ref_cnt 1; in the prefix cache as #e1083da6"),
+        (3, "engine after step 3: ref_cnt 0; in the prefix cache as #e1083da6"),
+        (5, "engine after step 5: ref_cnt 0; in the prefix cache as #3586b326"),
+    ]
+    assert build_finding(STALE).story.engine == {}  # an older bundle: no kv_events.jsonl
+
+
+def test_a_clean_run_bundle_has_no_kv_events(tmp_path):
+    from schedcheck.sim.bundles import save_bundle
+    from schedcheck.sim.loop import SimOptions, run
+    from schedcheck.traces import read_trace
+
+    trace = list(read_trace(STALE / "trace.jsonl"))
+    result = run(trace, options=SimOptions(record_schedule=True))
+    assert not result.violations
+    save_bundle(tmp_path / "clean", result)
+    assert not (tmp_path / "clean" / "kv_events.jsonl").exists()

@@ -67,6 +67,7 @@ def test_timeline_and_story_traces_and_the_highlight():
         "state: cached",
         "state: free",
         "owners",
+        "engine",
         "content",
         "writes",
         "read",
