@@ -26,6 +26,7 @@ import numpy as np
 
 from schedcheck.engines.metadata import RunnerMetadata, build_metadata
 from schedcheck.engines.protocol import SchedulerOutput
+from schedcheck.engines.reference.mutants import apply_runner_mutant
 from schedcheck.invariants.violation import Violation
 from schedcheck.report.blocks import BlockState
 from schedcheck.sim.symbolic import SymbolicExecutor
@@ -91,10 +92,10 @@ class ScheduleReplay:
         meta = build_metadata(
             output,
             self.block_size,
-            self.mutant,
             num_lookahead_tokens=self.num_lookahead_tokens,
             max_model_len=self.max_model_len,
         )
+        meta = apply_runner_mutant(meta, self.mutant)  # as the loop derives it
         self.shadow.execute(meta)
         self.blocks.after_writes(meta, self.shadow)
         found = tuple(self.shadow.violations)
