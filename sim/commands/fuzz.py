@@ -241,6 +241,8 @@ def _campaign(args: argparse.Namespace, options: CampaignOptions) -> dict[str, A
         if progress is not None:
             progress.close()
     report = campaign_report(result, reproduce_command(args, options.spec.ignore))
+    report["report"] = write_finding_report(report.get("bundle") if result.finding else None)
+    write_campaign_json(Path(options.out_dir), report)
     if result.finding is not None and result.finding.get("bundle") and args.regressions:
         test = write_regression(
             result.finding["bundle"], args.regressions, result.finding["headline"]
@@ -274,6 +276,28 @@ def _continue_past_findings(args: argparse.Namespace, spec: SwarmSpec) -> int:
     else:
         print(f"{len(reports)} campaign(s); found: {', '.join(kinds) or 'nothing'}")
     return EXIT_FOUND if kinds else EXIT_NOTHING
+
+
+def write_campaign_json(out_dir: Path, report: dict[str, Any]) -> None:
+    """The campaign's report in its directory, for `schedcheck report CAMPAIGN_DIR`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(report, indent=1, sort_keys=True) + "\n"
+    (out_dir / "campaign.json").write_text(text, encoding="utf-8")
+
+
+def write_finding_report(bundle: str | None) -> str | None:
+    """The shrunk finding's page beside its bundle (BUNDLE/report.html); None without a
+    bundle or without plotly (the `report` extra)."""
+    if not bundle:
+        return None
+    from schedcheck.report.command import write_report  # on top of sim: imported only here
+
+    try:
+        return str(write_report(Path(bundle), Path(bundle) / "report.html"))
+    except ModuleNotFoundError as exc:
+        if not str(exc.name).startswith("plotly"):
+            raise
+        return None
 
 
 def reproduce_command(args: argparse.Namespace, ignore: tuple[str, ...]) -> str:
@@ -338,6 +362,8 @@ def campaign_report(result: CampaignResult, command: str) -> dict[str, Any]:
             f"schedcheck replay --bundle {finding['bundle']}" if finding.get("bundle") else None
         ),
         "reproduce_campaign": command,
+        "progress": [list(p) for p in result.progress],
+        "configs": result.configs,
     }
 
 
@@ -380,6 +406,8 @@ def _print(args: argparse.Namespace, report: dict[str, Any]) -> None:
         )
         print(f"  faults {finding['scenario']['faults'] if finding.get('scenario') else []}")
         print(f"  reproduce: {report['reproduce']}\n  campaign:  {report['reproduce_campaign']}")
+        if report.get("report"):
+            print(f"  report:    {report['report']}")
         for other in report["other_findings"]:
             print(
                 f"also found by worker {other['worker']} in round {other['round']} (round "

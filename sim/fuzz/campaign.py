@@ -70,6 +70,9 @@ class CampaignResult:
     interrupted: bool = False
     replayed: bool = False  # the finding came from the failure database
     errors: list[str] = field(default_factory=list)
+    progress: list[tuple[float, int]] = field(default_factory=list)  # (elapsed_s, examples)
+    configs: dict[str, dict[str, int]] = field(default_factory=dict)  # knob -> value -> count
+    started_at_s: float = field(default_factory=time.time)
 
     @property
     def found(self) -> bool:
@@ -80,6 +83,11 @@ class CampaignResult:
         if kind == "progress":
             self.examples += int(message["examples"])
             self.coverage = merge(self.coverage, message["coverage"])
+            self.progress.append((round(time.time() - self.started_at_s, 3), self.examples))
+            for knob, counts in sorted(message.get("configs", {}).items()):
+                mine = self.configs.setdefault(knob, {})
+                for value, n in sorted(counts.items()):
+                    mine[value] = mine.get(value, 0) + int(n)
         elif kind == "raw":
             self.raw.append(message)
         elif kind == "clean-failure":

@@ -93,12 +93,15 @@ class RoundProbe:
     detected_at_s: float | None = None
     shrink_deadline_s: float = 0.0
     clean_failure: dict[str, Any] | None = None
+    configs: dict[str, dict[str, int]] = field(default_factory=dict)  # knob -> value -> count
 
     def __call__(self, scenario: Scenario) -> None:
         if self.detected_at_s is not None and self._shrink_over():
             raise ShrinkDone
         verdict = judge(scenario)
         self._count(verdict)
+        if self.detected_at_s is None:
+            tally_config(self.configs, scenario)
         if verdict.clean_failed and self.clean_failure is None:
             self.clean_failure = self._save(scenario.with_mutant(None), "clean-failure", verdict)
         if verdict.failed and self.kind in ("", verdict.kind):  # no slipping to another bug
@@ -138,6 +141,27 @@ class RoundProbe:
             "bundle": bundle,
             "requests": scenario.num_requests,
         }
+
+
+CONFIG_KNOBS = (
+    "block_manager",
+    "block_size",
+    "num_gpu_blocks",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "long_prefill_token_threshold",
+    "num_lookahead_tokens",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+)
+
+
+def tally_config(configs: dict[str, dict[str, int]], scenario: Scenario) -> None:
+    """Count the swarm's draw of each knob (the campaign report's config distribution)."""
+    for knob in CONFIG_KNOBS:
+        value = str(getattr(scenario.config, knob))
+        counts = configs.setdefault(knob, {})
+        counts[value] = counts.get(value, 0) + 1
 
 
 def save_scenario_bundle(path: Path, scenario: Scenario) -> str | None:
@@ -255,6 +279,7 @@ def run_worker(
                 "round": round_index,
                 "examples": probe.examples,
                 "coverage": probe.coverage,
+                "configs": probe.configs,
             }
         )
         if probe.clean_failure is not None:
