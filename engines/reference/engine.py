@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from schedcheck.engines.capabilities import Capabilities, declare
 from schedcheck.engines.protocol import (
     EngineConfig,
     EngineRequest,
@@ -25,10 +26,12 @@ from schedcheck.engines.protocol import (
     SchedulerOutput,
 )
 from schedcheck.engines.reference.block_hash import BlockHasher
+from schedcheck.engines.reference.chunking import CHUNK_ALIGN_MODES
 from schedcheck.engines.reference.hashed_manager import HashedKVManager
 from schedcheck.engines.reference.kv_manager import KVCacheManager
 from schedcheck.engines.reference.mutants import MutantSwitches
 from schedcheck.engines.reference.radix_manager import RadixKVManager
+from schedcheck.engines.reference.request_queue import POLICIES
 from schedcheck.engines.reference.scheduler import Scheduler
 
 BLOCK_MANAGERS = ("hashed", "radix")
@@ -114,5 +117,13 @@ class ReferenceEngine:
         return None
 
 
+CAPABILITIES = Capabilities(
+    block_managers=BLOCK_MANAGERS,
+    extra_options=(("chunk_align", CHUNK_ALIGN_MODES), ("policy", POLICIES)),
+    kv_of_last_token=False,  # the last sampled token is never run, so it has no KV
+)
+
+
+@declare(CAPABILITIES)
 def make_engine(config: EngineConfig) -> ReferenceEngine:
     return ReferenceEngine(config)
