@@ -100,7 +100,8 @@ def config_refusals(caps: Capabilities, config: EngineConfig) -> list[str]:
         out.append(_flag("prefix caching", config.enable_prefix_caching))
     if config.enable_chunked_prefill not in caps.enable_chunked_prefill:
         out.append(_flag("chunked prefill", config.enable_chunked_prefill))
-    if config.block_manager not in caps.block_managers:
+    default = EngineConfig().block_manager  # "the engine's default" to every engine
+    if config.block_manager not in (*caps.block_managers, default):
         out.append(f"--block-manager {config.block_manager}: accepted {list(caps.block_managers)}")
     if config.num_lookahead_tokens and not caps.lookahead_tokens:
         out.append(f"--num-lookahead-tokens {config.num_lookahead_tokens}: no draft tokens")

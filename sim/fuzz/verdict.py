@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schedcheck.sim.fuzz.scenario import Scenario
-from schedcheck.sim.loop import RunResult
+from schedcheck.sim.loop import HARNESS_CRASH, RunResult
 
 LIVENESS = "liveness"
-HARNESS_CRASH = "harness-crash"
 
 
 @dataclass(frozen=True, slots=True)
