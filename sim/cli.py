@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 # verb -> module under schedcheck.sim.commands exposing `register(subparsers)`.
 COMMANDS: tuple[str, ...] = ("trace", "replay", "fuzz", "mutants", "verify", "diff")
+COMMANDS += ("conformance",)
 
 
 def build_parser() -> argparse.ArgumentParser:
