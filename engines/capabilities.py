@@ -27,6 +27,11 @@ F = TypeVar("F")
 ATTRIBUTE = "capabilities"  # where a factory (or engine class) carries its declaration
 
 
+class EngineRefusal(ValueError):
+    """The engine does not support an option or a request it was asked to run (bad input:
+    exit 2, never a finding)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     """One engine's declaration. Each tuple lists the values the engine accepts."""

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 import numpy as np
 import simpy
 
+from schedcheck.engines.capabilities import EngineRefusal
 from schedcheck.engines.metadata import build_metadata
 from schedcheck.engines.protocol import (
     EngineConfig,
@@ -53,6 +54,7 @@ from schedcheck.sim.result import (  # re-exported: the loop's API
     SimOptions,
 )
 from schedcheck.sim.symbolic import SymbolicExecutor
+from schedcheck.traces.errors import TraceError
 from schedcheck.traces.schema import TraceRequest
 
 __all__ = ["EXIT_CLEAN", "EXIT_LIVENESS", "EXIT_USAGE", "EXIT_VIOLATION", "EngineCrash",
@@ -122,10 +124,13 @@ class Simulation:
         proc = self.env.process(self._engine_process())
         try:
             self.env.run(until=proc)
-        except RuntimeError as exc:
-            if not str(exc).startswith(SIMPY_OUT_OF_EVENTS):
-                raise
-            self._out_of_events()
+        except (TraceError, EngineRefusal):
+            raise  # bad input: the command line says so (exit 2)
+        except Exception as exc:  # raised in the arrivals process: a harness crash too
+            if str(exc).startswith(SIMPY_OUT_OF_EVENTS):
+                self._out_of_events()
+            else:
+                self._fatal([_harness_crash(self.fingerprint.num_steps, exc)])
         finally:
             if self.progress is not None:
                 self.progress.close()

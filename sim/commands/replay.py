@@ -13,7 +13,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from schedcheck.engines.capabilities import Capabilities, config_refusals, request_refusal
+from schedcheck.engines.capabilities import (
+    Capabilities,
+    EngineRefusal,
+    config_refusals,
+    request_refusal,
+)
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.registry import EngineLoadError, capabilities
 from schedcheck.sim.bundles import rerun_bundle, same_violations, save_bundle
@@ -209,7 +214,8 @@ def supported(engine: str, config: EngineConfig) -> Capabilities:
 def refusing(
     engine: str, caps: Capabilities, requests: Iterable[TraceRequest]
 ) -> Iterator[TraceRequest]:
-    """`requests`, with a UsageError at the first one the engine cannot run (lazily)."""
+    """`requests`, with an EngineRefusal at the first one the engine cannot run (lazily,
+    inside the run: a trace is streamed)."""
     for r in requests:
         why = request_refusal(
             caps,
@@ -220,7 +226,7 @@ def refusing(
             r.abort_time_s is not None,
         )
         if why is not None:
-            raise UsageError(f"engine {engine} cannot replay this trace: {why}")
+            raise EngineRefusal(f"engine {engine} cannot replay this trace: {why}")
         yield r
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.sim import loop
+from schedcheck.sim.arrivals import Arrivals
 from schedcheck.sim.bundles import save_bundle
 from schedcheck.sim.cli import main
 from schedcheck.sim.fuzz.scenario import Scenario
@@ -87,3 +88,15 @@ def test_out_of_events_is_a_liveness_report(monkeypatch):
         "r0": f"{why}: live, never reported finished",
         "r1": f"{why}: a later turn waiting for r0",
     }
+
+
+def test_a_crash_in_the_arrivals_process_is_a_harness_crash_too(monkeypatch):
+    def full_prompt(self, request):
+        raise KeyError(request.request_id)
+
+    monkeypatch.setattr(Arrivals, "full_prompt", full_prompt)
+    result = loop.run(REQUESTS, "reference", CONFIG, loop.SimOptions())
+    assert [v.headline() for v in result.violations] == [
+        "step 0: harness-crash:: the harness raised KeyError: 'r0'"
+    ]
+    assert "in full_prompt" in result.violations[0].found
