@@ -93,7 +93,11 @@ class CampaignResult:
             self.errors.append(str(message["error"]))
 
     def never_reached(self) -> list[str]:
-        return never_reached(self.coverage, drafts=draws_lookahead(self.options.spec))
+        spec = self.options.spec
+        prefix_caching = True in spec.capabilities.enable_prefix_caching
+        return never_reached(
+            self.coverage, drafts=draws_lookahead(spec), prefix_caching=prefix_caching
+        )
 
 
 def check_target(spec: SwarmSpec) -> None:
@@ -105,6 +109,8 @@ def check_target(spec: SwarmSpec) -> None:
         num_gpu_blocks=8,
         mutant=spec.mutant,
         block_manager=fixed_block_manager(spec) or caps.block_managers[0],
+        enable_prefix_caching=caps.enable_prefix_caching[0],
+        enable_chunked_prefill=caps.enable_chunked_prefill[0],
     )
     refusals = config_refusals(caps, config)
     if refusals:

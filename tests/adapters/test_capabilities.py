@@ -10,6 +10,7 @@ from schedcheck.engines.capabilities import UNDECLARED, Capabilities, config_ref
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.reference.engine import CAPABILITIES
 from schedcheck.sim.cli import main
+from schedcheck.sim.coverage import RARE_PATHS, never_reached
 from schedcheck.sim.fuzz.campaign import CampaignOptions, run_campaign
 from schedcheck.sim.fuzz.scenario import scenarios
 from schedcheck.sim.fuzz.swarm import SwarmSpec
@@ -115,3 +116,11 @@ def test_replay_refuses_a_salted_request_the_engine_cannot_keep_apart(tmp_path, 
         f"schedcheck: error: engine {DECLARED} cannot replay this trace: request r1: "
         "cache_salt 'a', the engine has no cache salts"
     )
+
+
+def test_paths_an_engine_without_prefix_caching_cannot_reach_are_not_listed():
+    assert never_reached({}, drafts=False, prefix_caching=False) == [
+        "same-prefix-same-step",
+        "abort-mid-chunk",
+    ]
+    assert never_reached({}) == list(RARE_PATHS)
