@@ -176,3 +176,11 @@ def test_finished_lists_name_requests_the_engine_was_given_once():
         ("protocol.duplicate", "a"),
         ("protocol.unknown-request", "x"),
     ]
+
+
+def test_protocol_violations_and_harness_crashes_can_be_ignored_past():
+    from schedcheck.sim.commands.fuzz import IGNORABLE
+
+    for name in ("protocol.chunk-length", "protocol.lost-request", "harness-crash"):
+        assert IGNORABLE.fullmatch(name)
+    assert not IGNORABLE.fullmatch("protocol")
