@@ -15,6 +15,7 @@ from schedcheck.engines.protocol import (
 from schedcheck.invariants.protocol import ProtocolChecker
 from schedcheck.sim.bundles import rerun_bundle, same_violations
 from schedcheck.sim.cli import main
+from schedcheck.sim.commands.fuzz import IGNORABLE
 from schedcheck.sim.fuzz.campaign import CampaignOptions, run_campaign
 from schedcheck.sim.fuzz.swarm import SwarmSpec
 from schedcheck.sim.loop import SimOptions, run
@@ -179,8 +180,6 @@ def test_finished_lists_name_requests_the_engine_was_given_once():
 
 
 def test_protocol_violations_and_harness_crashes_can_be_ignored_past():
-    from schedcheck.sim.commands.fuzz import IGNORABLE
-
     for name in ("protocol.chunk-length", "protocol.lost-request", "harness-crash"):
         assert IGNORABLE.fullmatch(name)
     assert not IGNORABLE.fullmatch("protocol")
