@@ -45,7 +45,7 @@ class Capabilities:
     # EngineConfig.extra keys the swarm draws, each with its values (first = default)
     extra_options: tuple[tuple[str, tuple[str, ...]], ...] = ()
     cache_salt: bool = True  # EngineRequest.cache_salt keys the block hash
-    priorities: bool = True  # EngineRequest.priority is read (with the engine's policy)
+    priorities: bool = True  # EngineRequest.priority is read (the swarm draws priorities)
     aborts: bool = True  # abort_request of a waiting or running request
     later_turns: bool = True  # a request whose prompt extends a finished one's history
     lookahead_tokens: bool = True  # num_lookahead_tokens > 0 (draft KV slots)
@@ -121,15 +121,14 @@ def request_refusal(
     caps: Capabilities,
     request_id: str,
     cache_salt: str | None,
-    priority: int,
     has_parent: bool,
     aborts: bool,
 ) -> str | None:
-    """Why the engine cannot run this trace request (None: it can)."""
+    """Why the engine cannot run this trace request (None: it can). A priority is never
+    refused: an engine without priorities runs the request as any other, while a salt it
+    ignored would share KV across salts."""
     if cache_salt is not None and not caps.cache_salt:
         return f"request {request_id}: cache_salt {cache_salt!r}, the engine has no cache salts"
-    if priority != 0 and not caps.priorities:
-        return f"request {request_id}: priority {priority}, the engine has no priorities"
     if has_parent and not caps.later_turns:
         return f"request {request_id}: a later turn, the engine declares no later turns"
     if aborts and not caps.aborts:

@@ -221,7 +221,6 @@ def refusing(
             caps,
             r.request_id,
             r.cache_salt,
-            r.priority,
             r.parent_request_id is not None,
             r.abort_time_s is not None,
         )
