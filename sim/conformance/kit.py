@@ -24,6 +24,7 @@ from schedcheck.sim.loop import SimOptions, Simulation
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 NUM_GPU_BLOCKS = 64  # checks that size no cache: room for everything
 STEPS_MAX = 2_000
+UNCHUNKED_BUDGET_BLOCKS = 16  # without chunked prefill: every prompt of the kit in one step
 
 
 @dataclass
@@ -49,7 +50,7 @@ def base_config(caps: Capabilities, lay: Layout, block_manager: str | None) -> E
     return EngineConfig(
         block_size=lay.bs,
         num_gpu_blocks=NUM_GPU_BLOCKS,
-        max_num_batched_tokens=lay.budget if chunked else 16 * lay.bs,
+        max_num_batched_tokens=lay.budget if chunked else UNCHUNKED_BUDGET_BLOCKS * lay.bs,
         max_num_seqs=8,
         max_model_len=64 * lay.bs,
         enable_prefix_caching=True in caps.enable_prefix_caching,
@@ -72,6 +73,21 @@ def run_kit(
     return [run_check(check, engine, caps, lay, base, out_dir) for check in CHECKS]
 
 
+def fitted(check: Check, caps: Capabilities, lay: Layout, base: EngineConfig) -> EngineConfig:
+    """The check's config as the engine accepts it, plus its spare blocks; if the engine's
+    fit_config turned chunked prefill off, a budget every prompt of the kit fits in."""
+    config = dataclasses.replace(base, **check.config(lay, base))
+    config = dataclasses.replace(config, num_gpu_blocks=config.num_gpu_blocks + caps.spare_blocks)
+    config = caps.fit(config)
+    if (
+        not config.enable_chunked_prefill
+        and config.max_num_batched_tokens < UNCHUNKED_BUDGET_BLOCKS * lay.bs
+    ):
+        budget = UNCHUNKED_BUDGET_BLOCKS * lay.bs
+        config = caps.fit(dataclasses.replace(config, max_num_batched_tokens=budget))
+    return config
+
+
 def run_check(
     check: Check,
     engine: str,
@@ -83,10 +99,13 @@ def run_check(
     why = check.skip(caps)
     if why is not None:
         return CheckResult(check.name, SKIP, [why])
-    config = dataclasses.replace(base, **check.config(lay, base))
-    config = caps.fit(
-        dataclasses.replace(config, num_gpu_blocks=config.num_gpu_blocks + caps.spare_blocks)
-    )
+    config = fitted(check, caps, lay, base)
+    if check.chunked and not config.enable_chunked_prefill:
+        config = fitted(check, caps, lay, dataclasses.replace(base, enable_prefix_caching=False))
+        if not config.enable_chunked_prefill:
+            return CheckResult(
+                check.name, SKIP, ["the engine's fit_config turns chunked prefill off"]
+            )
     options = SimOptions(steps_max=STEPS_MAX, record_schedule=True)
     try:
         sim = Simulation(check.requests(lay), engine, config, options, profile("unit"))

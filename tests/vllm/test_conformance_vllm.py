@@ -36,12 +36,31 @@ def test_vllm_v1_passes_the_kit():
     assert statuses == {c.name: skipped.get(c.name, ("pass", [])) for c in CHECKS}
 
 
+SKIPPED_V0 = {
+    "cache-salt": ("skip", ["the engine declares no cache_salt"]),
+    "rejection": ("skip", ["the engine declares no rejection of a request that can never fit"]),
+}
+
+
 @pytest.mark.skipif(not V0, reason="needs vllm 0.5/0.6 (tox -e vllm-v0.5.4, vllm-v0.6.0)")
-@pytest.mark.parametrize("block_manager", ["v1", "v2"])
-def test_vllm_v0_passes_the_kit(block_manager):
-    statuses = _statuses("vllm-v0", block_manager)
-    skip = {
-        "cache-salt": ("skip", ["the engine declares no cache_salt"]),
-        "rejection": ("skip", ["the engine declares no rejection of a request that can never fit"]),
+def test_vllm_v0_block_manager_v1_passes_the_kit():
+    statuses = _statuses("vllm-v0", "v1")
+    assert statuses == {c.name: SKIPPED_V0.get(c.name, ("pass", [])) for c in CHECKS}
+
+
+@pytest.mark.skipif(_vllm_version() != "0.6.0", reason="needs vllm 0.6.0 (tox -e vllm-v0.6.0)")
+def test_vllm_v0_6_block_manager_v2_fails_where_its_known_bug_shows():
+    """vllm#7822 (README "Fuzz campaigns"): block manager v2 marks every block allocated at
+    admission computed after the first chunk, so each check that prefills over several
+    chunks sees a cached block with unwritten slots."""
+    failed = {
+        n: lines for n, (status, lines) in _statuses("vllm-v0", "v2").items() if status == "fail"
     }
-    assert statuses == {c.name: skip.get(c.name, ("pass", [])) for c in CHECKS}
+    assert sorted(failed) == [
+        "abort-mid-chunk",
+        "chunked-prefill",
+        "later-turn",
+        "preemption",
+        "prefix-hit",
+    ]
+    assert {lines[0].split(": ")[1] for lines in failed.values()} == {"block-pool.cached-unwritten"}
