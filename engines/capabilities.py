@@ -52,7 +52,7 @@ class Capabilities:
     # the engine refuses, through rejected_req_ids, a request that can never fit the cache
     rejects_oversize: bool = True
     # KV is allocated for the last sampled token too (a request needs prompt + max_tokens
-    # slots; False: one fewer, as vLLM v1's scheduler never writes the last token's KV)
+    # slots; False: one fewer, as the reference engine never runs its last sampled token)
     kv_of_last_token: bool = True
     spare_blocks: int = 0  # blocks beyond a request's own KV to run it alone (a null block)
 
