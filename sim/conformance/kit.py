@@ -76,15 +76,13 @@ def run_kit(
 def fitted(check: Check, caps: Capabilities, lay: Layout, base: EngineConfig) -> EngineConfig:
     """The check's config as the engine accepts it, plus its spare blocks; if the engine's
     fit_config turned chunked prefill off, a budget every prompt of the kit fits in."""
-    config = dataclasses.replace(base, **check.config(lay, base))
-    config = dataclasses.replace(config, num_gpu_blocks=config.num_gpu_blocks + caps.spare_blocks)
-    config = caps.fit(config)
-    if (
-        not config.enable_chunked_prefill
-        and config.max_num_batched_tokens < UNCHUNKED_BUDGET_BLOCKS * lay.bs
-    ):
-        budget = UNCHUNKED_BUDGET_BLOCKS * lay.bs
-        config = caps.fit(dataclasses.replace(config, max_num_batched_tokens=budget))
+    raw = dataclasses.replace(base, **check.config(lay, base))
+    raw = dataclasses.replace(raw, num_gpu_blocks=raw.num_gpu_blocks + caps.spare_blocks)
+    config = caps.fit(raw)
+    budget = UNCHUNKED_BUDGET_BLOCKS * lay.bs
+    if not config.enable_chunked_prefill and config.max_num_batched_tokens < budget:
+        # fitted again from the drawn config: a fitter may derive max_model_len from the budget
+        config = caps.fit(dataclasses.replace(raw, max_num_batched_tokens=budget))
     return config
 
 

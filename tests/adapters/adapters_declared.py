@@ -40,3 +40,20 @@ def make_engine(config: EngineConfig) -> SaltlessLargeBlockEngine:
 def make_undeclared(config: EngineConfig) -> ReferenceEngine:
     """The reference engine behind a factory that declares nothing."""
     return ReferenceEngine(config)
+
+
+def _no_chunking_with_prefix_caching(config: EngineConfig) -> EngineConfig:
+    """vLLM 0.5's rule: chunked prefill and prefix caching never on together (fit_config_v0
+    on 0.5.x), with the prompt-length limit vLLM derives from the budget when unchunked."""
+    if config.enable_chunked_prefill and config.enable_prefix_caching:
+        config = dataclasses.replace(config, enable_chunked_prefill=False)
+    if not config.enable_chunked_prefill:
+        limit = min(config.max_model_len, config.max_num_batched_tokens)
+        config = dataclasses.replace(config, max_model_len=limit)
+    return config
+
+
+@declare(dataclasses.replace(CAPABILITIES, fit_config=_no_chunking_with_prefix_caching))
+def make_one_or_the_other(config: EngineConfig) -> ReferenceEngine:
+    """The reference engine behind a fitter that never combines the two features."""
+    return ReferenceEngine(config)

@@ -106,3 +106,13 @@ def test_bad_input_exits_2(capsys):
         "accepted ['hashed', 'radix']"
     )
     assert main(["conformance", "--engine", "no_such_module:make"]) == 2
+
+
+def test_an_engine_that_never_chunks_with_prefix_caching_passes(capsys):
+    """Its fit_config turns chunked prefill off under prefix caching: the chunked checks run
+    without prefix caching, the others unchunked with a budget every prompt fits."""
+    code, report = _kit(capsys, "--engine", "adapters_declared:make_one_or_the_other")
+    assert code == 0
+    assert [(c["name"], c["status"]) for c in report["checks"]] == [(n, "pass") for n in NAMES]
+    notes = {c["name"]: c["notes"] for c in report["checks"]}
+    assert notes["chunked-prefill"] == ["prefill chunks [8, 8, 8, 1]"]
