@@ -64,3 +64,16 @@ def test_vllm_v0_6_block_manager_v2_fails_where_its_known_bug_shows():
         "prefix-hit",
     ]
     assert {lines[0].split(": ")[1] for lines in failed.values()} == {"block-pool.cached-unwritten"}
+
+
+@pytest.mark.skipif(_vllm_version() != "0.5.4", reason="needs vllm 0.5.4 (tox -e vllm-v0.5.4)")
+def test_vllm_v0_5_block_manager_v2_crashes_where_its_known_bug_shows():
+    """vllm#7371 (README "Fuzz campaigns"): the last chunk of a prompt whose length is a
+    multiple of the block size indexes past the block table; abort-mid-chunk's prompt is 32
+    tokens, prefilled 8 a step."""
+    failed = {
+        n: lines for n, (status, lines) in _statuses("vllm-v0", "v2").items() if status == "fail"
+    }
+    assert failed == {
+        "abort-mid-chunk": ["step 1: engine-crash:: schedule: IndexError: list index out of range"]
+    }
