@@ -17,6 +17,7 @@ COMMANDS: tuple[str, ...] = (
     "diff",
     "sweep",
     "report",
+    "conformance",
 )
 
 

@@ -40,7 +40,9 @@ from schedcheck.sim.fuzz.swarm import SwarmSpec
 from schedcheck.sim.ray_cluster import RayMissing, import_ray
 
 EXIT_NOTHING, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
-IGNORABLE = re.compile(r"(accounting|shadow-kv|block-pool|outputs)\.[a-z-]+|engine-crash")
+IGNORABLE = re.compile(
+    r"(accounting|shadow-kv|block-pool|outputs|protocol)\.[a-z-]+|engine-crash|harness-crash"
+)
 DEFAULT_OUT = DEFAULT_DB_DIR / "findings"
 
 
@@ -212,9 +214,9 @@ def _run(args: argparse.Namespace) -> int:
     for name in args.ignore:
         if not IGNORABLE.fullmatch(name):
             raise UsageError(
-                f"--ignore {name!r}: not an invariant name (engine-crash, or family.name "
-                "with the family one of accounting, shadow-kv, block-pool, outputs; see "
-                "README 'What is checked')"
+                f"--ignore {name!r}: not an invariant name (engine-crash, harness-crash, "
+                "or family.name with the family one of accounting, shadow-kv, block-pool, "
+                "outputs, protocol; see README 'What is checked')"
             )
     spec = SwarmSpec(
         engine=args.engine,

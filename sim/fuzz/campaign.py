@@ -26,12 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from schedcheck.engines.capabilities import config_refusals
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.registry import make_engine
 from schedcheck.sim.coverage import RARE_PATHS, merge, never_reached
 from schedcheck.sim.fuzz.database import FailureDB
 from schedcheck.sim.fuzz.replay_db import replay_findings
-from schedcheck.sim.fuzz.swarm import SwarmSpec, draws_lookahead, fixed_block_manager
+from schedcheck.sim.fuzz.swarm import (
+    SwarmSpec,
+    block_sizes,
+    draws_lookahead,
+    fixed_block_manager,
+)
 from schedcheck.sim.fuzz.worker import WorkerJob, run_worker
 
 GRACE_S = 60.0  # after the budget: time for a worker to finish its shrink and its bundle
@@ -99,18 +105,29 @@ class CampaignResult:
             self.errors.append(str(message["error"]))
 
     def never_reached(self) -> list[str]:
-        return never_reached(self.coverage, drafts=draws_lookahead(self.options.spec))
+        spec = self.options.spec
+        prefix_caching = True in spec.capabilities.enable_prefix_caching
+        return never_reached(
+            self.coverage, drafts=draws_lookahead(spec), prefix_caching=prefix_caching
+        )
 
 
 def check_target(spec: SwarmSpec) -> None:
-    """Raise ValueError (bad input) if the engine, mutant or block manager cannot load."""
+    """Raise ValueError (bad input) if the engine, mutant or block manager cannot load, or
+    the engine declares no support for the block manager the spec fixes."""
+    caps = spec.capabilities
     config = EngineConfig(
-        block_size=4,
+        block_size=block_sizes(caps)[0],
         num_gpu_blocks=8,
         mutant=spec.mutant,
-        block_manager=fixed_block_manager(spec) or "hashed",
+        block_manager=fixed_block_manager(spec) or caps.block_managers[0],
+        enable_prefix_caching=caps.enable_prefix_caching[0],
+        enable_chunked_prefill=caps.enable_chunked_prefill[0],
     )
-    make_engine(spec.engine, config)
+    refusals = config_refusals(caps, config)
+    if refusals:
+        raise ValueError(f"engine {spec.engine} does not support {'; '.join(refusals)}")
+    make_engine(spec.engine, caps.fit(config))
 
 
 def run_campaign(
