@@ -121,15 +121,31 @@ class Coverage:
         return sorted(self.mid_prefill)
 
 
+PREFIX_CACHE_PATHS = (
+    "fully-cached-prompt",
+    "preempt-during-chunked-prefill-with-prefix-hit",
+    "evict-cached-block",
+)
+
+
 def never_reached(
-    counts: Mapping[str, int], *, drafts: bool = True, vllm_options: bool = True
+    counts: Mapping[str, int],
+    *,
+    drafts: bool = True,
+    prefix_caching: bool = True,
+    vllm_options: bool = True,
 ) -> list[str]:
-    """Rare paths with a zero count; a campaign that never draws lookahead draft tokens
-    (`drafts`) or vLLM v1's scheduler options (`vllm_options`: priority, async scheduling,
-    queue limits) cannot reach their paths, so they are not listed."""
-    skip = set() if drafts else {"drafts-cross-block"}
-    skip |= set() if vllm_options else set(VLLM_OPTION_PATHS)
-    return [path for path in RARE_PATHS if path not in skip and counts.get(path, 0) == 0]
+    """Rare paths with a zero count, of those the campaign can reach: one that never draws
+    draft tokens cannot reach drafts-cross-block, one without prefix caching none of
+    PREFIX_CACHE_PATHS, one that never draws vLLM v1's scheduler options (priority, async
+    scheduling, queue limits) none of VLLM_OPTION_PATHS, so they are not listed."""
+    unreachable: tuple[str, ...] = () if drafts else ("drafts-cross-block",)
+    if not prefix_caching:
+        unreachable += PREFIX_CACHE_PATHS
+    if not vllm_options:
+        unreachable += VLLM_OPTION_PATHS
+    paths = (p for p in RARE_PATHS if p not in unreachable)
+    return [path for path in paths if counts.get(path, 0) == 0]
 
 
 def merge(*counts: Mapping[str, int]) -> dict[str, int]:
