@@ -45,6 +45,7 @@ from schedcheck.sim.cost_model import StepCostModel, profile
 from schedcheck.sim.coverage import Coverage
 from schedcheck.sim.faults import draw_faults
 from schedcheck.sim.hash_executor import HashModelExecutor
+from schedcheck.sim.kv_events import KVEventRecorder
 from schedcheck.sim.result import (  # re-exported: the loop's API
     EXIT_CLEAN,
     EXIT_LIVENESS,
@@ -117,6 +118,7 @@ class Simulation:
         self.progress = _progress(options.progress)
         self.rng = np.random.default_rng(options.seed)  # the run's one generator (faults)
         self.coverage = Coverage(config.block_size, config.num_lookahead_tokens)
+        self.kv_events = KVEventRecorder() if options.record_kv_events else None
 
     # -- running ----------------------------------------------------------------------------
 
@@ -146,6 +148,8 @@ class Simulation:
         res.requests = len(self.arrivals.released)
         res.invariants_checked += getattr(self.executor, "num_keys_checked", 0)
         res.coverage = dict(self.coverage.counts)
+        if self.kv_events is not None:
+            res.kv_events = self.kv_events.events
         return res
 
     def _wake(self) -> None:
@@ -252,6 +256,8 @@ class Simulation:
     ) -> list[Violation]:
         step = output.step
         snapshot = self._call("kv_snapshot", self.engine.kv_snapshot)
+        if self.kv_events is not None:
+            self.kv_events.observe(step, snapshot)
         for f in finished:
             self.accounting.forget(f.request_id)
         out = self.accounting.check_agreement(step, snapshot.num_computed_tokens())
