@@ -33,6 +33,12 @@ the same block table (vLLM v1's EAGLE heads, v0's lookahead slots)::
                                                  past its end, an illegal memory access)
 
 The scheduler must have allocated those slots (BUGS #10): computed + new + lookahead.
+
+Engines that address KV per token (`ScheduledRequest.slots`: SGLang's req_to_token rows)
+hand one slot per token instead of one block id per block: a slot list is a block table of
+block size 1, so the metadata of such a step has `block_size` 1 and `block_tables` are the
+slot lists. The kernels then write `slots[num_computed:num_end]` and read
+`slots[0:seq_len]`, exactly the indices SGLang's attention backends gather.
 """
 
 from __future__ import annotations
@@ -147,6 +153,9 @@ def build_metadata(
     if mutant == "slot-mapping-from-zero":  # vllm#36580: slots of a chunk start at 0
         slot_starts = [0] * num_reqs
     tables = [r.block_table for r in reqs]
+    if reqs and reqs[0].slots is not None:  # per-token slots: block tables of block size 1
+        assert num_lookahead_tokens == 0, "draft KV through slot lists is not modelled"
+        tables, block_size = _slot_lists(reqs), 1
     slot_mapping = gather_slots(tables, slot_starts, query_lens.tolist(), block_size)
     read_tables = tuple(tables)
     if mutant == "block-table-hits-only":
@@ -204,6 +213,13 @@ def _lookahead(
     first = np.repeat(np.asarray(starts, np.int64), counts)
     positions = first + np.arange(batch.size, dtype=np.int64) - row_start
     return positions, slots, batch
+
+
+def _slot_lists(reqs: Sequence[ScheduledRequest]) -> list[tuple[int, ...]]:
+    """Every request's slot list: an engine hands slots for all requests of a step or none."""
+    lists = [r.slots for r in reqs]
+    assert all(s is not None for s in lists), "a step mixes slot lists and block tables"
+    return [s for s in lists if s is not None]
 
 
 def _tables_of_hits_only(

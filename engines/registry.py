@@ -18,6 +18,7 @@ BUILTIN_ENGINES: dict[str, str] = {
     "reference": "schedcheck.engines.reference.engine:make_engine",
     "vllm-v1": "schedcheck.engines.vllm_v1:make_engine",
     "vllm-v0": "schedcheck.engines.vllm_v0:make_engine",
+    "sglang": "schedcheck.engines.sglang_engine:make_engine",
 }
 
 
@@ -36,6 +37,7 @@ SPARE_BLOCKS: dict[str, int] = {
     # whose KV fills the cache exactly can be preempted at every decode, forever (found by
     # the first vllm-v0 campaign; tests/vllm/test_vllm_v0.py pins it)
     "vllm-v0": 1,
+    "sglang": 1,  # SGLang keeps page 0 (slots 0..page_size-1) for padded tokens
 }
 
 # Engines with no cache_salt (vLLM added it in v1): a salted request would share its prefix

@@ -24,6 +24,11 @@ Each step, for the metadata of that step (as a model runner would pass it to the
 
 The identities are those of `invariants/hash_model.py`: KV of position p = hash of the
 request's tokens [0..p]; two requests with the same prefix expect the same identities.
+
+An engine that hands per-token slot lists (`ScheduledRequest.slots`, SGLang) gets metadata
+of block size 1 (`engines/metadata.py`); at its first step the executor then tracks every
+slot as a block of one (`num_blocks * block_size` blocks of size 1), and its engine's KV
+snapshot names slots too.
 """
 
 from __future__ import annotations
@@ -120,6 +125,8 @@ class SymbolicExecutor:
                 self._unverify(preempted, 0)
         for src, dst in meta.output.block_copies:  # copy-on-write, before the forward: into
             self._copy_block(step, src, dst)  # blocks this step's preemptions may have freed
+        if meta.num_reqs and meta.block_size != self.block_size:
+            self._use_slot_granularity(meta.block_size)
         reqs = [self.requests.get(rid) for rid in meta.req_ids]
         for rid, req in zip(meta.req_ids, reqs, strict=True):
             if req is None:
@@ -133,6 +140,14 @@ class SymbolicExecutor:
         if meta.lookahead_slot_mapping.size:
             self._write_drafts(meta, known)
         return sampled
+
+    def _use_slot_granularity(self, block_size: int) -> None:
+        """Track each slot as a block of its own (metadata from per-token slot lists)."""
+        assert block_size == 1, f"metadata of block size {block_size}, executor {self.block_size}"
+        assert not self.verifiers.any(), "block size changed after requests verified KV"
+        self.block_size = 1
+        self.num_blocks = self.num_slots
+        self.verifiers = np.zeros(self.num_slots, dtype=np.int32)
 
     # -- step phases ------------------------------------------------------------------------
 
