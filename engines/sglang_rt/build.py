@@ -76,17 +76,12 @@ def publish_server_args(args: ServerArgs) -> None:
     publish(args, role="test", ranks=SpawnRanks(world_rank=0, dp_rank=None))
 
 
-from sglang.srt.managers.schedule_batch import ScheduleBatch  # noqa: E402
-from sglang.srt.managers.schedule_policy import SchedulePolicy  # noqa: E402
 from sglang.srt.managers.scheduler import Scheduler  # noqa: E402
 from sglang.srt.managers.scheduler_components.batch_result_processor import (  # noqa: E402
     SchedulerBatchResultProcessor,
 )
 from sglang.srt.managers.scheduler_components.logprob_result_processor import (  # noqa: E402
     SchedulerLogprobResultProcessor,
-)
-from sglang.srt.managers.scheduler_components.new_token_ratio_tracker import (  # noqa: E402
-    NewTokenRatioTracker,
 )
 from sglang.srt.mem_cache.allocator import (  # noqa: E402
     PagedTokenToKVPoolAllocator,
