@@ -27,6 +27,7 @@ BUILTIN_ENGINES: dict[str, str] = {
 CONFIG_FITTERS: dict[str, str] = {
     "vllm-v1": "schedcheck.engines.vllm.common:fit_config",
     "vllm-v0": "schedcheck.engines.vllm.common:fit_config_v0",
+    "sglang": "schedcheck.engines.sglang_rt.fit:fit_config",
 }
 
 # Blocks beyond a request's own KV that an engine needs to run that request alone.

@@ -58,6 +58,7 @@ from schedcheck.engines.protocol import (
     ScheduledRequest,
     SchedulerOutput,
 )
+from schedcheck.engines.sglang_rt import faults
 from schedcheck.engines.sglang_rt.build import SglangOptions, build_scheduler
 from schedcheck.engines.sglang_rt.rows import RowReader, page_table
 from schedcheck.engines.sglang_rt.snapshot import SglangKVSnapshot
@@ -106,6 +107,7 @@ class SglangEngine:
         self._last: tuple[SchedulerOutput, ScheduleBatch] | None = None
         self._pending_finished: list[FinishedRequest] = []
         self._rejected: list[tuple[str, str]] = []
+        self._force_retract = False  # fault point "preempt": until a decode step ran
 
     # ------------------------------------------------------------------ requests --
     def add_request(self, request: EngineRequest) -> None:
@@ -154,9 +156,12 @@ class SglangEngine:
         assert self._last is None, "schedule() twice without update_from_output()"
         s = self.scheduler
         self._step += 1
-        plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
+        with faults.forced_retraction(self._force_retract):
+            plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
         s.running_batch = plan.running_batch
         batch = plan.batch_to_run
+        if batch is not None and batch.forward_mode.is_decode():
+            self._force_retract = False
         preempted = self._retracted()
         scheduled = self._map_batch(batch) if batch is not None else ()
         rejected, self._rejected = self._rejected, []
@@ -302,6 +307,15 @@ class SglangEngine:
         ]
         for rid in done:
             del self._by_rid[rid]
+
+    def inject_fault(self, kind: str, rng: np.random.Generator) -> str | None:
+        """Fault points of sim/faults.py through SGLang's own hooks (sglang_rt/faults.py)."""
+        if kind == "preempt":
+            self._force_retract = True
+            return "SGLANG_TEST_RETRACT until the next decode step"
+        if kind == "evict":
+            return faults.evict(self.scheduler.tree_cache, self.config.block_size, rng)
+        return None
 
     # ----------------------------------------------------------------- inspection --
     def kv_snapshot(self) -> KVSnapshot:

@@ -1,0 +1,38 @@
+"""The swarm's drawn configs moved to what the sglang adapter runs (`registry.fit_config`).
+
+- Page size. A campaign can pin SGLang's page size (`SCHEDCHECK_SGLANG_PAGE_SIZE`, e.g.
+  1 or 16: the issue asks for a campaign at each): the drawn block size becomes that page
+  size and `num_gpu_blocks` is converted so the pool holds at least the drawn number of
+  tokens beyond the spare page (`cdiv((blocks - 1) * drawn, page) + 1`), which keeps the
+  swarm's "every request fits alone" bound and its slack.
+- Speculative decoding is off (the adapter does not model SGLang's drafter).
+- `max_num_seqs` is at least 1 and SGLang's req_to_token rows are sized by it.
+- `SCHEDCHECK_SGLANG_POLICY` pins SGLang's schedule policy (lpm, fcfs, dfs-weight, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from schedcheck.engines.protocol import EngineConfig
+
+PAGE_SIZE_ENV = "SCHEDCHECK_SGLANG_PAGE_SIZE"
+POLICY_ENV = "SCHEDCHECK_SGLANG_POLICY"
+
+
+def fit_config(config: EngineConfig) -> EngineConfig:
+    page = int(os.environ.get(PAGE_SIZE_ENV, "0")) or config.block_size
+    assert page >= 1, f"{PAGE_SIZE_ENV} must be a positive page size"
+    tokens = (config.num_gpu_blocks - 1) * config.block_size
+    extra = dict(config.extra)
+    policy = os.environ.get(POLICY_ENV)
+    if policy:
+        extra["schedule_policy"] = policy
+    return dataclasses.replace(
+        config,
+        block_size=page,
+        num_gpu_blocks=max(2, -(-tokens // page) + 1),
+        num_lookahead_tokens=0,
+        extra=extra,
+    )
