@@ -58,17 +58,21 @@ from schedcheck.engines.protocol import (
     ScheduledRequest,
     SchedulerOutput,
 )
-from schedcheck.engines.sglang_rt import faults
-from schedcheck.engines.sglang_rt.build import SglangOptions, build_scheduler
-from schedcheck.engines.sglang_rt.rows import RowReader, page_table
-from schedcheck.engines.sglang_rt.snapshot import SglangKVSnapshot
-from schedcheck.engines.vllm.common import frontend_rejection, read_only_prompt
+from schedcheck.engines.sglang_rt import stubs
 
-import torch  # isort: skip
-from sglang.srt.managers.io_struct import AbortReq  # isort: skip
-from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch  # isort: skip
-from sglang.srt.managers.utils import GenerationBatchResult  # isort: skip
-from sglang.srt.sampling.sampling_params import SamplingParams  # isort: skip
+stubs.install()  # before the first sglang import (here or in the helpers below)
+
+from schedcheck.engines.sglang_rt import faults  # noqa: E402
+from schedcheck.engines.sglang_rt.build import SglangOptions, build_scheduler  # noqa: E402
+from schedcheck.engines.sglang_rt.rows import RowReader, page_table  # noqa: E402
+from schedcheck.engines.sglang_rt.snapshot import SglangKVSnapshot  # noqa: E402
+from schedcheck.engines.vllm.common import frontend_rejection, read_only_prompt  # noqa: E402
+
+import torch  # noqa: E402  # isort: skip
+from sglang.srt.managers.io_struct import AbortReq  # noqa: E402  # isort: skip
+from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch  # noqa: E402  # isort: skip
+from sglang.srt.managers.utils import GenerationBatchResult  # noqa: E402  # isort: skip
+from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402  # isort: skip
 
 ENGINE_NAME = "sglang"
 VOCAB_SIZE = 1 << 30  # above every hash-model token id

@@ -16,8 +16,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import sglang.srt.managers.scheduler as sglang_scheduler
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+from schedcheck.engines.sglang_rt import stubs
+
+stubs.install()
+
+import sglang.srt.managers.scheduler as sglang_scheduler  # noqa: E402
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams  # noqa: E402
 
 NO_PREFILL_LIMIT = 1 << 30  # TEST_RETRACT also skips prefill above this running batch size
 

@@ -8,6 +8,10 @@
 - Speculative decoding is off (the adapter does not model SGLang's drafter).
 - `max_num_seqs` is at least 1 and SGLang's req_to_token rows are sized by it.
 - `SCHEDCHECK_SGLANG_POLICY` pins SGLang's schedule policy (lpm, fcfs, dfs-weight, ...).
+- `SCHEDCHECK_SGLANG_PREFIX_CACHING=on` keeps the radix cache on: with it off, SGLang's
+  ignore_eos admission path never admits a request at the memory cap its own frontend
+  grants (a liveness finding, docs/sglang.md F1), which would end every campaign within
+  seconds; the campaigns past F1 pin it on.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from schedcheck.engines.protocol import EngineConfig
 
 PAGE_SIZE_ENV = "SCHEDCHECK_SGLANG_PAGE_SIZE"
 POLICY_ENV = "SCHEDCHECK_SGLANG_POLICY"
+PREFIX_CACHING_ENV = "SCHEDCHECK_SGLANG_PREFIX_CACHING"
 
 
 def fit_config(config: EngineConfig) -> EngineConfig:
@@ -29,8 +34,10 @@ def fit_config(config: EngineConfig) -> EngineConfig:
     policy = os.environ.get(POLICY_ENV)
     if policy:
         extra["schedule_policy"] = policy
+    caching = config.enable_prefix_caching or os.environ.get(PREFIX_CACHING_ENV) == "on"
     return dataclasses.replace(
         config,
+        enable_prefix_caching=caching,
         block_size=page,
         num_gpu_blocks=max(2, -(-tokens // page) + 1),
         num_lookahead_tokens=0,
