@@ -55,6 +55,10 @@ class SglangOptions:
 
 def server_args(config: EngineConfig, options: SglangOptions) -> ServerArgs:
     chunk = options.chunked_prefill_size or config.max_num_batched_tokens
+    if config.enable_chunked_prefill and chunk % config.block_size:
+        raise ValueError(  # SGLang's own check (arg_groups/validation_hook.py)
+            f"chunked_prefill_size {chunk} must be divisible by page_size {config.block_size}"
+        )
     return ServerArgs(
         model_path="dummy",
         device="cpu",

@@ -5,6 +5,14 @@
   size and `num_gpu_blocks` is converted so the pool holds at least the drawn number of
   tokens beyond the spare page (`cdiv((blocks - 1) * drawn, page) + 1`), which keeps the
   swarm's "every request fits alone" bound and its slack.
+- With chunked prefill on, the token budget is rounded up to a multiple of the page size:
+  SGLang refuses any other chunked_prefill_size ("chunked_prefill_size must be divisible
+  by page_size", `arg_groups/validation_hook.py`; `build.server_args` checks it too).
+- With chunked prefill off, max_model_len is capped at the token budget: SGLang's
+  max_prefill_tokens is a soft bound ("the real bound will be the maximum of this value
+  and the model's maximum context length", its `--max-prefill-tokens` help), so a prompt
+  longer than the budget is admitted alone; capping the context length makes the frontend
+  refuse it instead, as vLLM's fitter does.
 - Speculative decoding is off (the adapter does not model SGLang's drafter).
 - `max_num_seqs` is at least 1 and SGLang's req_to_token rows are sized by it.
 - `SCHEDCHECK_SGLANG_POLICY` pins SGLang's schedule policy (lpm, fcfs, dfs-weight, ...).
@@ -35,8 +43,15 @@ def fit_config(config: EngineConfig) -> EngineConfig:
     if policy:
         extra["schedule_policy"] = policy
     caching = config.enable_prefix_caching or os.environ.get(PREFIX_CACHING_ENV) == "on"
+    budget, max_model_len = config.max_num_batched_tokens, config.max_model_len
+    if config.enable_chunked_prefill:
+        budget = -(-budget // page) * page
+    else:
+        max_model_len = min(max_model_len, budget)
     return dataclasses.replace(
         config,
+        max_num_batched_tokens=budget,
+        max_model_len=max_model_len,
         enable_prefix_caching=caching,
         block_size=page,
         num_gpu_blocks=max(2, -(-tokens // page) + 1),
