@@ -98,6 +98,11 @@ class SchedulerOutput:
     # (copy-on-write of a shared last block: vLLM v0's blocks_to_copy, v1's
     # kv_cache_block_copies); an executor applies them before it writes or reads
     block_copies: tuple[tuple[int, int], ...] = ()
+    # Requests the engine runs this step although they were aborted before it (SGLang: a
+    # running request's abort takes effect after one more forward, "abort method 3"): the
+    # simulator has retired them, but the kernels still write their chunk's KV, which the
+    # radix tree may then keep and share. Each carries its slots (per-token engines only).
+    discarded: tuple[ScheduledRequest, ...] = ()
 
     @property
     def total_num_scheduled_tokens(self) -> int:

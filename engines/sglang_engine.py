@@ -27,9 +27,10 @@ own methods, in the order of `Scheduler.event_loop_normal` (overlap off):
                            checks, checkpoint_kv_cache, release_kv_cache) -> last_batch
     abort_request():       Scheduler.abort_request(AbortReq(rid)): a waiting request leaves
                            at once; a running one is marked and runs one more step, whose
-                           output SGLang discards ("abort method 3"): that step is run but
-                           the request is left out of our SchedulerOutput (the simulator
-                           has retired it), so only its own fresh decode slot is written
+                           output SGLang discards ("abort method 3"): that step's KV write
+                           goes to SchedulerOutput.discarded (the simulator has retired the
+                           request; the shadow KV still sees the write, which the tree may
+                           keep and share)
     kv_snapshot():         SGLang's allocator, tree and rows (`sglang_rt/snapshot.py`)
 
 Glue written here instead of SGLang code: `Scheduler.run_batch`'s counters (forward_ct,
@@ -167,7 +168,7 @@ class SglangEngine:
         if batch is not None and batch.forward_mode.is_decode():
             self._force_retract = False
         preempted = self._retracted()
-        scheduled = self._map_batch(batch) if batch is not None else ()
+        scheduled, discarded = self._map_batch(batch) if batch is not None else ((), ())
         rejected, self._rejected = self._rejected, []
         for rid, reason in rejected:
             self._pending_finished.append(FinishedRequest(rid, (), f"rejected: {reason}"))
@@ -177,6 +178,7 @@ class SglangEngine:
             preempted_req_ids=preempted,
             rejected_req_ids=tuple(rid for rid, _ in rejected),
             rejected_reasons=tuple(reason for _, reason in rejected),
+            discarded=discarded,
         )
         if batch is None:
             s.last_batch = None  # event_loop_normal: last_batch = batch
@@ -223,7 +225,11 @@ class SglangEngine:
                 self._report(tracked, reason)
 
     # ------------------------------------------------------------------- mapping --
-    def _map_batch(self, batch: ScheduleBatch) -> tuple[ScheduledRequest, ...]:
+    def _map_batch(
+        self, batch: ScheduleBatch
+    ) -> tuple[tuple[ScheduledRequest, ...], tuple[ScheduledRequest, ...]]:
+        """(scheduled, discarded): requests we aborted that SGLang runs once more go to
+        `discarded` (their KV is written; the simulator retired them)."""
         extend = batch.forward_mode.is_extend()
         reqs = batch.reqs
         if extend:
@@ -238,15 +244,15 @@ class SglangEngine:
         written = batch.out_cache_loc.numpy().astype(np.int64)
         assert input_ids.size == written.size == sum(counts), "batch sizes disagree"
         out: list[ScheduledRequest] = []
+        discarded: list[ScheduledRequest] = []
         offset = 0
         for req, start, count in zip(reqs, starts, counts, strict=True):
             tracked = self._by_rid[req.rid]
             rows = slice(offset, offset + count)
             offset += count
-            if tracked.reported:  # aborted by us: SGLang runs it once more, we do not
-                continue
-            out.append(self._scheduled(tracked, start, count, input_ids[rows], written[rows]))
-        return tuple(out)
+            mapped = self._scheduled(tracked, start, count, input_ids[rows], written[rows])
+            (discarded if tracked.reported else out).append(mapped)
+        return tuple(out), tuple(discarded)
 
     def _scheduled(
         self,
@@ -258,7 +264,9 @@ class SglangEngine:
     ) -> ScheduledRequest:
         req, rid = tracked.req, tracked.request_id
         end = start + count
-        slots = self.rows.slots(rid, req.kv.req_pool_idx, end)
+        slots = () if tracked.reported else self.rows.slots(rid, req.kv.req_pool_idx, end)
+        if tracked.reported:  # aborted: no row cache, it runs this once more
+            slots = tuple(self.rows.read(req.kv.req_pool_idx, end).tolist())
         if list(slots[start:end]) != written.tolist():
             raise AssertionError(
                 f"{rid}: out_cache_loc {written.tolist()[:8]}... (where the kernel writes) "
@@ -267,7 +275,7 @@ class SglangEngine:
             )
         token_ids.flags.writeable = False
         cached = 0 if tracked.admitted else start
-        tracked.admitted = True
+        tracked.admitted = tracked.admitted or not tracked.reported
         return ScheduledRequest(
             rid,
             start,

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from schedcheck.engines.metadata import RunnerMetadata, gather_slots
+from schedcheck.engines.protocol import ScheduledRequest
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.violation import Violation
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
@@ -127,6 +128,8 @@ class SymbolicExecutor:
             self._copy_block(step, src, dst)  # blocks this step's preemptions may have freed
         if meta.num_reqs and meta.block_size != self.block_size:
             self._use_slot_granularity(meta.block_size)
+        if meta.output.discarded:
+            self._write_discarded(step, meta.output.discarded)
         reqs = [self.requests.get(rid) for rid in meta.req_ids]
         for rid, req in zip(meta.req_ids, reqs, strict=True):
             if req is None:
@@ -148,6 +151,36 @@ class SymbolicExecutor:
         self.block_size = 1
         self.num_blocks = self.num_slots
         self.verifiers = np.zeros(self.num_slots, dtype=np.int32)
+
+    def _write_discarded(self, step: int, discarded: Sequence[ScheduledRequest]) -> None:
+        """KV writes of requests the simulator retired but the engine still runs (their
+        output is discarded): each chunk's identities chain from the KV the request wrote
+        at the position before the chunk, so a reader that later shares them (a prefix
+        hit) checks them as any other KV. A write into KV a live request verified is a
+        violation, as for any writer."""
+        for r in discarded:
+            assert r.slots is not None and r.num_computed_tokens >= 1, r.request_id
+            lo, hi = r.num_computed_tokens, r.num_end_tokens
+            slots = np.asarray(r.slots[lo:hi], dtype=I64)
+            prev = int(self.shadow[r.slots[lo - 1]]) if 0 <= r.slots[lo - 1] < self.num_slots else 0
+            ids = hash_model.identities(np.asarray(r.token_ids, I64), prev, lo)
+            if prev == 0:  # the chain's start was never written: nothing right to write
+                ids ^= hash_model.POISON
+            ok = (slots >= 0) & (slots < self.num_slots)
+            hurt = [int(x) for x in slots[ok] if self.verifiers[x // self.block_size] > 0]
+            if hurt:
+                self._violate(
+                    "block-pool.write-into-shared-block",
+                    step,
+                    r.request_id,
+                    f"the discarded step of aborted {r.request_id} writes slot {hurt[0]}, "
+                    "which holds KV a live request verified",
+                    slot=hurt[0],
+                )
+            self.shadow[slots[ok]] = ids[ok]
+            self.writer_req[slots[ok]] = -1
+            self.writer_pos[slots[ok]] = np.arange(lo, hi, dtype=I64)[ok]
+            self.writer_step[slots[ok]] = step
 
     # -- step phases ------------------------------------------------------------------------
 

@@ -40,6 +40,10 @@ class RowReader:
         self._cache[request_id] = (row, out)
         return out
 
+    def read(self, req_pool_idx: int, length: int) -> np.ndarray:
+        """Slots [0, length) of a row, uncached."""
+        return self._rows[req_pool_idx, :length].astype(np.int64)
+
     def forget(self, request_id: str) -> None:
         self._cache.pop(request_id, None)
 
