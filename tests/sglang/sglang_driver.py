@@ -48,13 +48,19 @@ class Driver:
         out = self.engine.schedule()
         self.outputs.append(out)
         meta = build_metadata(out, self.cfg.block_size)
-        sampled = self.executor.execute(meta) if out.scheduled or out.preempted_req_ids else {}
+        runs = out.scheduled or out.preempted_req_ids or out.discarded
+        sampled = self.executor.execute(meta) if runs else {}
         self.violations += self.executor.violations
         if out.scheduled:
             for f in self.engine.update_from_output(out, sampled):
                 self.finished[f.request_id] = f
                 self.executor.finish_request(f.request_id)
         return out
+
+    def abort(self, request_id: str) -> None:
+        """As the simulator aborts: the engine's abort, then the shadow forgets it."""
+        self.engine.abort_request(request_id)
+        self.executor.finish_request(request_id)
 
     def run(self, max_steps: int = 200) -> None:
         for _ in range(max_steps):  # bounded

@@ -98,6 +98,43 @@ def test_a_retraction_frees_the_row_and_resumes_from_the_tree(monkeypatch):
     assert [len(d.finished[r].output_token_ids) for r in "ab"] == [4, 4]
 
 
+def test_an_aborted_running_request_runs_once_more_and_its_kv_is_shared():
+    """SGLang's abort of a running request takes effect after one more forward ("abort
+    method 3"): a's decode of its first output (position 10, slot 11) runs after the abort
+    and the tree keeps it. The step reaches the shadow KV as `discarded`, so b, a later turn
+    (a's prompt + a's output + 60), reads slot 11 through its 11-token hit and finds a's KV
+    there (before this was modelled, the shadow KV reported it as never written)."""
+    d = Driver(config())
+    d.add(request("a", PROMPT, 4))
+    d.step()  # a's prefill samples its first output
+    d.abort("a")
+    out0 = d.finished["a"].output_token_ids if "a" in d.finished else None
+    assert out0 is None  # reported by the engine's next update, as vLLM's adapters do
+    hidden = d.step()  # nothing of ours runs; SGLang decodes a once more
+    assert (hidden.scheduled, [summary_of(r) for r in hidden.discarded]) == (
+        (),
+        [("a", 10, 1, (11,))],
+    )
+    first = d.engine._pending_finished[0] if d.engine._pending_finished else None
+    assert first is not None and first.reason == "abort" and len(first.output_token_ids) == 1
+    d.add(request("b", (*PROMPT, first.output_token_ids[0], 60), 2))
+    d.run()
+    assert [summary(o) for o in d.outputs[2:]] == [
+        [("b", 11, 1, 11, (12,))],  # hit: a's prompt and a's first output (slots 1..11)
+        [("b", 12, 1, 0, (13,))],
+    ]
+    assert d.violations == []
+
+
+def summary_of(r) -> tuple:
+    return (
+        r.request_id,
+        r.num_computed_tokens,
+        r.num_scheduled_tokens,
+        r.slots[r.num_computed_tokens : r.num_end_tokens],
+    )
+
+
 def test_the_shadow_kv_finds_a_planted_off_by_one_in_the_prefix_slots(monkeypatch):
     """Planted: the tree hands a prefix hit's slots shifted by one
     (`UnifiedRadixCache.prefix_device_indices` + 1), so b's row reads key 0 from slot 2,
@@ -131,7 +168,7 @@ def test_sglang_is_registered_and_replays_through_the_simulator():
     assert spare_blocks("sglang") == 1
     trace = [
         TraceRequest(
-            f"r{i}", 0.01 * i, 3, input_length=12 + i, hash_ids=(1, 2 + i), hash_block_size=8
+            f"r{i}", 0.01 * i, 3, input_length=12 + i, hash_ids=(1, 2 + i), hash_block_size=16
         )
         for i in range(6)
     ]

@@ -18,8 +18,9 @@ The two sides that disagree:
 
 A pool of 4 slots (page 1), a 1-token prompt: the frontend grants 1 new token
 (4 - 1 - 1 - 1 = 1), the adder refuses it with nothing running; a 5-slot pool grants 2 and
-refuses 2 too, but admits 1 (one below the cap). A request that asks for no limit (max_new_tokens None) is capped to
-exactly the frontend's value, so it hangs whenever the KV pool, not max_req_len, binds.
+refuses 2 too, but admits 1 (one below the cap). A request that asks for no limit
+(max_new_tokens None) is capped to exactly the frontend's value, so it hangs whenever the
+KV pool, not max_req_len, binds.
 """
 
 from __future__ import annotations
@@ -77,8 +78,11 @@ def admit(pool_slots: int, below_cap: int = 0) -> tuple[int, str]:
     )
     tree = UnifiedRadixCache(
         CacheInitParams(
-            disable=True, req_to_token_pool=pool, token_to_kv_pool_allocator=allocator,
-            page_size=1, tree_components=(ComponentType.FULL,),
+            disable=True,
+            req_to_token_pool=pool,
+            token_to_kv_pool_allocator=allocator,
+            page_size=1,
+            tree_components=(ComponentType.FULL,),
         )
     )  # fmt: skip  (what mem_cache.registry.create_unified_radix_cache builds)
     granted = allocator.max_new_tokens_for_memory(
