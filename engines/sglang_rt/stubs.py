@@ -29,13 +29,16 @@ class _InertLoader(importlib.abc.Loader):
         return None  # the default module object
 
     def exec_module(self, module: ModuleType) -> None:
-        module.__getattr__ = lambda name: MagicMock(name=f"{module.__name__}.{name}")  # type: ignore[method-assign]
+        stub_name = module.__name__
+        module.__getattr__ = lambda name: MagicMock(name=f"{stub_name}.{name}")  # type: ignore[method-assign]
         if module.__name__ == "torchvision":
             module.__version__ = "0.0.0+schedcheck.stub"  # type: ignore[attr-defined]
 
 
 class _InertFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: object, target: object = None):  # type: ignore[override]
+    def find_spec(
+        self, fullname: str, path: object, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname.partition(".")[0] in STUBBED_PACKAGES:
             return importlib.machinery.ModuleSpec(fullname, _InertLoader(), is_package=True)
         return None
