@@ -160,12 +160,13 @@ def test_the_shadow_kv_finds_a_planted_off_by_one_in_the_prefix_slots(monkeypatc
 
 def test_sglang_is_registered_and_replays_through_the_simulator():
     """The registry names the adapter; a tiny trace replays with every invariant clean."""
-    from schedcheck.engines.registry import BUILTIN_ENGINES, spare_blocks
+    from schedcheck.engines.registry import BUILTIN_ENGINES, capabilities
     from schedcheck.sim.loop import run
     from schedcheck.traces.schema import TraceRequest
 
-    assert BUILTIN_ENGINES["sglang"] == "schedcheck.engines.sglang_engine:make_engine"
-    assert spare_blocks("sglang") == 1
+    assert BUILTIN_ENGINES["sglang"] == "schedcheck.engines.sglang_rt.factory:make_engine"
+    caps = capabilities("sglang")
+    assert (caps.spare_blocks, caps.block_sizes, caps.priorities) == (3, (1, 4, 16), False)
     trace = [
         TraceRequest(
             f"r{i}", 0.01 * i, 3, input_length=12 + i, hash_ids=(1, 2 + i), hash_block_size=16
