@@ -96,6 +96,7 @@ class SymbolicExecutor:
         # request id -> its block table in the engine now (set by the loop; rare path only)
         self.current_table: Callable[[str], Sequence[int] | None] | None = None
         self.num_keys_checked = 0
+        self.salt_identity: dict[str, int] = {}  # request id -> its salt's identity (salted)
 
     # -- the Executor protocol ------------------------------------------------------------
 
@@ -110,6 +111,8 @@ class SymbolicExecutor:
         ids = np.zeros(capacity, dtype=U64)
         ids[:n] = hash_model.identities(tokens[:n], hash_model.salt_identity(cache_salt))
         self.requests[request_id] = _ShadowRequest(len(self.req_names), tokens, ids, n)
+        if cache_salt is not None:  # kept past finish_request, for discarded writes
+            self.salt_identity[request_id] = hash_model.salt_identity(cache_salt)
         self.req_names.append(request_id)
 
     def finish_request(self, request_id: str) -> None:
@@ -159,12 +162,12 @@ class SymbolicExecutor:
         hit) checks them as any other KV. A write into KV a live request verified is a
         violation, as for any writer."""
         for r in discarded:
-            assert r.slots is not None and r.num_computed_tokens >= 1, r.request_id
+            assert r.slots is not None, r.request_id
             lo, hi = r.num_computed_tokens, r.num_end_tokens
             slots = np.asarray(r.slots[lo:hi], dtype=I64)
-            prev = int(self.shadow[r.slots[lo - 1]]) if 0 <= r.slots[lo - 1] < self.num_slots else 0
+            prev = self._identity_before(r.request_id, r.slots, lo)
             ids = hash_model.identities(np.asarray(r.token_ids, I64), prev, lo)
-            if prev == 0:  # the chain's start was never written: nothing right to write
+            if lo and prev == 0:  # the chain's start was never written: nothing right to write
                 ids ^= hash_model.POISON
             ok = (slots >= 0) & (slots < self.num_slots)
             hurt = [int(x) for x in slots[ok] if self.verifiers[x // self.block_size] > 0]
@@ -181,6 +184,14 @@ class SymbolicExecutor:
             self.writer_req[slots[ok]] = -1
             self.writer_pos[slots[ok]] = np.arange(lo, hi, dtype=I64)[ok]
             self.writer_step[slots[ok]] = step
+
+    def _identity_before(self, request_id: str, slots: Sequence[int], lo: int) -> int:
+        """The identity a discarded chunk starting at position `lo` chains from: the KV at
+        position lo - 1 (its slot), or the request's salt identity at position 0."""
+        if lo == 0:
+            return self.salt_identity.get(request_id, 0)
+        slot = slots[lo - 1]
+        return int(self.shadow[slot]) if 0 <= slot < self.num_slots else 0
 
     # -- step phases ------------------------------------------------------------------------
 

@@ -13,6 +13,10 @@
   and the model's maximum context length", its `--max-prefill-tokens` help), so a prompt
   longer than the budget is admitted alone; capping the context length makes the frontend
   refuse it instead, as vLLM's fitter does.
+- max_num_seqs is capped at the token budget: SGLang's budget (max_prefill_tokens,
+  chunked_prefill_size) bounds prefill batches only; a decode batch runs one token for each
+  of up to max_running_requests requests (mixed chunks are off), so the protocol's
+  per-step budget holds only with max_num_seqs <= budget, as vLLM's fitter also sets.
 - Speculative decoding is off (the adapter does not model SGLang's drafter).
 - `max_num_seqs` is at least 1 and SGLang's req_to_token rows are sized by it.
 - `SCHEDCHECK_SGLANG_POLICY` pins SGLang's schedule policy (lpm, fcfs, dfs-weight, ...).
@@ -51,6 +55,7 @@ def fit_config(config: EngineConfig) -> EngineConfig:
     return dataclasses.replace(
         config,
         max_num_batched_tokens=budget,
+        max_num_seqs=max(1, min(config.max_num_seqs, budget)),
         max_model_len=max_model_len,
         enable_prefix_caching=caching,
         block_size=page,
