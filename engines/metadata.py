@@ -146,10 +146,7 @@ def build_metadata(
     row_req = np.repeat(np.arange(num_reqs, dtype=np.int64), query_lens)
     positions = num_computed[row_req] + (np.arange(row_req.size) - query_start_loc[row_req])
     slot_starts = [r.num_computed_tokens for r in reqs]
-    tables = [r.block_table for r in reqs]
-    if reqs and reqs[0].slots is not None:  # per-token slots: block tables of block size 1
-        assert num_lookahead_tokens == 0, "draft KV through slot lists is not modelled"
-        tables, block_size = _slot_lists(reqs), 1
+    tables, block_size = _read_tables(reqs, block_size, num_lookahead_tokens)
     slot_mapping = gather_slots(tables, slot_starts, query_lens.tolist(), block_size)
     input_ids = np.concatenate([r.token_ids for r in reqs]) if reqs else np.zeros(0, dtype=np.int64)
     sampling = [i for i, r in enumerate(reqs) if r.samples]
@@ -203,11 +200,18 @@ def _lookahead(
     return positions, slots, batch
 
 
-def _slot_lists(reqs: Sequence[ScheduledRequest]) -> list[tuple[int, ...]]:
-    """Every request's slot list: an engine hands slots for all requests of a step or none."""
+def _read_tables(
+    reqs: Sequence[ScheduledRequest], block_size: int, num_lookahead_tokens: int
+) -> tuple[list[tuple[int, ...]], int]:
+    """(the tables the kernels read through, their block size): the block tables, or the
+    per-token slot lists as tables of block size 1. An engine hands slots for all requests
+    of a step or for none."""
+    if not reqs or reqs[0].slots is None:
+        return [r.block_table for r in reqs], block_size
+    assert num_lookahead_tokens == 0, "draft KV through slot lists is not modelled"
     lists = [r.slots for r in reqs]
     assert all(s is not None for s in lists), "a step mixes slot lists and block tables"
-    return [s for s in lists if s is not None]
+    return [s for s in lists if s is not None], 1
 
 
 def gather_slots(
