@@ -391,6 +391,9 @@ class Simulation:
             if isinstance(self.executor, SymbolicExecutor):  # it drops what they verified
                 self.executor.execute(build_metadata(output, self.config.block_size))
             self.coverage.observe_step(output, self.live)
+        if output.discarded and isinstance(self.executor, SymbolicExecutor):
+            self.executor.execute(build_metadata(output, self.config.block_size))  # their KV
+            self._violate(self._unignored(self.executor.violations))
         if output.rejected_req_ids or output.finished_req_ids or output.preempted_req_ids:
             self._record(output)
             self.empty_steps = 0
