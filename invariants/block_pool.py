@@ -67,9 +67,20 @@ class BlockPoolChecker:
         checked = self.checked_hash_of_block
         fresh = [b for b, h in cached.items() if checked.get(b) != h]
         self.checked_hash_of_block = dict(cached)
+        fresh.sort()
+        return self.check_fresh(step, fresh, cached, block_contents)
+
+    def check_fresh(
+        self,
+        step: int,
+        fresh: list[int],
+        hash_of: Mapping[int, bytes],
+        block_contents: BlockContents,
+    ) -> list[Violation]:
+        """Check blocks newly cached (sorted ids) under their hash `hash_of[b]`: fully written,
+        and their content equal to what that hash named before."""
         if not fresh:
             return []
-        fresh.sort()
         block_ids = np.asarray(fresh, dtype=np.int64)
         identity, complete = block_contents(block_ids)
         out: list[Violation] = []
@@ -86,7 +97,7 @@ class BlockPoolChecker:
         for _ in range(max(0, len(seen) + len(fresh) - HASH_MEMORY_MAX)):  # bounded memory
             del seen[next(iter(seen))]  # the oldest (dict order is insertion order)
         for b, ident in zip(block_ids[complete].tolist(), identity[complete].tolist(), strict=True):
-            h = cached[b]
+            h = hash_of[b]
             first = seen.setdefault(h, ident)
             if first != ident:
                 out.append(
@@ -102,6 +113,14 @@ class BlockPoolChecker:
                 )
                 break
         return out
+
+
+def with_holder(violations: list[Violation], snapshot: KVSnapshot) -> list[Violation]:
+    """The violations, each naming the first request that holds its block (if any)."""
+    if not violations:
+        return violations
+    tables = snapshot.block_tables()
+    return [_with_holder(v, tables, snapshot.block_size) for v in violations]
 
 
 def _with_holder(v: Violation, tables, block_size: int) -> Violation:

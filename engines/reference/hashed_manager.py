@@ -16,7 +16,7 @@ BUGS #4 cannot arise at all). A request's blocks are freed in reverse order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import cast
 
 from schedcheck.engines.reference.block_pool import BlockPool
@@ -301,3 +301,10 @@ class HashedKVSnapshot(ManagerSnapshot):
 
     def num_computed_tokens(self) -> Mapping[str, int]:
         return self._manager._num_computed_tokens
+
+    def take_changed_block_ids(self) -> Collection[int] | None:
+        """Blocks whose ref_cnt, hash or free-queue position changed since the last call;
+        None on the first (it turns the pool's change log on). See invariants/pool_delta.py."""
+        pool = self._manager.block_pool
+        changed, pool.change_log = pool.change_log, set()
+        return changed
