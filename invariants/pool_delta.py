@@ -60,6 +60,7 @@ class PoolDeltaChecker:
         self.synced = False  # the state above mirrors the engine as of the last check
         self.sweep_always = False  # after a violation
         self.num_blocks_checked = 0  # blocks checked by the last call (a full sweep: all)
+        self.num_sweeps = 0  # full sweeps so far
         self.changed: IntArray = np.zeros(0, np.int64)  # the blocks of the current check
 
     def check(
@@ -95,6 +96,7 @@ class PoolDeltaChecker:
         out = self.full.check(step, snapshot, live_request_ids, block_contents)
         self._sync(snapshot)
         self.num_blocks_checked = snapshot.num_blocks
+        self.num_sweeps += 1
         self.sweep_always |= bool(out)
         self.changed = np.zeros(0, np.int64)
         return out
