@@ -52,7 +52,9 @@ class BlockPoolChecker:
         held = _count_holders(tables, snapshot.num_blocks)
         out.extend(_check_ref_cnt(step, ref_cnt, held, reserved))
         cached = snapshot.cached_blocks()
-        out.extend(_check_free_queue(step, snapshot.free_block_ids(), ref_cnt, cached, reserved))
+        free_ids = np.fromiter(snapshot.free_block_ids(), np.int64)
+        out.extend(_check_free_count(step, free_ids.size, snapshot))
+        out.extend(_check_free_queue(step, free_ids, ref_cnt, cached, reserved))
         out.extend(self._check_cached(step, cached, block_contents))
         return [_with_holder(v, tables, snapshot.block_size) for v in out]
 
@@ -172,9 +174,25 @@ def _check_ref_cnt(step: int, ref_cnt, held, reserved) -> list[Violation]:
     ]
 
 
-def _check_free_queue(step: int, free_ids, ref_cnt, cached, reserved) -> list[Violation]:
+def _check_free_count(step: int, num_walked: int, snapshot: KVSnapshot) -> list[Violation]:
+    """A queue that keeps its own count (vLLM's linked list) holds that many entries."""
+    count = getattr(snapshot, "num_free_entries", None)
+    if count is None or int(count()) == num_walked:
+        return []
+    return [
+        Violation(
+            "block-pool.free-queue",
+            step,
+            f"the free queue counts {int(count())} entries but holds {num_walked}: "
+            "a block was linked in twice or unlinked unseen",
+            expected=str(num_walked),
+            found=str(int(count())),
+        )
+    ]
+
+
+def _check_free_queue(step: int, free, ref_cnt, cached, reserved) -> list[Violation]:
     out: list[Violation] = []
-    free = np.fromiter(free_ids, np.int64)
     counts = np.bincount(free, minlength=ref_cnt.size) if free.size else np.zeros_like(ref_cnt)
     for b in np.flatnonzero(counts > 1)[:1]:
         out.append(

@@ -20,10 +20,13 @@ and for the queue as a whole, len(free queue) == blocks seen free: a block queue
 shows as one entry too many at the step it happens.
 
 An engine that has no change log (no `take_changed_block_ids`, or it answers None: the
-first call, which turns the log on) is swept in full that step. On a violation the full
-sweep of block_pool.py runs, so a finding reads exactly as the full check words it, and
-every later step is swept in full too (the pool is corrupt already). The caller runs the
-full sweep at the end of the run.
+first call, which turns the log on) is swept in full that step. When the changed blocks
+break a property, the full sweep of block_pool.py runs and is the authority: a finding
+reads exactly as the full check words it, and every later step is swept in full too (the
+pool is corrupt already). Should the sweep find nothing (this checker's copy of a table
+went stale: an engine rewrote a table entry in place), its state is rebuilt and the run
+goes on incrementally; `num_unconfirmed` counts such steps. The caller runs the full sweep
+at the end of the run.
 
 What the incremental path needs to be cheap: `ref_cnt_of(ids)` (else `ref_cnt()` must be
 an array view), `is_free(ids)` / `num_free_entries()` (else the free queue's `in` and
@@ -61,6 +64,7 @@ class PoolDeltaChecker:
         self.sweep_always = False  # after a violation
         self.num_blocks_checked = 0  # blocks checked by the last call (a full sweep: all)
         self.num_sweeps = 0  # full sweeps so far
+        self.num_unconfirmed = 0  # incremental findings the full sweep did not confirm
         self.changed: IntArray = np.zeros(0, np.int64)  # the blocks of the current check
 
     def check(
@@ -77,8 +81,10 @@ class PoolDeltaChecker:
         if logged is None or not self.synced or self.sweep_always:
             return self.sweep(step, snapshot, live_request_ids, block_contents)
         out = self._check_changed(step, snapshot, live_request_ids, logged, preempted_req_ids)
-        if out:  # the full sweep words it; it also sees what a corrupt queue walk hides
-            return self.sweep(step, snapshot, live_request_ids, block_contents) or out
+        if out:  # the full sweep confirms and words it
+            swept = self.sweep(step, snapshot, live_request_ids, block_contents)
+            self.num_unconfirmed += not swept
+            return swept
         out = self._check_cached(step, snapshot, block_contents)
         if out:
             self.sweep_always = True
