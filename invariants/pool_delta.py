@@ -33,8 +33,10 @@ an array view), `is_free(ids)` / `num_free_entries()` (else the free queue's `in
 `len` must be O(1)), `hash_of(ids)` (else `cached_blocks().get`), `block_table_views()`
 (else `block_tables()`) whose tables answer len, [i] and [i:] cheaply. A table is assumed
 to change by growing at its end or by being dropped; its first and last old entries are
-compared, and the tables of requests preempted since the last check are compared whole
-(a preempted request can be admitted again in the same step, in a table of equal length).
+compared. Compared whole are the tables of requests preempted since the last check (one
+can be admitted again in the same step, in a table of equal length) and of those the
+engine says it rewrote in place (`take_rewritten_req_ids()`: the radix manager switching a
+request to the tree's copy of a page).
 """
 
 from __future__ import annotations
@@ -80,6 +82,9 @@ class PoolDeltaChecker:
         logged = take() if take is not None else None
         if logged is None or not self.synced or self.sweep_always:
             return self.sweep(step, snapshot, live_request_ids, block_contents)
+        rewritten = getattr(snapshot, "take_rewritten_req_ids", None)
+        if rewritten is not None:  # tables an engine rewrote in place: compared whole
+            preempted_req_ids = {*preempted_req_ids, *rewritten()}
         out = self._check_changed(step, snapshot, live_request_ids, logged, preempted_req_ids)
         if out:  # the full sweep confirms and words it
             swept = self.sweep(step, snapshot, live_request_ids, block_contents)
