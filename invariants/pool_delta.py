@@ -80,11 +80,11 @@ class PoolDeltaChecker:
         """Check the step; `preempted_req_ids`: preempted since the previous check."""
         take = getattr(snapshot, "take_changed_block_ids", None)
         logged = take() if take is not None else None
+        take_rewritten = getattr(snapshot, "take_rewritten_req_ids", None)
+        if take_rewritten is not None:  # tables an engine rewrote in place: compared whole
+            preempted_req_ids = {*preempted_req_ids, *take_rewritten()}
         if logged is None or not self.synced or self.sweep_always:
             return self.sweep(step, snapshot, live_request_ids, block_contents)
-        rewritten = getattr(snapshot, "take_rewritten_req_ids", None)
-        if rewritten is not None:  # tables an engine rewrote in place: compared whole
-            preempted_req_ids = {*preempted_req_ids, *rewritten()}
         out = self._check_changed(step, snapshot, live_request_ids, logged, preempted_req_ids)
         if out:  # the full sweep confirms and words it
             swept = self.sweep(step, snapshot, live_request_ids, block_contents)
