@@ -41,6 +41,7 @@ request to the tree's copy of a page).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
@@ -51,6 +52,7 @@ from schedcheck.invariants.block_pool import BlockContents, BlockPoolChecker, wi
 from schedcheck.invariants.violation import Violation
 
 IntArray = npt.NDArray[np.int64]
+_LAST = operator.itemgetter(-1)
 
 
 class PoolDeltaChecker:
@@ -59,15 +61,19 @@ class PoolDeltaChecker:
     def __init__(self) -> None:
         self.full = BlockPoolChecker()  # also holds the hash -> content memory
         self.tables: dict[str, list[int]] = {}  # each request's block table, as last seen
-        self.held: IntArray = np.zeros(0, np.int64)  # tables holding each block
-        self.free: npt.NDArray[np.bool_] = np.zeros(0, bool)  # in the free queue, last seen
+        self.held: list[int] = []  # how many tables hold each block id
+        self.free = bytearray()  # 1: the block was in the free queue when last checked
         self.num_free = 0  # blocks marked in `free`
         self.synced = False  # the state above mirrors the engine as of the last check
+        # the tables' request ids, lengths and last blocks as of the last check (fast path)
+        self._rids: list[str] = []
+        self._lens: list[int] = []
+        self._lasts: list[int] = []
         self.sweep_always = False  # after a violation
         self.num_blocks_checked = 0  # blocks checked by the last call (a full sweep: all)
         self.num_sweeps = 0  # full sweeps so far
         self.num_unconfirmed = 0  # incremental findings the full sweep did not confirm
-        self.changed: IntArray = np.zeros(0, np.int64)  # the blocks of the current check
+        self.changed: list[int] = []  # the blocks of the current check, sorted
 
     def check(
         self,
@@ -85,9 +91,8 @@ class PoolDeltaChecker:
             preempted_req_ids = {*preempted_req_ids, *take_rewritten()}
         if logged is None or not self.synced or self.sweep_always:
             return self.sweep(step, snapshot, live_request_ids, block_contents)
-        out = self._check_changed(step, snapshot, live_request_ids, logged, preempted_req_ids)
-        if out:  # the full sweep confirms and words it
-            swept = self.sweep(step, snapshot, live_request_ids, block_contents)
+        if self._suspect(snapshot, live_request_ids, logged, preempted_req_ids):
+            swept = self.sweep(step, snapshot, live_request_ids, block_contents)  # confirms, words
             self.num_unconfirmed += not swept
             return swept
         out = self._check_cached(step, snapshot, block_contents)
@@ -109,59 +114,114 @@ class PoolDeltaChecker:
         self.num_blocks_checked = snapshot.num_blocks
         self.num_sweeps += 1
         self.sweep_always |= bool(out)
-        self.changed = np.zeros(0, np.int64)
+        self.changed = []
         return out
 
     # -- the incremental step -------------------------------------------------------------
 
-    def _check_changed(
+    def _suspect(
         self,
-        step: int,
         snapshot: KVSnapshot,
         live: Collection[str],
         logged: Collection[int],
         preempted: Collection[str],
-    ) -> list[Violation]:
-        out, table_changes = self._diff_tables(step, snapshot, live, preempted)
-        changed = np.unique(np.concatenate([table_changes, np.fromiter(logged, np.int64)]))
-        num_blocks = self.held.size
-        changed = changed[(changed >= 0) & (changed < num_blocks)]
+    ) -> bool:
+        """Bring the kept state up to date; True if a changed block, or the free queue's
+        count, breaks a property (the full sweep then says which). Plain lists: a step
+        changes a few blocks, where numpy's per-call cost would dominate."""
+        suspect, removed, added = self._diff_tables(snapshot, live, preempted)
+        held, free = self.held, self.free
+        for b in removed:  # bounded: the blocks that left a table
+            held[b] -= 1
+        for b in added:
+            held[b] += 1
+        changed = self._changed_ids(snapshot, removed, added, logged)
+        self.changed = changed
+        self.num_blocks_checked = len(changed)
+        if changed:
+            ids = np.array(changed, np.int64)
+            ref_cnt = _ref_cnt_of(snapshot, ids).tolist()
+            is_free = _is_free(snapshot, ids).tolist()
+            suspect |= ref_cnt != [held[b] for b in changed]  # ref-cnt
+            self.num_free += sum(is_free) - sum([free[b] for b in changed])
+            for b, f in zip(changed, is_free, strict=True):
+                free[b] = f
+            suspect |= any([f and r > 0 for f, r in zip(is_free, ref_cnt, strict=True)])
+            lost = [b for b, r, f in zip(changed, ref_cnt, is_free, strict=True) if not (r or f)]
+            if lost:  # free-queue: referenced yet free; leak: unreferenced, not free, not cached
+                suspect |= None in _hash_of(snapshot, np.array(lost, np.int64))
+        return suspect or _num_free_entries(snapshot) != self.num_free
+
+    def _changed_ids(
+        self, snapshot: KVSnapshot, removed: list[int], added: list[int], logged: Collection[int]
+    ) -> list[int]:
+        """Sorted, in range, not reserved: the blocks to check this step."""
+        changed = sorted({*removed, *added, *logged})
+        if changed and (changed[0] < 0 or changed[-1] >= len(self.held)):
+            changed = [b for b in changed if 0 <= b < len(self.held)]
         reserved = getattr(snapshot, "reserved_block_ids", ())
         if len(reserved):
-            changed = changed[~np.isin(changed, np.asarray(reserved, np.int64))]
-        self.num_blocks_checked = int(changed.size)
-        self.changed = changed
-        if changed.size == 0:
-            return out + self._check_free_count(step, snapshot)
-        ref_cnt = _ref_cnt_of(snapshot, changed)
-        is_free = _is_free(snapshot, changed)
-        self.num_free += int(is_free.sum()) - int(self.free[changed].sum())
-        self.free[changed] = is_free
-        out += _ref_cnt_violations(step, changed, ref_cnt, self.held[changed])
-        out += _free_violations(step, changed, ref_cnt, is_free)
-        out += self._check_free_count(step, snapshot)
-        lost = changed[(ref_cnt == 0) & ~is_free]
-        if lost.size:
-            out += _leak_violations(step, lost, _hash_of(snapshot, lost))
-        return out
+            skip = set(reserved)
+            changed = [b for b in changed if b not in skip]
+        return changed
 
     def _diff_tables(
-        self, step: int, snapshot: KVSnapshot, live: Collection[str], preempted: Collection[str]
-    ) -> tuple[list[Violation], IntArray]:
-        """Bring `tables` and `held` up to date; the blocks that entered or left a table."""
+        self, snapshot: KVSnapshot, live: Collection[str], preempted: Collection[str]
+    ) -> tuple[bool, list[int], list[int]]:
+        """Bring `tables` and `held` up to date; the blocks that entered or left a table.
+
+        Fast path (most steps): the same requests in the same order as last time, so only
+        the tables whose length or last block moved are looked at; lengths and last blocks
+        of all are read in C (map)."""
         tables = _tables(snapshot)
-        removed: list[int] = []
-        added: list[int] = []
-        out: list[Violation] = []
+        rids = list(tables)
+        lens = list(map(len, tables.values()))
+        try:
+            lasts: list[int] | None = list(map(_LAST, tables.values()))
+        except IndexError:  # an empty table: the general path
+            lasts = None
+        live = live if isinstance(live, set | frozenset) else set(live)
+        stale_owner = not live.issuperset(rids) and any(
+            len(tables[rid]) for rid in rids if rid not in live
+        )  # owners: only live requests hold blocks
+        if lasts is not None and not preempted and rids == self._rids:
+            old_lens, old_lasts = self._lens, self._lasts
+            moved = [
+                rids[i]
+                for i, (n, m, a, b) in enumerate(zip(lens, old_lens, lasts, old_lasts, strict=True))
+                if n != m or a != b
+            ]
+            removed, added = self._diff_some(tables, moved, ())
+        else:
+            removed, added = self._diff_all(tables, preempted)
+        self._rids, self._lens, self._lasts = rids, lens, lasts or []
+        num_blocks = len(self.held)
+        if any([not 0 <= b < num_blocks for b in removed + added]):
+            removed = [b for b in removed if 0 <= b < num_blocks]
+            added = [b for b in added if 0 <= b < num_blocks]
+        return stale_owner, removed, added
+
+    def _diff_all(
+        self, tables: Mapping[str, Sequence[int]], preempted: Collection[str]
+    ) -> tuple[list[int], list[int]]:
+        """Every table against the kept copies: dropped, new, grown or rewritten."""
         kept = self.tables
+        removed: list[int] = []
         for rid in [rid for rid in kept if rid not in tables or not len(tables[rid])]:
             removed.extend(kept.pop(rid))  # dropped (finished, aborted, preempted)
-        for rid, table in tables.items():  # bounded: the requests holding blocks
+        rids = [rid for rid, table in tables.items() if len(table)]
+        more_removed, added = self._diff_some(tables, rids, preempted)
+        return removed + more_removed, added
+
+    def _diff_some(
+        self, tables: Mapping[str, Sequence[int]], rids: list[str], preempted: Collection[str]
+    ) -> tuple[list[int], list[int]]:
+        kept = self.tables
+        removed: list[int] = []
+        added: list[int] = []
+        for rid in rids:  # bounded: the requests holding blocks
+            table = tables[rid]
             n = len(table)
-            if n == 0:
-                continue
-            if rid not in live and not out:
-                out.append(_owner_violation(step, rid, n))
             old = kept.get(rid)
             if old is None:
                 added.extend(kept.setdefault(rid, list(table)))
@@ -173,43 +233,26 @@ class PoolDeltaChecker:
                 new = list(table[len(old) :])
                 old.extend(new)
                 added.extend(new)
-        rem = np.asarray(removed, np.int64)
-        add = np.asarray(added, np.int64)
-        num_blocks = self.held.size
-        np.subtract.at(self.held, rem[(rem >= 0) & (rem < num_blocks)], 1)
-        np.add.at(self.held, add[(add >= 0) & (add < num_blocks)], 1)
-        return out, np.concatenate([rem, add])
-
-    def _check_free_count(self, step: int, snapshot: KVSnapshot) -> list[Violation]:
-        num_entries = _num_free_entries(snapshot)
-        if num_entries == self.num_free:
-            return []
-        return [
-            Violation(
-                "block-pool.free-queue",
-                step,
-                f"the free queue has {num_entries} entries but {self.num_free} distinct "
-                "free blocks: a block is in it twice, or one left it unseen",
-                expected=str(self.num_free),
-                found=str(num_entries),
-            )
-        ]
+        return removed, added
 
     def _check_cached(
         self, step: int, snapshot: KVSnapshot, block_contents: BlockContents
     ) -> list[Violation]:
         """The changed blocks cached under a hash they were not checked with."""
-        ids = self.changed
-        if ids.size == 0:
+        id_list = self.changed
+        if not id_list:
             return []
-        hashes = _hash_of(snapshot, ids)
+        hashes = _hash_of(snapshot, np.array(id_list, np.int64))
         checked = self.full.checked_hash_of_block
+        before = list(map(checked.get, id_list))  # in C: most changed blocks kept their hash
+        moved = [i for i, (h, o) in enumerate(zip(hashes, before, strict=True)) if h != o]
         fresh: list[int] = []
         hash_of: dict[int, bytes] = {}
-        for b, h in zip(ids.tolist(), hashes, strict=True):
+        for i in moved:  # bounded: the changed blocks
+            b, h = id_list[i], hashes[i]
             if h is None:
-                checked.pop(b, None)
-            elif checked.get(b) != h:
+                del checked[b]
+            else:
                 checked[b] = hash_of[b] = h
                 fresh.append(b)
         return self.full.check_fresh(step, fresh, hash_of, block_contents)
@@ -218,13 +261,15 @@ class PoolDeltaChecker:
         """Rebuild tables, held and free from the whole pool (after a full sweep)."""
         num_blocks = snapshot.num_blocks
         self.tables = {rid: list(t) for rid, t in _tables(snapshot).items() if len(t)}
+        self._rids = []  # the next check diffs every table
         flat = np.fromiter((b for t in self.tables.values() for b in t), np.int64)
         flat = flat[(flat >= 0) & (flat < num_blocks)]
-        self.held = np.bincount(flat, minlength=num_blocks).astype(np.int64)
-        self.free = np.zeros(num_blocks, bool)
+        self.held = np.bincount(flat, minlength=num_blocks).tolist()
+        free = np.zeros(num_blocks, np.uint8)
         free_ids = np.fromiter(snapshot.free_block_ids(), np.int64)
-        self.free[free_ids[(free_ids >= 0) & (free_ids < num_blocks)]] = True
-        self.num_free = int(self.free.sum())
+        free[free_ids[(free_ids >= 0) & (free_ids < num_blocks)]] = 1
+        self.free = bytearray(free.tobytes())
+        self.num_free = int(free.sum())
         self.synced = True
 
 
@@ -254,8 +299,8 @@ def _is_free(snapshot: KVSnapshot, ids: IntArray) -> npt.NDArray[np.bool_]:
     point = getattr(snapshot, "is_free", None)
     if point is not None:
         return np.asarray(point(ids), bool)
-    free = snapshot.free_block_ids()
-    return np.fromiter((b in free for b in ids.tolist()), bool, ids.size)
+    contains = snapshot.free_block_ids().__contains__
+    return np.fromiter(map(contains, ids.tolist()), bool, ids.size)
 
 
 def _num_free_entries(snapshot: KVSnapshot) -> int:
@@ -267,57 +312,4 @@ def _hash_of(snapshot: KVSnapshot, ids: IntArray) -> list[bytes | None]:
     point = getattr(snapshot, "hash_of", None)
     if point is not None:
         return list(point(ids))
-    get = snapshot.cached_blocks().get
-    return [get(b) for b in ids.tolist()]
-
-
-def _owner_violation(step: int, rid: str, num_blocks: int) -> Violation:
-    return Violation(
-        "block-pool.owner",
-        step,
-        "holds blocks but is not a live request",
-        request_id=rid,
-        found=f"{num_blocks} blocks",
-    )
-
-
-def _ref_cnt_violations(step: int, ids: IntArray, ref_cnt: IntArray, held: IntArray) -> list:
-    return [
-        Violation(
-            "block-pool.ref-cnt",
-            step,
-            f"block {int(ids[i])} has ref_cnt {int(ref_cnt[i])} but {int(held[i])} block "
-            "tables hold it",
-            block=int(ids[i]),
-            expected=str(int(held[i])),
-            found=str(int(ref_cnt[i])),
-        )
-        for i in np.flatnonzero(ref_cnt != held)[:1]
-    ]
-
-
-def _free_violations(step: int, ids: IntArray, ref_cnt: IntArray, is_free) -> list[Violation]:
-    return [
-        Violation(
-            "block-pool.free-queue",
-            step,
-            f"block {int(ids[i])} is in the free queue with ref_cnt {int(ref_cnt[i])}: "
-            "a referenced block could be evicted",
-            block=int(ids[i]),
-        )
-        for i in np.flatnonzero(is_free & (ref_cnt > 0))[:1]
-    ]
-
-
-def _leak_violations(step: int, lost: IntArray, hashes: list[bytes | None]) -> list[Violation]:
-    return [
-        Violation(
-            "block-pool.leak",
-            step,
-            f"block {b} has ref_cnt 0 but is neither free nor cached: "
-            "it can never be allocated again",
-            block=b,
-        )
-        for b, h in zip(lost.tolist(), hashes, strict=True)
-        if h is None
-    ][:1]
+    return list(map(snapshot.cached_blocks().get, ids.tolist()))
