@@ -209,3 +209,16 @@ class EngineConfig:
         assert self.max_model_len >= 1
         assert self.long_prefill_token_threshold >= 0
         assert self.num_lookahead_tokens >= 0
+
+
+# Async scheduling (vLLM's AsyncScheduler): a step is scheduled before the previous step's
+# sampled tokens reach the engine, so a chunk may run a position whose token the engine
+# does not know yet. An adapter puts this id there; the runner (the simulator's loop)
+# fills in the token it sampled, as vLLM's model runner does from its previous step.
+PLACEHOLDER_TOKEN_ID = -1
+ASYNC_SCHEDULING_KEY = "async_scheduling"  # EngineConfig.extra: "true" = --async-scheduling
+
+
+def is_async_scheduling(config: EngineConfig) -> bool:
+    """Step N+1 is scheduled before step N's output reaches the engine (pipeline depth 2)."""
+    return config.extra.get(ASYNC_SCHEDULING_KEY, "false") == "true"
