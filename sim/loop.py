@@ -29,6 +29,7 @@ from schedcheck.engines.protocol import (
     FinishedRequest,
     SchedulerOutput,
 )
+from schedcheck.engines.reference.mutants import apply_runner_mutant
 from schedcheck.engines.registry import make_engine
 from schedcheck.engines.schedule_io import Fingerprint
 from schedcheck.invariants import hash_model
@@ -190,10 +191,10 @@ class Simulation:
         meta = build_metadata(
             output,
             cfg.block_size,
-            cfg.mutant,
             num_lookahead_tokens=cfg.num_lookahead_tokens,
             max_model_len=cfg.max_model_len,
         )
+        meta = apply_runner_mutant(meta, cfg.mutant)
         sampled = self.executor.execute(meta)
         violations += getattr(self.executor, "violations", [])
         if opts.check_invariants:

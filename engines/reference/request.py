@@ -67,8 +67,6 @@ class Request:
         "priority",
         "readonly_tokens",
         "request_id",
-        "resume_drops_last_token",
-        "stale_hit",
         "status",
     )
 
@@ -100,9 +98,6 @@ class Request:
         self._hasher = hasher
         self._extra_key = salt_extra_key(self.cache_salt)
         self._block_hashes: list[bytes] = []
-        # Mutant state (see mutants.py); never read when the mutant is off.
-        self.resume_drops_last_token = False
-        self.stale_hit: object | None = None
 
     # -- tokens ----------------------------------------------------------------------------
 
