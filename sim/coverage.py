@@ -99,10 +99,23 @@ class Coverage:
         return sorted(self.mid_prefill)
 
 
-def never_reached(counts: Mapping[str, int], *, drafts: bool = True) -> list[str]:
-    """Rare paths with a zero count; `drafts` False: a campaign that never draws draft tokens
-    cannot reach drafts-cross-block, so it is not listed."""
-    paths = RARE_PATHS if drafts else tuple(p for p in RARE_PATHS if p != "drafts-cross-block")
+PREFIX_CACHE_PATHS = (
+    "fully-cached-prompt",
+    "preempt-during-chunked-prefill-with-prefix-hit",
+    "evict-cached-block",
+)
+
+
+def never_reached(
+    counts: Mapping[str, int], *, drafts: bool = True, prefix_caching: bool = True
+) -> list[str]:
+    """Rare paths with a zero count, of those the campaign can reach: one that never draws
+    draft tokens cannot reach drafts-cross-block, one without prefix caching none of
+    PREFIX_CACHE_PATHS, so they are not listed."""
+    unreachable: tuple[str, ...] = () if drafts else ("drafts-cross-block",)
+    if not prefix_caching:
+        unreachable += PREFIX_CACHE_PATHS
+    paths = (p for p in RARE_PATHS if p not in unreachable)
     return [path for path in paths if counts.get(path, 0) == 0]
 
 

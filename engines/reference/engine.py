@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from schedcheck.engines.capabilities import Capabilities, declare
 from schedcheck.engines.protocol import (
     EngineConfig,
     EngineRequest,
@@ -25,8 +26,10 @@ from schedcheck.engines.protocol import (
     KVSnapshot,
     SchedulerOutput,
 )
+from schedcheck.engines.reference.chunking import CHUNK_ALIGN_MODES
 from schedcheck.engines.reference.kv_manager import KVCacheManager
 from schedcheck.engines.reference.mutants import EngineParts, engine_parts
+from schedcheck.engines.reference.request_queue import POLICIES
 
 BLOCK_MANAGERS = ("hashed", "radix")
 
@@ -102,5 +105,13 @@ class ReferenceEngine:
         return None
 
 
+CAPABILITIES = Capabilities(
+    block_managers=BLOCK_MANAGERS,
+    extra_options=(("chunk_align", CHUNK_ALIGN_MODES), ("policy", POLICIES)),
+    kv_of_last_token=False,  # the last sampled token is never run, so it has no KV
+)
+
+
+@declare(CAPABILITIES)
 def make_engine(config: EngineConfig) -> ReferenceEngine:
     return ReferenceEngine(config)
