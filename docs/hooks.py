@@ -15,6 +15,7 @@ from typing import Any
 FEATURE_PAGES: dict[str, tuple[str, str]] = {
     "your-engine.md": ("How-to guides", "Engine capabilities and conformance"),
     "reports.md": ("How-to guides", "Read a finding's report"),
+    "campaigns.md": ("How-to guides", "Campaigns on Ray clusters, and sweeps"),
     "sglang.md": ("How-to guides", "Drive SGLang"),
     "vllm-surface.md": ("Reference", "vLLM surface"),
     "mutants.md": ("Explanation", "Mutants outside the engine"),

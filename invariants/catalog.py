@@ -22,6 +22,12 @@ class Invariant:
 
 GROUPS: tuple[tuple[str, str], ...] = (
     (
+        "protocol",
+        "The engine protocol at the boundary (`invariants/protocol.py`): what an engine "
+        "returns is well formed before the accounting, the runner metadata and the shadow KV "
+        "read it.",
+    ),
+    (
         "shadow-kv",
         "The shadow KV oracle (`sim/symbolic.py`): every slot holds the identity of the KV "
         "written there; every key an attention kernel would read is compared with the "
@@ -51,8 +57,64 @@ _SYM = "sim/symbolic.py"
 _ACC = "invariants/accounting.py"
 _POOL = "invariants/block_pool.py"
 _OUT = "invariants/outputs.py"
+_PROTO = "invariants/protocol.py"
 
 INVARIANTS: tuple[Invariant, ...] = (
+    Invariant(
+        "protocol.unknown-request",
+        "protocol",
+        _PROTO,
+        "every id an output names (scheduled, preempted, finished, rejected) was added",
+    ),
+    Invariant(
+        "protocol.not-live",
+        "protocol",
+        _PROTO,
+        "a scheduled request is live: added, not finished, aborted or rejected",
+    ),
+    Invariant(
+        "protocol.duplicate",
+        "protocol",
+        _PROTO,
+        "no request is scheduled twice in one step, nor reported finished twice",
+    ),
+    Invariant(
+        "protocol.scheduled-and-finished",
+        "protocol",
+        _PROTO,
+        "no scheduled request is also listed finished or rejected",
+    ),
+    Invariant(
+        "protocol.counts",
+        "protocol",
+        _PROTO,
+        "num_computed_tokens >= 0, num_scheduled_tokens >= 1, num_cached_tokens >= 0, "
+        "1 <= num_prompt_tokens <= num_tokens",
+    ),
+    Invariant(
+        "protocol.chunk-length",
+        "protocol",
+        _PROTO,
+        "token_ids is a 1-D integer array of exactly num_scheduled_tokens ids",
+    ),
+    Invariant(
+        "protocol.block-id",
+        "protocol",
+        _PROTO,
+        "every block id of a block table or a block copy is in [0, num_gpu_blocks)",
+    ),
+    Invariant(
+        "protocol.rejected-reasons",
+        "protocol",
+        _PROTO,
+        "one reason per rejected id",
+    ),
+    Invariant(
+        "protocol.lost-request",
+        "protocol",
+        _PROTO,
+        "when the engine says it has no unfinished request, none it was given is left unreported",
+    ),
     Invariant(
         "shadow-kv.read",
         "shadow-kv",
@@ -265,9 +327,9 @@ INVARIANTS: tuple[Invariant, ...] = (
     Invariant(
         "harness-crash",
         "run",
-        "sim/fuzz/verdict.py",
-        "the simulator itself raises no exception while fuzzing (a finding against the "
-        "harness, with its traceback)",
+        "sim/loop.py",
+        "the simulator itself raises no exception (a finding against the harness, with its "
+        "traceback, replayable from its bundle)",
     ),
     Invariant(
         "diff.outputs",

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from schedcheck.engines.capabilities import Capabilities, declare
 from schedcheck.engines.protocol import (
     EngineConfig,
     EngineRequest,
@@ -297,6 +298,18 @@ class DecodeFirstEngine:
         return finished
 
 
+# What the engine supports (engines/capabilities.py): the fuzzer draws only this, replay and
+# conformance refuse the rest. No prefix cache, so no cache salt; FCFS, so no priorities;
+# the last sampled token is never run, so it needs no KV slot.
+CAPABILITIES = Capabilities(
+    enable_prefix_caching=(False,),
+    cache_salt=False,
+    priorities=False,
+    kv_of_last_token=False,
+)
+
+
+@declare(CAPABILITIES)
 def make_engine(config: EngineConfig) -> DecodeFirstEngine:
     """The factory `--engine decode_first_engine:make_engine` names."""
     return DecodeFirstEngine(config)

@@ -30,9 +30,27 @@ def run_json(capsys, argv: list[str]) -> tuple[int, dict]:
 
 
 def test_it_replays_the_bundled_trace_clean(capsys):
-    code, out = run_json(capsys, ["replay", "--engine", ENGINE, "--max-requests", "40"])
+    argv = ["replay", "--engine", ENGINE, "--no-prefix-caching", "--max-requests", "40"]
+    code, out = run_json(capsys, argv)
     assert code == 0
     assert (out["requests"], out["finished"], out["violations"]) == (40, 40, [])
+
+
+def test_it_passes_the_conformance_kit(capsys):
+    code, out = run_json(capsys, ["conformance", "--engine", ENGINE])
+    assert (code, out["passed"]) == (0, True)
+    assert {c["name"]: c["status"] for c in out["checks"]} == {
+        "admission": "pass",
+        "chunked-prefill": "pass",
+        "prefix-hit": "skip",
+        "full-hit": "skip",
+        "cache-salt": "skip",
+        "preemption": "pass",
+        "abort-mid-chunk": "pass",
+        "rejection": "pass",
+        "later-turn": "pass",
+        "finish": "pass",
+    }
 
 
 def test_a_short_fuzz_campaign_finds_nothing(capsys, tmp_path):

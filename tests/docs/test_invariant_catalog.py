@@ -71,4 +71,5 @@ def test_the_scan_sees_the_names_it_must():
     assert reported["shadow-kv.read"].startswith("sim/symbolic.py:")
     assert reported["accounting.budget"].startswith("invariants/accounting.py:")
     assert reported["engine-crash"].startswith("sim/loop.py:")
-    assert len(INVARIANTS) == 34
+    assert reported["protocol.lost-request"].startswith("invariants/protocol.py:")
+    assert len(INVARIANTS) == 43

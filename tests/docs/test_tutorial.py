@@ -31,7 +31,7 @@ def sessions(text: str) -> list[tuple[str, str]]:
 
 def test_the_page_has_the_commands_it_promises():
     commands = [c for c, _ in sessions(TUTORIAL.read_text())]
-    assert len(commands) == 10
+    assert len(commands) == 11
     assert commands[0] == "schedcheck replay --max-requests 20"
     assert sum(c.startswith("schedcheck verify") for c in commands) == 1
 
