@@ -16,7 +16,7 @@ import pytest
 
 # before ray is imported: a Ray of this machine keeps to the loopback address
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-ray = pytest.importorskip("ray")
+ray = pytest.importorskip("ray")  # (this folder is not named ray: it would shadow it)
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from schedcheck.sim.fuzz.campaign import CampaignOptions, run_campaign  # noqa: E402
