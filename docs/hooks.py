@@ -17,6 +17,7 @@ FEATURE_PAGES: dict[str, tuple[str, str]] = {
     "reports.md": ("How-to guides", "Read a finding's report"),
     "campaigns.md": ("How-to guides", "Campaigns on Ray clusters, and sweeps"),
     "sglang.md": ("How-to guides", "Drive SGLang"),
+    "bisect.md": ("How-to guides", "Bisect a finding across vLLM releases"),
     "vllm-surface.md": ("Reference", "vLLM surface"),
     "mutants.md": ("Explanation", "Mutants outside the engine"),
     "speculative-and-hybrid.md": ("Explanation", "Speculative decoding and hybrid models"),
