@@ -11,6 +11,14 @@ optional `num_evicted_blocks` counter on its KV snapshot), so any engine can be 
     evict-cached-block             cached blocks were evicted for new allocations
     drafts-cross-block             a sampling request's draft tokens (speculative decoding)
                                    do not fit the free slots of its last block (vllm#16370)
+
+vLLM v1 scheduler options (VLLM_OPTION_PATHS: only an engine with those options reaches them):
+
+    preempt-scheduled-same-step    a request preempted by the schedule() call that had
+                                   scheduled it (priority policy; the adapter counts it)
+    async-output-placeholder       async scheduling: a chunk ran a position whose token the
+                                   engine did not know yet (the previous step's sample)
+    queue-full-rejection           refused at admission by max_num_queued_reqs / _tokens
 """
 
 from __future__ import annotations
@@ -26,6 +34,14 @@ RARE_PATHS = (
     "abort-mid-chunk",
     "evict-cached-block",
     "drafts-cross-block",
+    "preempt-scheduled-same-step",
+    "async-output-placeholder",
+    "queue-full-rejection",
+)
+VLLM_OPTION_PATHS = (
+    "preempt-scheduled-same-step",
+    "async-output-placeholder",
+    "queue-full-rejection",
 )
 
 
@@ -95,6 +111,12 @@ class Coverage:
         if num_evicted_blocks is not None:
             self.counts["evict-cached-block"] = int(num_evicted_blocks)
 
+    def observe_engine_paths(self, counts: Mapping[str, int]) -> None:
+        """Rare paths the engine counted itself (e.g. vllm-v1's rare_path_counts())."""
+        for path, count in counts.items():
+            if path in self.counts:
+                self.counts[path] = int(count)
+
     def mid_prefill_ids(self) -> list[str]:
         return sorted(self.mid_prefill)
 
@@ -107,14 +129,21 @@ PREFIX_CACHE_PATHS = (
 
 
 def never_reached(
-    counts: Mapping[str, int], *, drafts: bool = True, prefix_caching: bool = True
+    counts: Mapping[str, int],
+    *,
+    drafts: bool = True,
+    prefix_caching: bool = True,
+    vllm_options: bool = True,
 ) -> list[str]:
     """Rare paths with a zero count, of those the campaign can reach: one that never draws
     draft tokens cannot reach drafts-cross-block, one without prefix caching none of
-    PREFIX_CACHE_PATHS, so they are not listed."""
+    PREFIX_CACHE_PATHS, one that never draws vLLM v1's scheduler options (priority, async
+    scheduling, queue limits) none of VLLM_OPTION_PATHS, so they are not listed."""
     unreachable: tuple[str, ...] = () if drafts else ("drafts-cross-block",)
     if not prefix_caching:
         unreachable += PREFIX_CACHE_PATHS
+    if not vllm_options:
+        unreachable += VLLM_OPTION_PATHS
     paths = (p for p in RARE_PATHS if p not in unreachable)
     return [path for path in paths if counts.get(path, 0) == 0]
 

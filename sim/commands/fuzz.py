@@ -36,7 +36,7 @@ from schedcheck.sim.fuzz.campaign import CampaignOptions, CampaignResult, run_ca
 from schedcheck.sim.fuzz.database import DEFAULT_DB_DIR
 from schedcheck.sim.fuzz.regression import write_regression
 from schedcheck.sim.fuzz.shrink import shrink_bundle
-from schedcheck.sim.fuzz.swarm import SwarmSpec
+from schedcheck.sim.fuzz.swarm import FAMILIES, SwarmSpec
 from schedcheck.sim.ray_cluster import RayMissing, import_ray
 
 EXIT_NOTHING, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
@@ -115,6 +115,17 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         help="an invariant of a known behaviour (e.g. outputs.length): its violations are "
         "counted, not findings, so the campaign looks past it; engine-crash: examples that "
         "crash the engine count as clean (the run still ends there); repeatable",
+    )
+    target.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        choices=FAMILIES,
+        help="draw this option family on in every example (a campaign per family); vllm-v1: "
+        "priority (policy), async (async scheduling), budget (max_num_scheduled_tokens, "
+        "adaptive threshold, prefill_schedule_interval), admission (watermark, "
+        "scheduler_reserve_full_isl, max_num_active_seqs), queue (max_num_queued_*); "
+        "repeatable",
     )
 
 
@@ -224,6 +235,7 @@ def _run(args: argparse.Namespace) -> int:
         block_manager=args.block_manager,
         faults=not args.no_faults,
         ignore=tuple(args.ignore),
+        families=tuple(args.family),
     )
     if args.continue_past_findings:
         return _continue_past_findings(args, spec)
@@ -319,6 +331,8 @@ def reproduce_command(args: argparse.Namespace, ignore: tuple[str, ...]) -> str:
     ]
     if args.no_faults:
         words.append("--no-faults")
+    for family in args.family:
+        words += ["--family", family]
     for name in ignore:
         words += ["--ignore", name]
     return shlex.join(words)

@@ -36,6 +36,7 @@ from schedcheck.sim.fuzz.swarm import (
     SwarmSpec,
     block_sizes,
     draws_lookahead,
+    draws_vllm_options,
     fixed_block_manager,
 )
 from schedcheck.sim.fuzz.worker import WorkerJob, run_worker
@@ -108,7 +109,10 @@ class CampaignResult:
         spec = self.options.spec
         prefix_caching = True in spec.capabilities.enable_prefix_caching
         return never_reached(
-            self.coverage, drafts=draws_lookahead(spec), prefix_caching=prefix_caching
+            self.coverage,
+            drafts=draws_lookahead(spec),
+            prefix_caching=prefix_caching,
+            vllm_options=draws_vllm_options(spec),
         )
 
 
