@@ -18,7 +18,7 @@ FEATURE_PAGES: dict[str, tuple[str, str]] = {
     "campaigns.md": ("How-to guides", "Campaigns on Ray clusters, and sweeps"),
     "sglang.md": ("How-to guides", "Drive SGLang"),
     "bisect.md": ("How-to guides", "Bisect a finding across vLLM releases"),
-    "vllm-surface.md": ("Reference", "vLLM surface"),
+    "vllm-surface.md": ("Reference", "vLLM's scheduler options"),
     "mutants.md": ("Explanation", "Mutants outside the engine"),
     "speculative-and-hybrid.md": ("Explanation", "Speculative decoding and hybrid models"),
     "performance.md": ("Results", "Performance"),
