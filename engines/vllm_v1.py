@@ -56,6 +56,7 @@ from schedcheck.engines.vllm.common import (
     refuse_lookahead,
 )
 from schedcheck.engines.vllm.v1_build import build_scheduler
+from schedcheck.engines.vllm.v1_changes import BlockChangeLog
 from schedcheck.engines.vllm.v1_frontend import queue_rejection
 from schedcheck.engines.vllm.v1_paths import SameStepPreemptions
 from schedcheck.engines.vllm.v1_snapshot import V1KVSnapshot
@@ -92,6 +93,8 @@ class VllmV1Engine:
         self._evictions = CallCounter(  # True: a cached block lost its hash for reuse
             self.scheduler.kv_cache_manager.block_pool, "_maybe_evict_cached_block"
         )
+        # the blocks vLLM's pool changed, for the incremental pool check
+        self._changes = BlockChangeLog(self.scheduler.kv_cache_manager.block_pool)
         self._tokens: dict[str, TokenBuffer] = {}  # request id -> prompt + outputs
         self._live: dict[str, Request] = {}  # ids added and not yet reported finished
         self._tables = RunnerBlockTables()
@@ -187,7 +190,9 @@ class VllmV1Engine:
 
     # ----------------------------------------------------------------- inspection --
     def kv_snapshot(self) -> KVSnapshot:
-        return V1KVSnapshot(self.scheduler, self.config.block_size, self._evictions.num_calls)
+        return V1KVSnapshot(
+            self.scheduler, self.config.block_size, self._evictions.num_calls, self._changes
+        )
 
     def has_unfinished_requests(self) -> bool:
         # _pending_finished is not counted: those requests are finished already

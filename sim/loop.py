@@ -39,8 +39,9 @@ from schedcheck.engines.registry import make_engine
 from schedcheck.engines.schedule_io import Fingerprint
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.accounting import AccountingChecker
-from schedcheck.invariants.block_pool import BlockPoolChecker, check_no_leak
+from schedcheck.invariants.block_pool import check_no_leak
 from schedcheck.invariants.outputs import check_finished
+from schedcheck.invariants.pool_delta import PoolDeltaChecker
 from schedcheck.invariants.protocol import ProtocolChecker, check_not_lost
 from schedcheck.invariants.violation import Violation
 from schedcheck.sim.arrivals import Abort, Arrivals, Release
@@ -107,13 +108,14 @@ class Simulation:
         self.arrivals = Arrivals(self.env, trace, self._wake, options.vocab_size)
         self.accounting = AccountingChecker(config)
         self.protocol = ProtocolChecker(config.num_gpu_blocks)
-        self.pool = BlockPoolChecker()
+        self.pool = PoolDeltaChecker()
+        self.preempted_since_pool_check: set[str] = set()  # membership only
         self.fingerprint = Fingerprint()
         self.live: dict[str, EngineRequest] = {}
         self.num_tokens: dict[str, int] = {}
         self.sampled: dict[str, list[int]] = {}
         self.history: dict[str, deque[tuple[int, ...]]] = {}
-        self.pool_interval = options.pool_check_interval_steps or _auto_interval(config)
+        self.full_sweep_interval = options.pool_check_interval_steps  # 0: at the end only
         self.liveness_deadline_step: int | None = None
         self.fault_window_end_step: int | None = None
         self.empty_steps = 0
@@ -233,6 +235,7 @@ class Simulation:
 
     def _step(self, output: SchedulerOutput):
         cfg, opts = self.config, self.options
+        self.preempted_since_pool_check.update(output.preempted_req_ids)
         violations: list[Violation] = []
         if opts.check_invariants:
             violations += self.accounting.check_step(output, self.num_tokens)
@@ -354,10 +357,20 @@ class Simulation:
         out = self.accounting.check_agreement(step, snapshot.num_computed_tokens())
         for f in finished:
             out += self._check_outputs(step, f)
-        if self.fingerprint.num_steps % self.pool_interval == 0:
-            live = set(self.live) - {f.request_id for f in finished}
-            out += self.pool.check(step, snapshot, live, self._block_contents)
-            self.result.invariants_checked += 3 * snapshot.num_blocks
+        out += self._check_pool(step, snapshot, finished)
+        return out
+
+    def _check_pool(self, step: int, snapshot, finished: list[FinishedRequest]) -> list[Violation]:
+        """Every step: the blocks that changed (a full sweep every Nth step if asked)."""
+        live = self.live.keys() - {f.request_id for f in finished}
+        interval = self.full_sweep_interval
+        if interval and self.fingerprint.num_steps % interval == 0:
+            out = self.pool.sweep(step, snapshot, live, self._block_contents)
+        else:
+            preempted = self.preempted_since_pool_check
+            out = self.pool.check(step, snapshot, live, self._block_contents, preempted)
+        self.preempted_since_pool_check = set()
+        self.result.invariants_checked += 3 * self.pool.num_blocks_checked
         return out
 
     def _check_outputs(self, step: int, finished: FinishedRequest) -> list[Violation]:
@@ -383,6 +396,7 @@ class Simulation:
 
     def _after_empty_step(self, output: SchedulerOutput) -> None:
         """A step that runs nothing may still preempt, finish or reject requests."""
+        self.preempted_since_pool_check.update(output.preempted_req_ids)
         self._retire(output.finished_req_ids, "finished", None)
         self._reject(output)
         if output.preempted_req_ids:
@@ -642,7 +656,7 @@ class Simulation:
         self.coverage.observe_evictions(getattr(snapshot, "num_evicted_blocks", None))
         if self.options.check_invariants:
             step = self.fingerprint.num_steps
-            violations = self.pool.check(step, snapshot, set(), self._block_contents)
+            violations = self.pool.sweep(step, snapshot, set(), self._block_contents)
             self._violate(violations + check_no_leak(step, snapshot))
 
 
@@ -696,10 +710,6 @@ def _harness_crash(step: int, exc: Exception) -> Violation:
         f"the harness raised {type(exc).__name__}: {exc}",
         found="".join(traceback.format_exception(exc)),
     )
-
-
-def _auto_interval(config: EngineConfig) -> int:
-    return 1 if config.num_gpu_blocks <= 4096 else 64
 
 
 def _progress(enabled: bool):
