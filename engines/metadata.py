@@ -33,6 +33,22 @@ the same block table (vLLM v1's EAGLE heads, v0's lookahead slots)::
                                                  past its end, an illegal memory access)
 
 The scheduler must have allocated those slots (BUGS #10): computed + new + lookahead.
+
+Scheduled draft tokens (speculative decoding with acceptance) are rows like any other:
+their positions follow the request's tokens and their KV is written through the block
+table; `num_draft_tokens[i]` says how many of request i's last rows are drafts, and every
+one of its last 1 + num_draft_tokens[i] rows is sampled (`spec_rows`)::
+
+    request D, num_tokens 9, num_computed 8, drafts (d1, d2):  rows 6 7 8
+    positions                                                  8  9  10
+    input_ids                                                  t8 d1 d2
+    sampled rows (target + bonus)                              6  7  8
+
+Hybrid KV cache (several KV-cache groups, EngineConfig.kv_groups): each group has its own
+block table per request, and each row writes its K/V once per group, at the slot of its
+position through that group's table (`group_slot_mappings[g]`; group 0's is
+`slot_mapping`). A sliding-window group's table may hold vLLM's null block (0) or a block
+already freed for positions before the window; the kernel never reads them.
 """
 
 from __future__ import annotations
@@ -44,10 +60,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+from schedcheck.engines.protocol import KVCacheGroup, ScheduledRequest, SchedulerOutput
 
 IntArray = npt.NDArray[np.int64]
 _EMPTY: IntArray = np.zeros(0, dtype=np.int64)
+FULL_ONLY = (KVCacheGroup("full"),)
 
 
 @dataclass(frozen=True)
@@ -72,6 +89,12 @@ class RunnerMetadata:
     lookahead_positions: IntArray = field(default_factory=lambda: _EMPTY)
     lookahead_slot_mapping: IntArray = field(default_factory=lambda: _EMPTY)
     lookahead_req: IntArray = field(default_factory=lambda: _EMPTY)
+    # (B,) draft tokens scheduled per request (its last rows); empty: none in this step
+    num_draft_tokens: IntArray = field(default_factory=lambda: _EMPTY)
+    # the KV-cache groups; per group g >= 1: its (B,) block tables and (T,) slot mapping
+    kv_groups: tuple[KVCacheGroup, ...] = FULL_ONLY
+    group_block_tables: tuple[tuple[tuple[int, ...], ...], ...] = ()
+    group_slot_mappings: tuple[IntArray, ...] = ()
     # False only when a runner mutant derived these fields otherwise than documented above
     slot_mapping_from_block_table: bool = True
     seq_lens_mutated: bool = False
@@ -99,6 +122,27 @@ class RunnerMetadata:
     def query_lens(self) -> IntArray:
         return np.diff(self.query_start_loc)
 
+    def tables_of_group(self, group: int) -> tuple[tuple[int, ...], ...]:
+        """(B,) the block tables of KV-cache group `group` (0: block_tables)."""
+        return self.block_tables if group == 0 else self.group_block_tables[group - 1]
+
+    def slots_of_group(self, group: int) -> IntArray:
+        """(T,) where each row's K/V of KV-cache group `group` is written."""
+        return self.slot_mapping if group == 0 else self.group_slot_mappings[group - 1]
+
+    @property
+    def spec_rows(self) -> IntArray:
+        """(S',) every sampled row of the requests with drafts: their last 1 + K rows."""
+        if self.num_draft_tokens.size == 0:
+            return _EMPTY
+        counts = np.where(
+            self.num_draft_tokens > 0, np.minimum(self.num_draft_tokens + 1, self.query_lens), 0
+        )
+        ends = self.query_start_loc[1:]
+        req = np.repeat(np.arange(self.num_reqs, dtype=np.int64), counts)
+        row_start = np.repeat(np.cumsum(counts) - counts, counts)
+        return ends[req] - counts[req] + (np.arange(req.size, dtype=np.int64) - row_start)
+
     @functools.cached_property
     def row_req(self) -> IntArray:
         """(T,) the batch index of the request each flattened row belongs to."""
@@ -122,11 +166,13 @@ def build_metadata(
     *,
     num_lookahead_tokens: int = 0,
     max_model_len: int | None = None,
+    kv_groups: tuple[KVCacheGroup, ...] = FULL_ONLY,
 ) -> RunnerMetadata:
     """Derive the runner metadata of one step; `mutant` re-creates runner bug classes.
 
     `num_lookahead_tokens` draft positions follow each sampling request's tokens, capped at
-    `max_model_len` (as vLLM's drafter pads positions past it).
+    `max_model_len` (as vLLM's drafter pads positions past it). `kv_groups`: the engine's
+    KV-cache groups; with more than one, each request carries a table per group.
     """
     assert block_size >= 1 and num_lookahead_tokens >= 0
     reqs = output.scheduled
@@ -155,6 +201,11 @@ def build_metadata(
     sampling = [i for i, r in enumerate(reqs) if r.samples]
     logits_indices = query_start_loc[1:][sampling] - 1 if sampling else np.zeros(0, np.int64)
     lookahead = _lookahead(reqs, sampling, num_lookahead_tokens, max_model_len, block_size)
+    group_tables = tuple(tuple(r.group_table(g) for r in reqs) for g in range(1, len(kv_groups)))
+    group_slots = tuple(
+        gather_slots(t, slot_starts, query_lens.tolist(), block_size) for t in group_tables
+    )
+    drafts = np.fromiter((len(r.spec_token_ids) for r in reqs), np.int64, num_reqs)
     meta = RunnerMetadata(
         output=output,
         block_size=block_size,
@@ -171,6 +222,10 @@ def build_metadata(
         lookahead_positions=lookahead[0],
         lookahead_slot_mapping=lookahead[1],
         lookahead_req=lookahead[2],
+        num_draft_tokens=drafts if drafts.any() else _EMPTY,
+        kv_groups=kv_groups,
+        group_block_tables=group_tables,
+        group_slot_mappings=group_slots,
         slot_mapping_from_block_table=mutant != "slot-mapping-from-zero",
         seq_lens_mutated=mutant == "seq-len-full-prompt",
         block_tables_mutated=read_tables != tuple(tables),

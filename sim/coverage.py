@@ -11,13 +11,19 @@ optional `num_evicted_blocks` counter on its KV snapshot), so any engine can be 
     evict-cached-block             cached blocks were evicted for new allocations
     drafts-cross-block             a sampling request's draft tokens (speculative decoding)
                                    do not fit the free slots of its last block (vllm#16370)
+    spec-rejected                  a scheduled draft token was rejected (the request's
+                                   num_computed_tokens rolls back over draft KV)
+    spec-rejected-cross-block      the rejected drafts' positions span a block boundary:
+                                   a block holds only rejected-draft KV after the step
+    sliding-window-block-freed     a sliding-window KV-cache group freed blocks before a
+                                   request's window (the engine's snapshot counts them)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from schedcheck.engines.protocol import EngineRequest, SchedulerOutput
+from schedcheck.engines.protocol import EngineRequest, ScheduledRequest, SchedulerOutput
 
 RARE_PATHS = (
     "fully-cached-prompt",
@@ -26,7 +32,12 @@ RARE_PATHS = (
     "abort-mid-chunk",
     "evict-cached-block",
     "drafts-cross-block",
+    "spec-rejected",
+    "spec-rejected-cross-block",
+    "sliding-window-block-freed",
 )
+SPEC_PATHS = ("spec-rejected", "spec-rejected-cross-block")
+SLIDING_PATHS = ("sliding-window-block-freed",)
 
 
 class Coverage:
@@ -95,15 +106,39 @@ class Coverage:
         if num_evicted_blocks is not None:
             self.counts["evict-cached-block"] = int(num_evicted_blocks)
 
+    def observe_acceptance(self, scheduled: ScheduledRequest, num_accepted: int) -> None:
+        """A step's rejection sampling of one request with drafts::
+
+        positions   n-1 | n ... n+a-1 | n+a ... n+K-1     n = num_tokens
+                         accepted       rejected           a = num_accepted
+        """
+        num_drafts = scheduled.num_draft_tokens
+        if num_accepted >= num_drafts:
+            return
+        self.counts["spec-rejected"] += 1
+        first_rejected = scheduled.num_tokens + num_accepted
+        last = scheduled.num_end_tokens - 1
+        if first_rejected // self.block_size != last // self.block_size:
+            self.counts["spec-rejected-cross-block"] += 1
+
+    def observe_window_frees(self, num_blocks_freed: int | None) -> None:
+        if num_blocks_freed is not None:
+            self.counts["sliding-window-block-freed"] = int(num_blocks_freed)
+
     def mid_prefill_ids(self) -> list[str]:
         return sorted(self.mid_prefill)
 
 
-def never_reached(counts: Mapping[str, int], *, drafts: bool = True) -> list[str]:
-    """Rare paths with a zero count; `drafts` False: a campaign that never draws draft tokens
-    cannot reach drafts-cross-block, so it is not listed."""
-    paths = RARE_PATHS if drafts else tuple(p for p in RARE_PATHS if p != "drafts-cross-block")
-    return [path for path in paths if counts.get(path, 0) == 0]
+def never_reached(
+    counts: Mapping[str, int], *, drafts: bool = True, spec: bool = True, sliding: bool = True
+) -> list[str]:
+    """Rare paths with a zero count; a campaign that never draws lookahead draft tokens
+    (`drafts`), scheduled drafts (`spec`) or a sliding-window group (`sliding`) cannot
+    reach their paths, so they are not listed."""
+    skip = set() if drafts else {"drafts-cross-block"}
+    skip |= set() if spec else set(SPEC_PATHS)
+    skip |= set() if sliding else set(SLIDING_PATHS)
+    return [path for path in RARE_PATHS if path not in skip and counts.get(path, 0) == 0]
 
 
 def merge(*counts: Mapping[str, int]) -> dict[str, int]:

@@ -61,6 +61,11 @@ class ReferenceEngine:
     name = "reference"
 
     def __init__(self, config: EngineConfig) -> None:
+        if len(config.kv_cache_groups) > 1:
+            raise ValueError(
+                f"kv_groups {config.kv_groups!r}: the reference engine has one full-attention "
+                "KV-cache group (it does not model sliding-window managers; use vllm-v1)"
+            )
         self.config = config
         self.switches = MutantSwitches.for_config(config.mutant, config.block_manager)
         hasher = BlockHasher(

@@ -27,6 +27,8 @@ _FIELDS = (
     "token_ids",
     "block_table",
     "num_cached_tokens",
+    "spec_token_ids",  # set to their defaults: () (the reference engine passes drafts
+    "group_block_tables",  # through the normal constructor)
 )
 
 MakeScheduledRequest = Callable[
@@ -61,7 +63,7 @@ def _build_fast() -> MakeScheduledRequest | None:
     if names != _FIELDS or hasattr(ScheduledRequest, "__post_init__"):
         return None
     setters = [getattr(ScheduledRequest, name).__set__ for name in _FIELDS]
-    set0, set1, set2, set3, set4, set5, set6, set7 = setters
+    set0, set1, set2, set3, set4, set5, set6, set7, set8, set9 = setters
     new = object.__new__
 
     def make(
@@ -83,6 +85,8 @@ def _build_fast() -> MakeScheduledRequest | None:
         set5(obj, token_ids)
         set6(obj, block_table)
         set7(obj, num_cached_tokens)
+        set8(obj, ())
+        set9(obj, ())
         return obj
 
     return make
