@@ -16,8 +16,9 @@ should therefore check
     ref_cnt[b] == count of b over block_tables()  for every b not in reserved_block_ids.
 
 Hybrid KV cache (several KV-cache groups sharing the pool): a request's table is the
-concatenation of its groups' req_to_blocks, group 0 first (a sliding-window group holds the
-null block where it freed blocks before the window), and a cached block's hash keeps
+concatenation of its groups' req_to_blocks, group 0 first, without the null block a
+sliding-window group holds where it freed blocks before the window (a reserved block is in
+no table), and a cached block's hash keeps
 vLLM's group id (BlockHashWithGroupId), since each group's KV of equal tokens differs.
 """
 
@@ -100,10 +101,12 @@ class V1KVSnapshot:
 
     def _hybrid_block_tables(self) -> Mapping[str, Sequence[int]]:
         out: dict[str, list[int]] = {}
+        null_block = self._pool.null_block
         for manager in self._managers:
             for req_id, blocks in manager.req_to_blocks.items():
                 if blocks:
-                    out.setdefault(req_id, []).extend(b.block_id for b in blocks)
+                    held = (b.block_id for b in blocks if b is not null_block)
+                    out.setdefault(req_id, []).extend(held)
         return out
 
     def num_computed_tokens(self) -> Mapping[str, int]:

@@ -29,7 +29,13 @@ from schedcheck.engines.registry import make_engine
 from schedcheck.sim.coverage import RARE_PATHS, merge, never_reached
 from schedcheck.sim.fuzz.database import FailureDB
 from schedcheck.sim.fuzz.replay_db import replay_findings
-from schedcheck.sim.fuzz.swarm import SwarmSpec, draws_lookahead, fixed_block_manager
+from schedcheck.sim.fuzz.swarm import (
+    SwarmSpec,
+    draws_lookahead,
+    draws_sliding_window,
+    draws_spec_decode,
+    fixed_block_manager,
+)
 from schedcheck.sim.fuzz.worker import WorkerJob, run_worker
 
 GRACE_S = 60.0  # after the budget: time for a worker to finish its shrink and its bundle
@@ -87,7 +93,13 @@ class CampaignResult:
             self.errors.append(str(message["error"]))
 
     def never_reached(self) -> list[str]:
-        return never_reached(self.coverage, drafts=draws_lookahead(self.options.spec))
+        spec = self.options.spec
+        return never_reached(
+            self.coverage,
+            drafts=draws_lookahead(spec),
+            spec=draws_spec_decode(spec),
+            sliding=draws_sliding_window(spec),
+        )
 
 
 def check_target(spec: SwarmSpec) -> None:

@@ -11,6 +11,13 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
     long_prefill_token_threshold 0 (off) or a boundary length
     num_lookahead_tokens         reference: half the examples 0 (shrinks there), else 1, 2,
                                  3 or 5 draft tokens (speculative decoding, BUGS #10)
+    num_speculative_tokens,      engines that schedule drafts (SPEC_ENGINES): half the
+    draft_acceptance             examples 0 (shrinks there), else K in 1, 2, 3, 5 with an
+                                 acceptance probability P in 0.7, 0, 0.3, 0.9, 1
+    kv_groups                    engines with hybrid KV-cache groups (HYBRID_ENGINES): half
+                                 the examples "full", else "full,sliding:W" with W a
+                                 boundary length (a window shorter than, equal to or just
+                                 past a block, or several blocks)
     block_manager                reference: hashed | radix, unless fixed by the spec/mutant
     chunk_align, policy          reference only (EngineConfig.extra); chunk_align "block"
                                  raises the budget and threshold to one block at least (a
@@ -62,6 +69,10 @@ LOOKAHEAD_TOKENS = (1, 2, 3, 5)
 BLOCK_MANAGERS = ("hashed", "radix")
 CHUNK_ALIGNS = ("none", "block", "deterministic")
 POLICIES = ("fcfs", "priority")
+SPEC_TOKENS = (1, 2, 3, 5)
+DRAFT_ACCEPTANCES = (0.7, 0.0, 0.3, 0.9, 1.0)
+SPEC_ENGINES = frozenset({"vllm-v1"})  # engines that schedule draft tokens
+HYBRID_ENGINES = frozenset({"vllm-v1"})  # engines with sliding-window KV-cache groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +108,13 @@ class Knobs:
     block_manager: str
     extra: tuple[tuple[str, str], ...]
     num_lookahead_tokens: int = 0
+    num_speculative_tokens: int = 0
+    draft_acceptance: float = 0.7
+    kv_groups: str = "full"
+
+    @property
+    def num_kv_groups(self) -> int:
+        return self.kv_groups.count(",") + 1
 
 
 def fixed_block_manager(spec: SwarmSpec) -> str | None:
@@ -137,7 +155,33 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
         block_manager=manager,
         extra=extra,
         num_lookahead_tokens=draw_lookahead(draw, spec),
+        **draw_spec_decode(draw, spec),
+        kv_groups=draw_kv_groups(draw, spec, block_size, blocks_max),
     )
+
+
+def draws_spec_decode(spec: SwarmSpec) -> bool:
+    """Scheduled drafts with acceptance are drawn for the engines that schedule them."""
+    return spec.engine in SPEC_ENGINES
+
+
+def draws_sliding_window(spec: SwarmSpec) -> bool:
+    return spec.engine in HYBRID_ENGINES
+
+
+def draw_spec_decode(draw: st.DrawFn, spec: SwarmSpec) -> dict[str, int | float]:
+    if not draws_spec_decode(spec) or not draw(st.booleans()):
+        return {}
+    return {
+        "num_speculative_tokens": pick(draw, SPEC_TOKENS),
+        "draft_acceptance": pick(draw, DRAFT_ACCEPTANCES),
+    }
+
+
+def draw_kv_groups(draw: st.DrawFn, spec: SwarmSpec, block_size: int, blocks_max: int) -> str:
+    if not draws_sliding_window(spec) or not draw(st.booleans()):
+        return "full"
+    return f"full,sliding:{draw_boundary_length(draw, block_size, blocks_max, 1)}"
 
 
 def draws_lookahead(spec: SwarmSpec) -> bool:
@@ -192,9 +236,13 @@ def draw_num_gpu_blocks(
     plus the engine's spare blocks."""
     need_max = max(
         kv_blocks_needed(
-            requests, knob.block_size, not spec.is_reference, knob.num_lookahead_tokens
+            requests,
+            knob.block_size,
+            not spec.is_reference,
+            knob.num_lookahead_tokens + knob.num_speculative_tokens,
         )
     )
+    need_max *= knob.num_kv_groups  # each group holds its own blocks of the one pool
     need_max += spare_blocks(spec.engine)
     if spec.draws_oversize and draw(st.integers(0, 7)) == 7:
         return max(1, need_max - 1)
@@ -230,6 +278,8 @@ def engine_config(
         enable_chunked_prefill=knob.enable_chunked_prefill,
         long_prefill_token_threshold=knob.long_prefill_token_threshold,
         num_lookahead_tokens=knob.num_lookahead_tokens,
+        num_speculative_tokens=knob.num_speculative_tokens,
+        kv_groups=knob.kv_groups,
         block_manager=knob.block_manager,
         mutant=spec.mutant,
         extra=extra,
