@@ -35,7 +35,7 @@ from schedcheck.sim.fuzz.campaign import CampaignOptions, CampaignResult, run_ca
 from schedcheck.sim.fuzz.database import DEFAULT_DB_DIR
 from schedcheck.sim.fuzz.regression import write_regression
 from schedcheck.sim.fuzz.shrink import shrink_bundle
-from schedcheck.sim.fuzz.swarm import SwarmSpec
+from schedcheck.sim.fuzz.swarm import FAMILIES, SwarmSpec
 
 EXIT_NOTHING, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 IGNORABLE = re.compile(r"(accounting|shadow-kv|block-pool|outputs)\.[a-z-]+|engine-crash")
@@ -110,6 +110,15 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         help="an invariant of a known behaviour (e.g. outputs.length): its violations are "
         "counted, not findings, so the campaign looks past it; engine-crash: examples that "
         "crash the engine count as clean (the run still ends there); repeatable",
+    )
+    target.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        choices=FAMILIES,
+        help="draw this option family on in every example (a campaign per family): "
+        "spec-decode (scheduled drafts with acceptance), sliding-window (a hybrid KV "
+        "cache with a sliding-window group); repeatable",
     )
 
 
@@ -195,6 +204,7 @@ def _run(args: argparse.Namespace) -> int:
         block_manager=args.block_manager,
         faults=not args.no_faults,
         ignore=tuple(args.ignore),
+        families=tuple(args.family),
     )
     if args.continue_past_findings:
         return _continue_past_findings(args, spec)

@@ -71,6 +71,7 @@ CHUNK_ALIGNS = ("none", "block", "deterministic")
 POLICIES = ("fcfs", "priority")
 SPEC_TOKENS = (1, 2, 3, 5)
 DRAFT_ACCEPTANCES = (0.7, 0.0, 0.3, 0.9, 1.0)
+FAMILIES = ("spec-decode", "sliding-window")  # --family: a campaign per option family
 SPEC_ENGINES = frozenset({"vllm-v1"})  # engines that schedule draft tokens
 HYBRID_ENGINES = frozenset({"vllm-v1"})  # engines with sliding-window KV-cache groups
 
@@ -85,6 +86,7 @@ class SwarmSpec:
     faults: bool = True
     oversize: bool | None = None  # sometimes too few blocks for one request; None: reference
     ignore: tuple[str, ...] = ()  # invariants of known behaviours, not findings (--ignore)
+    families: tuple[str, ...] = ()  # option families drawn on in every example (--family)
 
     @property
     def is_reference(self) -> bool:
@@ -170,7 +172,9 @@ def draws_sliding_window(spec: SwarmSpec) -> bool:
 
 
 def draw_spec_decode(draw: st.DrawFn, spec: SwarmSpec) -> dict[str, int | float]:
-    if not draws_spec_decode(spec) or not draw(st.booleans()):
+    if not draws_spec_decode(spec):
+        return {}
+    if "spec-decode" not in spec.families and not draw(st.booleans()):
         return {}
     return {
         "num_speculative_tokens": pick(draw, SPEC_TOKENS),
@@ -179,7 +183,9 @@ def draw_spec_decode(draw: st.DrawFn, spec: SwarmSpec) -> dict[str, int | float]
 
 
 def draw_kv_groups(draw: st.DrawFn, spec: SwarmSpec, block_size: int, blocks_max: int) -> str:
-    if not draws_sliding_window(spec) or not draw(st.booleans()):
+    if not draws_sliding_window(spec):
+        return "full"
+    if "sliding-window" not in spec.families and not draw(st.booleans()):
         return "full"
     return f"full,sliding:{draw_boundary_length(draw, block_size, blocks_max, 1)}"
 
