@@ -8,8 +8,9 @@ tokens, block size 16, token budget 8192. After a warm-up (every slot admitted o
 next `--steps` steps are timed with perf_counter_ns; token sampling and request generation
 happen outside the timed region.
 
-The peer figure (../shared/tools/README.md): vLLM v1's scheduler + KV cache manager, same
-kind of load, 0.6-1.35 ms per step at about 64 running requests (median 991 us at 65
+The peer figure (vLLM 0.33's own Scheduler + KVCacheManager timed alone on a Mooncake
+window with fake model outputs; bench/vllm_overhead.py measures it here), same kind of
+load: 0.6-1.35 ms per step at about 64 running requests (median 991 us at 65
 running, 4.6 ms at 236 running, +-25% run to run).
 
     python bench/engine_step_cost.py                 # 64 and 256, both block managers

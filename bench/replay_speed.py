@@ -3,7 +3,7 @@
 with and without invariants (bare: the hash-model executor, no shadow KV, no checks; the
 same schedule and fingerprint), and peak memory. Not a test: a benchmark to read side by side.
 
-Default: the whole Mooncake conversation trace from ../shared/traces at block size 16
+Default: the whole Mooncake conversation trace (traces/corpus/real, xz) at block size 16
 through the reference engine (hashed block manager) in the default deployment (Llama-3.1-8B
 on one H100 80GB). Both runs (bare loop, then every invariant) happen in this one process,
 one after the other, so their ratio is measured under the same machine load. CPU time
@@ -28,7 +28,7 @@ from schedcheck.sim.loop import SimOptions, run
 from schedcheck.traces import iter_trace
 
 TRACE = (
-    Path(__file__).resolve().parents[1].parent / "shared/traces/mooncake/conversation_trace.jsonl"
+    Path(__file__).resolve().parents[1] / "traces/corpus/real/mooncake/conversation_trace.jsonl.xz"
 )
 
 

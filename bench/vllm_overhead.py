@@ -34,7 +34,7 @@ from schedcheck.engines.protocol import EngineConfig, EngineRequest
 from schedcheck.traces.load import iter_trace
 
 DEFAULT_TRACE = (
-    Path(__file__).resolve().parents[2] / "shared/traces/mooncake/conversation_trace.jsonl"
+    Path(__file__).resolve().parents[1] / "traces/corpus/real/mooncake/conversation_trace.jsonl.xz"
 )
 TOKEN_LO, TOKEN_SPAN = 3, 31_000
 

@@ -1,4 +1,4 @@
-"""Shared test setup: Hypothesis profiles and the path to the real traces beside the checkout."""
+"""Shared test setup: Hypothesis profiles and the path to the real traces the repository ships."""
 
 from __future__ import annotations
 
@@ -27,12 +27,11 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces"
+REAL_TRACES = REPO_ROOT / "traces" / "corpus" / "real"
 
 
 @pytest.fixture(scope="session")
-def shared_traces() -> Path:
-    """The real traces in ../shared/traces (CI has that folder beside the checkout)."""
-    if not SHARED_TRACES.is_dir():
-        pytest.fail(f"real traces not found at {SHARED_TRACES}")
-    return SHARED_TRACES
+def real_traces() -> Path:
+    """The real public traces, xz-compressed, in the repository (traces/corpus/real)."""
+    assert REAL_TRACES.is_dir(), f"the repository ships its real traces at {REAL_TRACES}"
+    return REAL_TRACES

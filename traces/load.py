@@ -3,7 +3,8 @@
 Formats: `schedcheck` (our JSONL, `reader.py`), `mooncake`, `azure`, `burstgpt`
 (`importers/`). With `fmt=None` the format is told from the file: a `.csv` by its header
 (`ContextTokens` -> azure, `Request tokens` -> burstgpt), anything else by its first
-non-blank line (`request_id` -> schedcheck, `timestamp` + `hash_ids` -> mooncake). Windowing
+non-blank line (`request_id` -> schedcheck, `timestamp` + `hash_ids` -> mooncake); a `.xz`
+or `.gz` file is read decompressed and told by its name without that suffix. Windowing
 and time scaling follow `window.py`: in the source's seconds from its first request, first
 kept arrival at 0.0, gaps times `time_scale`.
 """
@@ -15,6 +16,7 @@ import os
 from collections.abc import Callable, Iterator
 
 from schedcheck.traces.errors import TraceError
+from schedcheck.traces.files import binary_lines, content_name
 from schedcheck.traces.importers.azure import iter_azure
 from schedcheck.traces.importers.burstgpt import iter_burstgpt
 from schedcheck.traces.importers.mooncake import iter_mooncake
@@ -56,18 +58,17 @@ def iter_trace(
 
 def detect_format(path: str) -> str:
     """The format of the trace file at `path` (raises TraceError if it cannot be told)."""
-    with open(path, "rb") as fh:
-        for line_index, raw in enumerate(fh):
-            if line_index >= _DETECT_LINES_MAX:
-                break
-            text = raw.decode("utf-8-sig", errors="replace").strip()
-            if text:
-                return _format_of_first_line(path, line_index + 1, text)
+    for line_index, raw in enumerate(binary_lines(path)):
+        if line_index >= _DETECT_LINES_MAX:
+            break
+        text = raw.decode("utf-8-sig", errors="replace").strip()
+        if text:
+            return _format_of_first_line(path, line_index + 1, text)
     return "schedcheck"  # blank or empty: an empty trace
 
 
 def _format_of_first_line(path: str, line: int, text: str) -> str:
-    if path.lower().endswith(".csv"):
+    if content_name(path).lower().endswith(".csv"):
         header = [name.strip() for name in text.split(",")]
         if "ContextTokens" in header:
             return "azure"

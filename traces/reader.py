@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterable, Iterator
 
 from schedcheck.traces.errors import LineContext, TraceError
+from schedcheck.traces.files import binary_lines
 from schedcheck.traces.schema import TraceRequest
 from schedcheck.traces.validate import parse_request
 from schedcheck.traces.writer import request_to_json, request_to_line, write_trace
@@ -29,8 +30,7 @@ __all__ = ["read_trace", "read_trace_lines", "request_to_json", "request_to_line
 def read_trace(path: str | os.PathLike[str]) -> Iterator[TraceRequest]:
     """Yield the requests of a trace file, validating every line (raises TraceError)."""
     name = os.fspath(path)
-    with open(name, "rb") as fh:
-        yield from read_trace_lines(_decoded_lines(fh, name), name)
+    yield from read_trace_lines(_decoded_lines(binary_lines(name), name), name)
 
 
 def read_trace_lines(lines: Iterable[str], path: str) -> Iterator[TraceRequest]:

@@ -41,7 +41,8 @@ def add_trace_input_args(
         "trace",
         metavar=metavar,
         nargs=None if required else "?",
-        help="trace file: our JSONL, or a Mooncake JSONL / Azure 2023 CSV / BurstGPT CSV",
+        help="trace file: our JSONL, or a Mooncake JSONL / Azure 2023 CSV / BurstGPT CSV; "
+        "a .xz or .gz file is read decompressed",
     )
     group = parser.add_argument_group("trace input")
     group.add_argument(

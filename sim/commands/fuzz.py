@@ -40,7 +40,6 @@ from schedcheck.sim.fuzz.swarm import FAMILIES, SwarmSpec
 EXIT_NOTHING, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 IGNORABLE = re.compile(r"(accounting|shadow-kv|block-pool|outputs)\.[a-z-]+|engine-crash")
 DEFAULT_OUT = DEFAULT_DB_DIR / "findings"
-_REPLAYED = ", replayed from the failure database"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,7 +52,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "aborts mid-chunk, later turns) and an engine config per example, with fault "
             "points; every step is checked. A finding is shrunk to a minimal trace and "
             "config and written as a bundle. The failure database (.schedcheck/fuzz/) is "
-            "replayed first."
+            "replayed first: a recorded finding that still fails is reported as it fails "
+            "today (new raw and shrunk bundles under --out; the recorded one is named in "
+            "replayed_from and left as it was)."
         ),
         epilog="Exit codes: 0 nothing found, 1 found, 2 bad input.",
     )
@@ -314,6 +315,7 @@ def campaign_report(result: CampaignResult, command: str) -> dict[str, Any]:
         ],
         "clean_failures": result.clean_failures,
         "replayed": result.replayed,
+        "replayed_from": finding.get("replayed_from"),
         "interrupted": result.interrupted,
         "errors": result.errors,
         "reproduce": (
@@ -321,6 +323,22 @@ def campaign_report(result: CampaignResult, command: str) -> dict[str, Any]:
         ),
         "reproduce_campaign": command,
     }
+
+
+def _origin(finding: dict[str, Any]) -> str:
+    """Where a finding came from: a worker's round, or the failure database (as recorded)."""
+    if not finding.get("replayed"):
+        return (
+            f"(worker {finding['worker']}, round {finding['round']}, "
+            f"round seed {finding['round_seed']})"
+        )
+    recorded = finding["replayed_from"]
+    if not finding["changed"]:
+        return f"(replayed from the failure database: {recorded['bundle']})"
+    return (
+        "(replayed from the failure database; it fails differently now: recorded as "
+        f"{recorded['kind']}: {recorded['headline']} in {recorded['bundle']})"
+    )
 
 
 def _print(args: argparse.Namespace, report: dict[str, Any]) -> None:
@@ -337,9 +355,7 @@ def _print(args: argparse.Namespace, report: dict[str, Any]) -> None:
     finding = report["finding"]
     if finding:
         print(
-            f"FOUND {finding['kind']} after {finding['time_to_detect_s']:.2f} s "
-            f"(worker {finding['worker']}, round {finding['round']}, round seed "
-            f"{finding['round_seed']}{_REPLAYED if report['replayed'] else ''})"
+            f"FOUND {finding['kind']} after {finding['time_to_detect_s']:.2f} s {_origin(finding)}"
         )
         print(f"  {finding['headline']}")
         print(

@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "trace",
         help="import, generate, summarize and peek at request traces",
         description="Work with request traces: our JSONL schema and the public formats "
-        "(Mooncake JSONL, Azure 2023 CSV, BurstGPT CSV).",
+        "(Mooncake JSONL, Azure 2023 CSV, BurstGPT CSV), plain or xz/gzip-compressed. The "
+        "real public traces ship in traces/corpus/real/.",
     )
     actions = parser.add_subparsers(dest="trace_action", metavar="ACTION", required=True)
     _register_import(actions)

@@ -1,7 +1,8 @@
 """A campaign: workers in parallel, each its own seed stream, until a finding or the budget.
 
     replay the failure database's findings of this target (.schedcheck/fuzz/)
-      └─ one still fails -> that is the finding (no fuzzing)
+      └─ one still fails -> that is the finding (no fuzzing), as it fails today: new
+         raw and shrunk bundles, the recorded entry named in `replayed_from`
     start `workers` processes (spawn), worker w fuzzes rounds r = 0, 1, ... (worker.py)
       └─ worker w finds a bug in round r -> every worker stops after round r; the finding
          is the one with the least (round, worker), so the same seed gives the same
@@ -128,10 +129,10 @@ def run_campaign(
             on_message(message)
 
     try:
-        replayed = replay_findings(db, opts.spec, started) if db is not None else None
-        if replayed is not None:
+        if db is not None and replay_findings(
+            db, opts.spec, started, Path(opts.out_dir).resolve(), handle
+        ):
             result.replayed = True
-            handle(replayed)
         elif opts.workers == 1:
             _run_here(opts, started, handle)
         else:

@@ -1,6 +1,8 @@
 """Campaigns: the same seed gives the same campaign; the toy engine's faults are found and
 shrunk to <= 4 requests; the failure database is replayed first; Ctrl-C keeps findings."""
 
+import glob
+import json
 import os
 import signal
 import threading
@@ -81,8 +83,12 @@ def test_the_failure_database_is_replayed_first(tmp_path):
     first = _campaign(tmp_path, spec, db_dir=db)
     again = _campaign(tmp_path, spec, db_dir=db)
     assert first.found and not first.replayed
-    assert again.replayed and again.finding["bundle"] == first.finding["bundle"]
-    assert again.examples == 0
+    assert again.replayed and not again.finding["changed"] and again.examples == 0
+    assert again.finding["replayed_from"]["bundle"] == first.finding["bundle"]
+    for key in ("kind", "headline", "scenario"):
+        assert again.finding[key] == first.finding[key]
+    assert again.finding["bundle"] != first.finding["bundle"]  # written anew under --out
+    assert _violations(again.finding["bundle"]) == _violations(first.finding["bundle"])
     other = _campaign(tmp_path, SwarmSpec(engine="toy_engine:make_stale_token_engine"), db_dir=db)
     assert not other.replayed, "findings are kept per target"
 
@@ -100,3 +106,47 @@ def test_ctrl_c_stops_the_campaign_and_keeps_what_it_has(tmp_path):
     assert result.interrupted and not result.found
     assert time.monotonic() - started < 30
     assert result.examples > 0
+
+
+def _violations(bundle):
+    with open(os.path.join(bundle, "violations.json"), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _tree(path):
+    return {
+        p: open(p, "rb").read()
+        for p in sorted(glob.glob(f"{path}/**", recursive=True))
+        if os.path.isfile(p)
+    }
+
+
+def test_a_replayed_finding_that_fails_differently_is_reported_as_it_fails_now(
+    tmp_path, monkeypatch
+):
+    spec = SwarmSpec(engine="toy_engine:make_changing_engine")
+    db = str(tmp_path / "db")
+    monkeypatch.setenv("TOY_ENGINE_FAULT", "swap-blocks")
+    first = _campaign(tmp_path / "one", spec, db_dir=db)
+    old_bundle = first.finding["bundle"]
+    old_files = _tree(old_bundle)
+    monkeypatch.setenv("TOY_ENGINE_FAULT", "stale-token")  # the engine's bug changed
+    now = _campaign(tmp_path / "two", spec, db_dir=db)
+    alone = _campaign(tmp_path / "alone", SwarmSpec(engine="toy_engine:make_stale_token_engine"))
+    assert now.replayed and now.examples == 0
+    finding = now.finding
+    assert finding["changed"] and finding["kind"] != first.finding["kind"]
+    assert finding["kind"] == alone.finding["kind"]  # what the new bug is found as
+    assert finding["replayed_from"] == {
+        "bundle": old_bundle,
+        "kind": first.finding["kind"],
+        "headline": first.finding["headline"],
+    }
+    new_violations = _violations(finding["bundle"])
+    assert new_violations[0]["invariant"] == finding["kind"]
+    assert finding["headline"] != first.finding["headline"]
+    assert finding["bundle"].startswith(str(tmp_path / "two" / "out"))
+    assert finding["raw_bundle"].startswith(str(tmp_path / "two" / "out"))
+    assert [r["bundle"] for r in now.raw] == [finding["raw_bundle"]]
+    assert _violations(finding["raw_bundle"])[0]["invariant"] == finding["kind"]
+    assert _tree(old_bundle) == old_files  # the recorded bundle is left as it was

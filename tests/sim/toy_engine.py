@@ -4,6 +4,7 @@ re-creates one misalignment so the loop's checks can be seen to fire."""
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -153,3 +154,8 @@ def make_swap_engine(config: EngineConfig) -> ToyEngine:
 
 def make_stale_token_engine(config: EngineConfig) -> ToyEngine:
     return ToyEngine(config, fault="stale-token")
+
+
+def make_changing_engine(config: EngineConfig) -> ToyEngine:
+    """The toy engine with the fault named by $TOY_ENGINE_FAULT: code under test that changes."""
+    return ToyEngine(config, fault=os.environ["TOY_ENGINE_FAULT"])

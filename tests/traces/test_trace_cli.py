@@ -30,8 +30,8 @@ def small(tmp_path: Path) -> Path:
     return path
 
 
-def test_stats_json_on_mooncake_directly(shared_traces: Path) -> None:
-    path = shared_traces / "mooncake/conversation_trace.jsonl"
+def test_stats_json_on_mooncake_directly(real_traces: Path) -> None:
+    path = real_traces / "mooncake/conversation_trace.jsonl.xz"
     result = run("stats", str(path), "--from", "mooncake", "--json")
     assert (result.returncode, result.stderr) == (0, "")
     stats = json.loads(result.stdout)
@@ -40,9 +40,9 @@ def test_stats_json_on_mooncake_directly(shared_traces: Path) -> None:
     assert stats["prefix_hit_tokens"] == 54_098_411
 
 
-def test_import_then_stats_gives_the_same_numbers(shared_traces: Path, tmp_path: Path) -> None:
+def test_import_then_stats_gives_the_same_numbers(real_traces: Path, tmp_path: Path) -> None:
     out = tmp_path / "conv.jsonl"
-    source = shared_traces / "mooncake/conversation_trace.jsonl"
+    source = real_traces / "mooncake/conversation_trace.jsonl.xz"
     result = run("import", str(source), "--from", "mooncake", "-o", str(out))
     assert (result.returncode, result.stderr) == (0, f"wrote 12031 requests to {out}\n")
     direct = json.loads(run("stats", str(source), "--json").stdout)
@@ -50,9 +50,9 @@ def test_import_then_stats_gives_the_same_numbers(shared_traces: Path, tmp_path:
     assert {**direct, "trace": ""} == {**imported, "trace": ""}
 
 
-def test_import_with_window(shared_traces: Path, tmp_path: Path) -> None:
+def test_import_with_window(real_traces: Path, tmp_path: Path) -> None:
     out = tmp_path / "code.jsonl"
-    source = shared_traces / "azure2023/AzureLLMInferenceTrace_code.csv"
+    source = real_traces / "azure2023/AzureLLMInferenceTrace_code.csv.xz"
     args = ("--start-s", "300", "--duration-s", "60", "--time-scale", "2", "-o", str(out))
     assert run("import", str(source), *args).returncode == 0
     lines = out.read_text().splitlines()

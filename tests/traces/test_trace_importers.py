@@ -1,8 +1,9 @@
-"""Importers on the real traces in ../shared/traces (exact counts and values) and on bad input."""
+"""Importers on the shipped real traces (traces/corpus/real): exact counts and values; bad input."""
 
 from __future__ import annotations
 
 import csv
+import lzma
 import subprocess
 import sys
 from pathlib import Path
@@ -15,20 +16,20 @@ from schedcheck.traces.importers.burstgpt import iter_burstgpt
 from schedcheck.traces.importers.mooncake import iter_mooncake
 
 REAL = [
-    ("mooncake/conversation_trace.jsonl", "mooncake", 12_031, 3536.999),
-    ("mooncake/synthetic_trace.jsonl", "mooncake", 3_993, 1022.025),
-    ("azure2023/AzureLLMInferenceTrace_code.csv", "azure", 8_819, 3435.948056),
-    ("azure2023/AzureLLMInferenceTrace_conv.csv", "azure", 19_366, 3501.721937),
-    ("burstgpt/BurstGPT_1_first400.csv", "burstgpt", 400, 37269.0),
-    ("burstgpt/BurstGPT_3_first400.csv", "burstgpt", 400, 41453.0),
+    ("mooncake/conversation_trace.jsonl.xz", "mooncake", 12_031, 3536.999),
+    ("mooncake/synthetic_trace.jsonl.xz", "mooncake", 3_993, 1022.025),
+    ("azure2023/AzureLLMInferenceTrace_code.csv.xz", "azure", 8_819, 3435.948056),
+    ("azure2023/AzureLLMInferenceTrace_conv.csv.xz", "azure", 19_366, 3501.721937),
+    ("burstgpt/BurstGPT_1_first400.csv.xz", "burstgpt", 400, 37269.0),
+    ("burstgpt/BurstGPT_3_first400.csv.xz", "burstgpt", 400, 41453.0),
 ]
 
 
 @pytest.mark.parametrize(("name", "fmt", "count", "last_s"), REAL)
 def test_real_trace_counts_and_span(
-    shared_traces: Path, name: str, fmt: str, count: int, last_s: float
+    real_traces: Path, name: str, fmt: str, count: int, last_s: float
 ) -> None:
-    path = shared_traces / name
+    path = real_traces / name
     assert detect_format(str(path)) == fmt
     requests = list(iter_trace(path, fmt))
     assert len(requests) == count
@@ -39,16 +40,16 @@ def test_real_trace_counts_and_span(
     assert list(iter_trace(path)) == requests  # auto-detected format gives the same
 
 
-def test_mooncake_records_map_one_to_one(shared_traces: Path) -> None:
-    first, second = list(iter_mooncake(shared_traces / "mooncake/conversation_trace.jsonl"))[:2]
+def test_mooncake_records_map_one_to_one(real_traces: Path) -> None:
+    first, second = list(iter_mooncake(real_traces / "mooncake/conversation_trace.jsonl.xz"))[:2]
     assert first == TraceRequest(
         "mooncake-0", 0.0, 500, input_length=6758, hash_ids=tuple(range(14)), hash_block_size=512
     )
     assert second.hash_ids == (0, *range(14, 28)) and second.input_length == 7322
 
 
-def test_azure_rows(shared_traces: Path) -> None:
-    requests = list(iter_azure(shared_traces / "azure2023/AzureLLMInferenceTrace_code.csv"))
+def test_azure_rows(real_traces: Path) -> None:
+    requests = list(iter_azure(real_traces / "azure2023/AzureLLMInferenceTrace_code.csv.xz"))
     assert requests[1] == TraceRequest(
         "azure-1",
         0.052,
@@ -62,18 +63,18 @@ def test_azure_rows(shared_traces: Path) -> None:
     assert len(set(all_ids)) == len(all_ids)  # no block shared: no prefix information
 
 
-def test_burstgpt_1_rows(shared_traces: Path) -> None:
-    requests = list(iter_burstgpt(shared_traces / "burstgpt/BurstGPT_1_first400.csv"))
+def test_burstgpt_1_rows(real_traces: Path) -> None:
+    requests = list(iter_burstgpt(real_traces / "burstgpt/BurstGPT_1_first400.csv.xz"))
     assert sum(r.input_length or 0 for r in requests) == 208_206  # zero lengths became 1
     assert sum(r.output_length for r in requests) == 110_629
     assert sum(r.output_length == 1 for r in requests) == 17
     assert all(r.session_id is None and r.parent_request_id is None for r in requests)
 
 
-def test_burstgpt_3_sessions_keep_every_full_prompt_length(shared_traces: Path) -> None:
-    path = shared_traces / "burstgpt/BurstGPT_3_first400.csv"
+def test_burstgpt_3_sessions_keep_every_full_prompt_length(real_traces: Path) -> None:
+    path = real_traces / "burstgpt/BurstGPT_3_first400.csv.xz"
     requests = list(iter_burstgpt(path))
-    with open(path, newline="") as fh:
+    with lzma.open(path, "rt", newline="") as fh:
         rows = list(csv.DictReader(fh))
     contexts: dict[str, int] = {}
     for request, row in zip(requests, rows, strict=True):
@@ -87,8 +88,8 @@ def test_burstgpt_3_sessions_keep_every_full_prompt_length(shared_traces: Path) 
     assert sum(r.session_id is None for r in requests) == 6
 
 
-def test_burstgpt_3_one_session_turn_by_turn(shared_traces: Path) -> None:
-    requests = list(iter_burstgpt(shared_traces / "burstgpt/BurstGPT_3_first400.csv"))
+def test_burstgpt_3_one_session_turn_by_turn(real_traces: Path) -> None:
+    requests = list(iter_burstgpt(real_traces / "burstgpt/BurstGPT_3_first400.csv.xz"))
     turns = [r for r in requests if r.session_id == "313b905a-2252-45ca-bf14-46e87f6233dd"]
     assert len(turns) == 24
     shape = [

@@ -12,8 +12,8 @@ from schedcheck.traces.prefix import PrefixTrie
 from schedcheck.traces.stats import LengthSummary, compute_stats
 
 
-def test_mooncake_conversation_stats(shared_traces: Path) -> None:
-    stats = compute_stats(iter_trace(shared_traces / "mooncake/conversation_trace.jsonl"))
+def test_mooncake_conversation_stats(real_traces: Path) -> None:
+    stats = compute_stats(iter_trace(real_traces / "mooncake/conversation_trace.jsonl.xz"))
     assert stats.requests == 12_031
     assert stats.time_span_s == 3536.999
     assert stats.arrival_rate_per_s == 12_031 / 3536.999
@@ -26,16 +26,16 @@ def test_mooncake_conversation_stats(shared_traces: Path) -> None:
     assert (stats.sessions, stats.later_turns, stats.aborts) == (0, 0, 0)
 
 
-def test_mooncake_synthetic_stats(shared_traces: Path) -> None:
-    stats = compute_stats(iter_trace(shared_traces / "mooncake/synthetic_trace.jsonl"))
+def test_mooncake_synthetic_stats(real_traces: Path) -> None:
+    stats = compute_stats(iter_trace(real_traces / "mooncake/synthetic_trace.jsonl.xz"))
     assert stats.requests == 3_993
     assert stats.time_span_s == 1022.025
     assert round(stats.input_length.mean) == 15_325
     assert round(stats.prefix_hit_ratio, 3) == 0.651
 
 
-def test_imported_azure_has_no_prefix_sharing(shared_traces: Path) -> None:
-    stats = compute_stats(iter_trace(shared_traces / "azure2023/AzureLLMInferenceTrace_conv.csv"))
+def test_imported_azure_has_no_prefix_sharing(real_traces: Path) -> None:
+    stats = compute_stats(iter_trace(real_traces / "azure2023/AzureLLMInferenceTrace_conv.csv.xz"))
     assert (stats.requests, stats.prefix_hit_tokens, stats.prompt_tokens) == (19_366, 0, 22_361_870)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import lzma
 from pathlib import Path
 
 import pytest
@@ -10,48 +11,48 @@ import pytest
 from schedcheck.traces import TraceRequest, iter_trace, write_trace
 from schedcheck.traces.window import Window, apply_window
 
-CONVERSATION = "mooncake/conversation_trace.jsonl"
+CONVERSATION = "mooncake/conversation_trace.jsonl.xz"
 
 
-def test_mooncake_window_and_half_time(shared_traces: Path) -> None:
+def test_mooncake_window_and_half_time(real_traces: Path) -> None:
     requests = list(
-        iter_trace(shared_traces / CONVERSATION, start_s=100, duration_s=50, time_scale=0.5)
+        iter_trace(real_traces / CONVERSATION, start_s=100, duration_s=50, time_scale=0.5)
     )
     # timestamps 100000 <= t < 150000 ms: rows 291..448, t from 102000 to 149999
     assert len(requests) == 158
     assert (requests[0].request_id, requests[-1].request_id) == ("mooncake-291", "mooncake-448")
     assert requests[0].arrival_time_s == 0.0
     assert requests[-1].arrival_time_s == pytest.approx((149.999 - 102.0) * 0.5, abs=1e-12)
-    with open(shared_traces / CONVERSATION) as fh:
+    with lzma.open(real_traces / CONVERSATION, "rt") as fh:
         raw_ms = [json.loads(line)["timestamp"] for line in fh][291:449]
     for request, t_ms in zip(requests, raw_ms, strict=True):
         assert request.arrival_time_s == pytest.approx((t_ms - 102_000) / 1000 * 0.5, abs=1e-12)
 
 
-def test_max_requests_after_the_window(shared_traces: Path) -> None:
-    requests = list(iter_trace(shared_traces / CONVERSATION, start_s=100, max_requests=3))
+def test_max_requests_after_the_window(real_traces: Path) -> None:
+    requests = list(iter_trace(real_traces / CONVERSATION, start_s=100, max_requests=3))
     assert [r.request_id for r in requests] == ["mooncake-291", "mooncake-292", "mooncake-293"]
     assert [r.arrival_time_s for r in requests] == [0.0, 0.0, 0.0]
-    assert len(list(iter_trace(shared_traces / CONVERSATION, max_requests=0))) == 0
+    assert len(list(iter_trace(real_traces / CONVERSATION, max_requests=0))) == 0
 
 
-def test_time_scale_alone_scales_every_gap(shared_traces: Path) -> None:
-    full = list(iter_trace(shared_traces / CONVERSATION, max_requests=500))
-    doubled = list(iter_trace(shared_traces / CONVERSATION, max_requests=500, time_scale=2.0))
+def test_time_scale_alone_scales_every_gap(real_traces: Path) -> None:
+    full = list(iter_trace(real_traces / CONVERSATION, max_requests=500))
+    doubled = list(iter_trace(real_traces / CONVERSATION, max_requests=500, time_scale=2.0))
     assert [d.arrival_time_s for d in doubled] == [f.arrival_time_s * 2.0 for f in full]
     assert doubled[-1].arrival_time_s == 330.0  # row 499 arrives at 165 000 ms
 
 
-def test_azure_window_in_source_seconds(shared_traces: Path) -> None:
-    path = shared_traces / "azure2023/AzureLLMInferenceTrace_code.csv"
+def test_azure_window_in_source_seconds(real_traces: Path) -> None:
+    path = real_traces / "azure2023/AzureLLMInferenceTrace_code.csv.xz"
     requests = list(iter_trace(path, start_s=300, duration_s=60, time_scale=2))
     assert len(requests) == 130
     assert requests[0].request_id == "azure-781"
     assert requests[-1].arrival_time_s == pytest.approx(91.268168, abs=1e-9)
 
 
-def test_a_parent_outside_the_window_is_cut(shared_traces: Path) -> None:
-    path = shared_traces / "burstgpt/BurstGPT_3_first400.csv"
+def test_a_parent_outside_the_window_is_cut(real_traces: Path) -> None:
+    path = real_traces / "burstgpt/BurstGPT_3_first400.csv.xz"
     whole = {r.request_id: r for r in iter_trace(path)}
     assert whole["burstgpt-4"].parent_request_id == "burstgpt-0"
     window = list(iter_trace(path, start_s=1.0))

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from schedcheck.traces.errors import LineContext, TraceError
+from schedcheck.traces.files import binary_lines
 from schedcheck.traces.validate import show
 
 UNIQUE_BLOCK_BITS = 16  # block index bits of a unique hash id
@@ -46,35 +47,33 @@ def unique_hash_ids(
 
 def json_lines(path: str) -> Iterator[tuple[LineContext, dict[str, Any]]]:
     """(where, object) for every non-blank line of a JSONL file."""
-    with open(path, "rb") as fh:
-        for line_index, raw in enumerate(fh):
-            ctx = LineContext(path, line_index + 1)
-            try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                if not raw.strip():
-                    continue
-                raise ctx.error("json", f"not valid JSON: {_reason(exc)}") from None
-            if not isinstance(obj, dict):
-                raise ctx.error("record", f"must be a JSON object, got {show(obj)}")
-            yield ctx, obj
+    for line_index, raw in enumerate(binary_lines(path)):
+        ctx = LineContext(path, line_index + 1)
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            if not raw.strip():
+                continue
+            raise ctx.error("json", f"not valid JSON: {_reason(exc)}") from None
+        if not isinstance(obj, dict):
+            raise ctx.error("record", f"must be a JSON object, got {show(obj)}")
+        yield ctx, obj
 
 
 def csv_rows(path: str, required: tuple[str, ...]) -> Iterator[tuple[LineContext, dict[str, str]]]:
     """(where, row) for every data row of a CSV file whose header has the `required` columns."""
-    with open(path, "rb") as fh:
-        reader = csv.reader(_text_lines(fh, path))
-        header = [name.strip() for name in next(reader, [])]
-        for name in required:
-            if name not in header:
-                raise TraceError(path, 1, name, f"missing column (header: {','.join(header)})")
-        for row in reader:
-            ctx = LineContext(path, reader.line_num)
-            if not row:
-                continue
-            if len(row) != len(header):
-                raise ctx.error("record", f"has {len(row)} columns, the header {len(header)}")
-            yield ctx, dict(zip(header, row, strict=True))
+    reader = csv.reader(_text_lines(binary_lines(path), path))
+    header = [name.strip() for name in next(reader, [])]
+    for name in required:
+        if name not in header:
+            raise TraceError(path, 1, name, f"missing column (header: {','.join(header)})")
+    for row in reader:
+        ctx = LineContext(path, reader.line_num)
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise ctx.error("record", f"has {len(row)} columns, the header {len(header)}")
+        yield ctx, dict(zip(header, row, strict=True))
 
 
 def parse_count(ctx: LineContext, column: str, text: str) -> int:
