@@ -93,9 +93,16 @@ class ReferenceEngine:
         return self.scheduler.schedule()
 
     def update_from_output(
-        self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
+        self,
+        output: SchedulerOutput,
+        sampled_token_ids: Mapping[str, int],
+        accepted_token_ids: Mapping[str, tuple[int, ...]] | None = None,
     ) -> list[FinishedRequest]:
-        return self.scheduler.update_from_output(output, sampled_token_ids)
+        return self.scheduler.update_from_output(output, sampled_token_ids, accepted_token_ids)
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
+        """Speculative decoding: the drafter's proposals for the next step."""
+        self.scheduler.update_draft_token_ids(draft_token_ids)
 
     def kv_snapshot(self) -> KVSnapshot:
         return self.kv_manager.kv_snapshot()

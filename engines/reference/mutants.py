@@ -201,7 +201,35 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
 )
 
+MUTANTS = (
+    *MUTANTS,
+    Mutant(
+        "spec-rollback-off-by-one",
+        "scheduler",
+        "speculative decoding: after rejection sampling num_computed_tokens rolls back to "
+        "just after the last accepted draft, so the first rejected position is recomputed",
+        "vLLM v1 Scheduler.update_from_output: num_computed_tokens -= num_rejected",
+        "The rollback after a step with rejected drafts is one token short: "
+        "num_computed_tokens counts the first rejected draft's position as computed, so "
+        "the bonus token's KV is never written and later steps read the rejected draft's "
+        "KV in its slot.",
+    ),
+    Mutant(
+        "cache-rejected-draft-block",
+        "scheduler",
+        "speculative decoding: a block is cached only once its KV is the true KV of its "
+        "tokens (rejected drafts' KV never enters the prefix cache)",
+        "vLLM v1 allocate_slots caches at most request.num_tokens (drafts excluded)",
+        "The blocks a step with drafts filled are cached before the rollback, up to the "
+        "tokens the request knows after it: the block holding the bonus token's position "
+        "is cached under the hash of the true tokens while its slot holds the rejected "
+        "draft's KV; a later request with that prefix reuses it.",
+    ),
+)
+
 MUTANTS_BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}
+# mutants that only act on scheduled drafts: the fuzzer draws speculative decoding for them
+SPEC_DECODE_MUTANTS = frozenset({"spec-rollback-off-by-one", "cache-rejected-draft-block"})
 
 
 def known_names() -> list[str]:
@@ -238,6 +266,8 @@ class MutantSwitches:
     seq_len_full_prompt: bool = False
     chunk_before_prefix_hit: bool = False
     never_reject: bool = False
+    spec_rollback_off_by_one: bool = False
+    cache_rejected_draft_block: bool = False
 
     @classmethod
     def for_config(cls, mutant: str | None, block_manager: str) -> MutantSwitches:

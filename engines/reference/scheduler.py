@@ -19,6 +19,18 @@ One step::
     Every allocation also covers num_lookahead_tokens slots past the chunk (capped at
     max_model_len), where speculative decoding's drafter writes its draft KV (BUGS #10).
 
+Speculative decoding with acceptance (num_speculative_tokens K > 0): after a step the
+drafter's proposals reach `update_draft_token_ids`; a decoding request (num_computed_tokens
+== num_tokens - 1) then runs its last token and its drafts in one chunk, capped by the
+budget, the threshold and max_model_len - 1, as vLLM v1 does::
+
+    | computed ............ | t | d1 d2 d3 |     chunk = 1 + drafts that fit
+    0          num_computed_tokens        num_tokens + 3
+
+`update_from_output` appends the accepted drafts and the bonus token, rolls
+num_computed_tokens back by the rejected drafts, and only then caches full blocks: a block
+holding rejected-draft KV is never cached.
+
     request:   | prefix hit (cached) | chunk (num_scheduled_tokens)  | rest, later steps |
                0               num_computed_tokens           +num_scheduled       num_tokens
 
@@ -108,6 +120,10 @@ class Scheduler:
         self._resume_drops_last_token = switches.resume_drops_last_token
         self._chunk_before_prefix_hit = switches.chunk_before_prefix_hit
         self._never_reject = switches.never_reject
+        self._spec_rollback_off_by_one = switches.spec_rollback_off_by_one
+        self._cache_rejected_draft_block = switches.cache_rejected_draft_block
+        self.num_speculative_tokens = config.num_speculative_tokens
+        self._drafts = config.num_speculative_tokens > 0
         self._exact_progress = not (
             switches.chunk_before_prefix_hit or switches.radix_prefix_not_advanced
         )
@@ -268,7 +284,9 @@ class Scheduler:
         index = 0
         while index < len(running) and token_budget > 0:  # bounded: index grows or len shrinks
             request = running[index]
-            if plain_chunks:  # _chunk_running, inlined for the common case
+            if request.spec_token_ids:
+                num_new_tokens = self._chunk_with_drafts(request, token_budget)
+            elif plain_chunks:  # _chunk_running, inlined for the common case
                 num_new_tokens = request.num_tokens - request.num_computed_tokens
                 if 0 < threshold < num_new_tokens:
                     num_new_tokens = threshold
@@ -303,6 +321,18 @@ class Scheduler:
             token_budget -= num_new_tokens
             index += 1
         return token_budget
+
+    def _chunk_with_drafts(self, request: Request, token_budget: int) -> int:
+        """A decode with its proposed drafts: 1 + K tokens, capped by the threshold, the
+        budget and max_model_len - 1 (vLLM: positions stay below max_model_len); the drafts
+        that fit are the ones scheduled (`_scheduled_requests`)."""
+        num_new_tokens = request.num_tokens + len(request.spec_token_ids)
+        num_new_tokens -= request.num_computed_tokens
+        threshold = self.long_prefill_token_threshold
+        if 0 < threshold < num_new_tokens:
+            num_new_tokens = threshold
+        cap = self.max_model_len - 1 - request.num_computed_tokens
+        return max(0, min(num_new_tokens, token_budget, cap))
 
     def _chunk_running(self, request: Request, token_budget: int) -> int:
         num_target_tokens = request.num_tokens
@@ -457,6 +487,7 @@ class Scheduler:
         self.kv_manager.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
+        request.spec_token_ids = ()
         request.num_preemptions += 1
         if self._resume_drops_last_token and request.num_output_tokens > 0:
             request.resume_drops_last_token = True
@@ -467,7 +498,7 @@ class Scheduler:
     def _scheduled_requests(
         self, scheduled: list[Request], num_scheduled: list[int], num_hit_tokens: list[int]
     ) -> tuple[ScheduledRequest, ...]:
-        if self._resume_drops_last_token or self._chunk_before_prefix_hit:
+        if self._resume_drops_last_token or self._chunk_before_prefix_hit or self._drafts:
             return tuple(
                 self._scheduled_request(r, n, h)
                 for r, n, h in zip(scheduled, num_scheduled, num_hit_tokens, strict=True)
@@ -503,7 +534,15 @@ class Scheduler:
         num_tokens = request.num_tokens
         if self._resume_drops_last_token and request.resume_drops_last_token:
             num_tokens -= 1  # mutant: the runner sees the request without its last token
-        if num_end_tokens <= num_tokens:
+        num_drafts = max(0, num_end_tokens - num_tokens) if request.spec_token_ids else 0
+        drafts = request.spec_token_ids[:num_drafts]
+        request.scheduled_spec_token_ids = drafts
+        request.spec_token_ids = ()  # vLLM: new drafts come with the next proposal
+        if drafts:
+            known = request.token_view(num_computed_tokens, num_tokens)
+            token_ids = np.concatenate([known, np.asarray(drafts, dtype=np.int64)])
+            token_ids.flags.writeable = False
+        elif num_end_tokens <= num_tokens:
             token_ids = request.token_view(num_computed_tokens, num_end_tokens)
         else:
             assert self._chunk_before_prefix_hit, "a chunk never runs past num_tokens"
@@ -517,14 +556,19 @@ class Scheduler:
             token_ids=token_ids,
             block_table=self.kv_manager.block_table(request.request_id),
             num_cached_tokens=num_hit_tokens,
+            spec_token_ids=drafts,
         )
 
     # -- update ----------------------------------------------------------------------------
 
     def update_from_output(
-        self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
+        self,
+        output: SchedulerOutput,
+        sampled_token_ids: Mapping[str, int],
+        accepted_token_ids: Mapping[str, tuple[int, ...]] | None = None,
     ) -> list[FinishedRequest]:
-        """Apply one step; returns the requests finished since the previous update."""
+        """Apply one step; returns the requests finished since the previous update.
+        `accepted_token_ids`: per request with drafts, the drafts the sampler accepted."""
         finished = self._pending_finished
         self._pending_finished = []
         requests = self.requests
@@ -538,6 +582,13 @@ class Scheduler:
                 continue  # aborted (or preempted) after this step was scheduled
             start = scheduled.num_computed_tokens
             assert request.num_computed_tokens == start
+            if scheduled.spec_token_ids:
+                if self._update_with_drafts(
+                    request, scheduled, sampled_token_ids, accepted_token_ids or {}
+                ):
+                    finished.append(self._finish_length(request))
+                    num_finished_running += 1
+                continue
             num_end_tokens = start + scheduled.num_scheduled_tokens
             samples = num_end_tokens == scheduled.num_tokens  # scheduled.samples, inlined
             if chunk_before_prefix_hit:
@@ -557,13 +608,66 @@ class Scheduler:
             if self._resume_drops_last_token:
                 request.resume_drops_last_token = False
             if request.num_tokens - request.num_prompt_tokens >= request.max_tokens:
-                request.status = RequestStatus.FINISHED_LENGTH
-                self.kv_manager.free(request)
-                finished.append(self._finish(request, "length"))
+                finished.append(self._finish_length(request))
                 num_finished_running += 1
         if num_finished_running:
             self.running = [r for r in self.running if r.status is _RUNNING]
         return finished
+
+    def _finish_length(self, request: Request) -> FinishedRequest:
+        request.status = RequestStatus.FINISHED_LENGTH
+        self.kv_manager.free(request)
+        return self._finish(request, "length")
+
+    def _update_with_drafts(
+        self,
+        request: Request,
+        scheduled: ScheduledRequest,
+        sampled_token_ids: Mapping[str, int],
+        accepted_token_ids: Mapping[str, tuple[int, ...]],
+    ) -> bool:
+        """A step that ran drafts: append the accepted drafts and the bonus token (up to
+        max_tokens), roll num_computed_tokens back by the rejected drafts, then cache the
+        full blocks of what is computed. Returns True when the request reached max_tokens::
+
+            before    | computed | t | d1 d2 d3 |   num_end_tokens = n + 3 (n = num_tokens)
+            accepted  d1              rejected d2 d3 (2)
+            after     num_tokens n + 2 (d1, bonus), num_computed_tokens n + 1
+        """
+        rid = request.request_id
+        token_id = sampled_token_ids.get(rid)
+        if token_id is None:
+            raise ValueError(f"request {rid!r} ran drafts but sampled_token_ids has no token")
+        accepted = tuple(accepted_token_ids.get(rid, ()))
+        num_drafts = len(scheduled.spec_token_ids)
+        assert len(accepted) <= num_drafts, f"{rid}: more accepted than drafted"
+        num_rejected = num_drafts - len(accepted)
+        num_end_tokens = scheduled.num_end_tokens
+        room = request.max_tokens - request.num_output_tokens
+        for token in (*accepted, int(token_id))[:room]:
+            request.append_output_token(int(token))
+        # capped at num_tokens: drafts accepted past max_tokens were dropped (it finishes)
+        num_computed_tokens = min(num_end_tokens - num_rejected, request.num_tokens)
+        if self._spec_rollback_off_by_one and num_rejected:  # mutant: one token short
+            num_computed_tokens += 1
+        if self._cache_rejected_draft_block:  # mutant: cache before the rollback
+            self.kv_manager.cache_blocks(request, min(num_end_tokens, request.num_tokens))
+        request.num_computed_tokens = self.kv_manager.cache_blocks(request, num_computed_tokens)
+        return request.num_output_tokens >= request.max_tokens
+
+    # -- speculative decoding: proposals ----------------------------------------------------
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
+        """The drafter's proposals; kept for running requests whose last chunk reached
+        num_tokens (vLLM ignores drafts of a request mid-prefill), at most
+        num_speculative_tokens each."""
+        k = self.num_speculative_tokens
+        for rid, drafts in draft_token_ids.items():
+            request = self.requests.get(rid)
+            if request is None or request.status is not _RUNNING:
+                continue
+            if request.num_computed_tokens >= request.num_tokens - 1:
+                request.spec_token_ids = tuple(int(t) for t in drafts[:k])
 
     # -- liveness --------------------------------------------------------------------------
 

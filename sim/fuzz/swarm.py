@@ -13,7 +13,8 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
                                  3 or 5 draft tokens (speculative decoding, BUGS #10)
     num_speculative_tokens,      engines that schedule drafts (SPEC_ENGINES): half the
     draft_acceptance             examples 0 (shrinks there), else K in 1, 2, 3, 5 with an
-                                 acceptance probability P in 0.7, 0, 0.3, 0.9, 1
+                                 acceptance probability P in 0.7, 0, 0.3, 0.9, 1; every
+                                 example under --family spec-decode or a draft mutant
     kv_groups                    engines with hybrid KV-cache groups (HYBRID_ENGINES): half
                                  the examples "full", else "full,sliding:W" with W a
                                  boundary length (a window shorter than, equal to or just
@@ -72,7 +73,7 @@ POLICIES = ("fcfs", "priority")
 SPEC_TOKENS = (1, 2, 3, 5)
 DRAFT_ACCEPTANCES = (0.7, 0.0, 0.3, 0.9, 1.0)
 FAMILIES = ("spec-decode", "sliding-window")  # --family: a campaign per option family
-SPEC_ENGINES = frozenset({"vllm-v1"})  # engines that schedule draft tokens
+SPEC_ENGINES = frozenset({"vllm-v1", "reference"})  # engines that schedule draft tokens
 HYBRID_ENGINES = frozenset({"vllm-v1"})  # engines with sliding-window KV-cache groups
 
 
@@ -167,6 +168,17 @@ def draws_spec_decode(spec: SwarmSpec) -> bool:
     return spec.engine in SPEC_ENGINES
 
 
+def always_spec_decode(spec: SwarmSpec) -> bool:
+    """Drafts in every example: asked for (--family), or a mutant that acts on drafts."""
+    if "spec-decode" in spec.families:
+        return True
+    if spec.is_reference and spec.mutant is not None:
+        from schedcheck.engines.reference.mutants import SPEC_DECODE_MUTANTS
+
+        return spec.mutant in SPEC_DECODE_MUTANTS
+    return False
+
+
 def draws_sliding_window(spec: SwarmSpec) -> bool:
     return spec.engine in HYBRID_ENGINES
 
@@ -174,7 +186,7 @@ def draws_sliding_window(spec: SwarmSpec) -> bool:
 def draw_spec_decode(draw: st.DrawFn, spec: SwarmSpec) -> dict[str, int | float]:
     if not draws_spec_decode(spec):
         return {}
-    if "spec-decode" not in spec.families and not draw(st.booleans()):
+    if not always_spec_decode(spec) and not draw(st.booleans()):
         return {}
     return {
         "num_speculative_tokens": pick(draw, SPEC_TOKENS),
