@@ -206,8 +206,8 @@ MUTANTS = (
     Mutant(
         "spec-rollback-off-by-one",
         "scheduler",
-        "speculative decoding: after rejection sampling num_computed_tokens rolls back to "
-        "just after the last accepted draft, so the first rejected position is recomputed",
+        "#1/#10: num_computed_tokens never counts KV that was not really written: with "
+        "speculative decoding it rolls back to just after the last accepted draft",
         "vLLM v1 Scheduler.update_from_output: num_computed_tokens -= num_rejected",
         "The rollback after a step with rejected drafts is one token short: "
         "num_computed_tokens counts the first rejected draft's position as computed, so "
@@ -217,8 +217,8 @@ MUTANTS = (
     Mutant(
         "cache-rejected-draft-block",
         "scheduler",
-        "speculative decoding: a block is cached only once its KV is the true KV of its "
-        "tokens (rejected drafts' KV never enters the prefix cache)",
+        "#3/#10: a block is cached only once its KV is the true KV of its tokens (a "
+        "rejected draft's KV never enters the prefix cache)",
         "vLLM v1 allocate_slots caches at most request.num_tokens (drafts excluded)",
         "The blocks a step with drafts filled are cached before the rollback, up to the "
         "tokens the request knows after it: the block holding the bonus token's position "
