@@ -158,7 +158,8 @@ class Scheduler:
                 f"({config.max_model_len})"
             )
         num_kv_tokens = num_total_tokens - 1  # the last sampled token never needs KV
-        num_slots = min(num_kv_tokens + config.num_lookahead_tokens, config.max_model_len)
+        num_drafts_max = config.num_lookahead_tokens + config.num_speculative_tokens
+        num_slots = min(num_kv_tokens + num_drafts_max, config.max_model_len)
         num_blocks = cdiv(num_slots, self.block_size)
         if num_blocks > config.num_gpu_blocks and not self._never_reject:
             num_drafts = num_slots - num_kv_tokens
