@@ -112,6 +112,11 @@ class Simulation:
         self.rng = np.random.default_rng(options.seed)  # the run's one generator (faults)
         self.coverage = Coverage(config.block_size, config.num_lookahead_tokens)
         self.kv_groups = config.kv_cache_groups
+        if len(self.kv_groups) > 1 and not isinstance(self.executor, SymbolicExecutor):
+            raise ValueError(
+                f"kv_groups {config.kv_groups!r}: only the symbolic executor reads "
+                "several KV-cache groups"
+            )
         self.spec_engine: SpecDecodeEngine | None = None  # set when drafts are scheduled
         self.drafter = self._make_drafter()
 

@@ -148,17 +148,24 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
         if align == "block":  # a chunk cut to a block boundary needs room for one block
             budget_tokens = max(budget_tokens, block_size)
             threshold = max(threshold, block_size) if threshold else 0
+    # draw order matters (a seed replays the same examples): as the fields below
+    max_num_seqs = pick(draw, MAX_NUM_SEQS)
+    enable_prefix_caching = draw(st.booleans())
+    enable_chunked_prefill = not draw(st.booleans())  # shrinks towards on
+    num_lookahead_tokens = draw_lookahead(draw, spec)
+    num_spec_tokens, acceptance = draw_spec_decode(draw, spec)
     return Knobs(
         block_size=block_size,
         max_num_batched_tokens=budget_tokens,
-        max_num_seqs=pick(draw, MAX_NUM_SEQS),
-        enable_prefix_caching=draw(st.booleans()),
-        enable_chunked_prefill=not draw(st.booleans()),  # shrinks towards on
+        max_num_seqs=max_num_seqs,
+        enable_prefix_caching=enable_prefix_caching,
+        enable_chunked_prefill=enable_chunked_prefill,
         long_prefill_token_threshold=threshold,
         block_manager=manager,
         extra=extra,
-        num_lookahead_tokens=draw_lookahead(draw, spec),
-        **draw_spec_decode(draw, spec),
+        num_lookahead_tokens=num_lookahead_tokens,
+        num_speculative_tokens=num_spec_tokens,
+        draft_acceptance=acceptance,
         kv_groups=draw_kv_groups(draw, spec, block_size, blocks_max),
     )
 
@@ -183,15 +190,13 @@ def draws_sliding_window(spec: SwarmSpec) -> bool:
     return spec.engine in HYBRID_ENGINES
 
 
-def draw_spec_decode(draw: st.DrawFn, spec: SwarmSpec) -> dict[str, int | float]:
+def draw_spec_decode(draw: st.DrawFn, spec: SwarmSpec) -> tuple[int, float]:
+    """(num_speculative_tokens, draft_acceptance); K = 0 is off."""
     if not draws_spec_decode(spec):
-        return {}
+        return 0, 0.7
     if not always_spec_decode(spec) and not draw(st.booleans()):
-        return {}
-    return {
-        "num_speculative_tokens": pick(draw, SPEC_TOKENS),
-        "draft_acceptance": pick(draw, DRAFT_ACCEPTANCES),
-    }
+        return 0, 0.7
+    return pick(draw, SPEC_TOKENS), pick(draw, DRAFT_ACCEPTANCES)
 
 
 def draw_kv_groups(draw: st.DrawFn, spec: SwarmSpec, block_size: int, blocks_max: int) -> str:
