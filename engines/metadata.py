@@ -95,14 +95,15 @@ class RunnerMetadata:
     kv_groups: tuple[KVCacheGroup, ...] = FULL_ONLY
     group_block_tables: tuple[tuple[tuple[int, ...], ...], ...] = ()
     group_slot_mappings: tuple[IntArray, ...] = ()
-    # False only when a runner mutant derived these fields otherwise than documented above
+    # False / True only for metadata derived otherwise than documented above (a runner bug,
+    # re-created on purpose by the reference engine's catalog)
     slot_mapping_from_block_table: bool = True
     seq_lens_mutated: bool = False
     block_tables_mutated: bool = False
 
     @property
     def as_documented(self) -> bool:
-        """True iff no runner mutant changed slot_mapping, seq_lens or block_tables."""
+        """True iff slot_mapping, seq_lens and block_tables are derived as documented."""
         return (
             self.slot_mapping_from_block_table
             and not self.seq_lens_mutated
@@ -162,13 +163,12 @@ class RunnerMetadata:
 def build_metadata(
     output: SchedulerOutput,
     block_size: int,
-    mutant: str | None = None,
     *,
     num_lookahead_tokens: int = 0,
     max_model_len: int | None = None,
     kv_groups: tuple[KVCacheGroup, ...] = FULL_ONLY,
 ) -> RunnerMetadata:
-    """Derive the runner metadata of one step; `mutant` re-creates runner bug classes.
+    """Derive the runner metadata of one step, as documented in the module docstring.
 
     `num_lookahead_tokens` draft positions follow each sampling request's tokens, capped at
     `max_model_len` (as vLLM's drafter pads positions past it). `kv_groups`: the engine's
@@ -183,20 +183,11 @@ def build_metadata(
     query_start_loc = np.zeros(num_reqs + 1, dtype=np.int64)
     np.cumsum(query_lens, out=query_start_loc[1:])
     seq_lens = num_computed + query_lens
-    if mutant == "seq-len-full-prompt":  # nano-vllm 25794a1: key length = whole prompt
-        seq_lens = np.fromiter(
-            (max(r.num_prompt_tokens, r.num_end_tokens) for r in reqs), np.int64, num_reqs
-        )
     row_req = np.repeat(np.arange(num_reqs, dtype=np.int64), query_lens)
     positions = num_computed[row_req] + (np.arange(row_req.size) - query_start_loc[row_req])
     slot_starts = [r.num_computed_tokens for r in reqs]
-    if mutant == "slot-mapping-from-zero":  # vllm#36580: slots of a chunk start at 0
-        slot_starts = [0] * num_reqs
     tables = [r.block_table for r in reqs]
     slot_mapping = gather_slots(tables, slot_starts, query_lens.tolist(), block_size)
-    read_tables = tuple(tables)
-    if mutant == "block-table-hits-only":
-        read_tables = _tables_of_hits_only(read_tables, num_computed)
     input_ids = np.concatenate([r.token_ids for r in reqs]) if reqs else np.zeros(0, dtype=np.int64)
     sampling = [i for i, r in enumerate(reqs) if r.samples]
     logits_indices = query_start_loc[1:][sampling] - 1 if sampling else np.zeros(0, np.int64)
@@ -218,7 +209,7 @@ def build_metadata(
         slot_mapping=slot_mapping,
         logits_indices=logits_indices.astype(np.int64, copy=False),
         sampling_req_ids=tuple(reqs[i].request_id for i in sampling),
-        block_tables=read_tables,
+        block_tables=tuple(tables),
         lookahead_positions=lookahead[0],
         lookahead_slot_mapping=lookahead[1],
         lookahead_req=lookahead[2],
@@ -226,9 +217,6 @@ def build_metadata(
         kv_groups=kv_groups,
         group_block_tables=group_tables,
         group_slot_mappings=group_slots,
-        slot_mapping_from_block_table=mutant != "slot-mapping-from-zero",
-        seq_lens_mutated=mutant == "seq-len-full-prompt",
-        block_tables_mutated=read_tables != tuple(tables),
     )
     meta.__dict__["row_req"] = row_req  # computed already: seed the cached property
     return meta
@@ -259,19 +247,6 @@ def _lookahead(
     first = np.repeat(np.asarray(starts, np.int64), counts)
     positions = first + np.arange(batch.size, dtype=np.int64) - row_start
     return positions, slots, batch
-
-
-def _tables_of_hits_only(
-    tables: tuple[tuple[int, ...], ...], num_computed: IntArray
-) -> tuple[tuple[int, ...], ...]:
-    """vllm#7018: once any request of the step reads KV from before the step (paged KV),
-    only those requests get their block table; the others read through vLLM's padding, a
-    table of zeros (its example: ``[[0, 0], [1, 2]]``)."""
-    if not (num_computed > 0).any():
-        return tables
-    return tuple(
-        t if int(n) > 0 else (0,) * len(t) for t, n in zip(tables, num_computed, strict=True)
-    )
 
 
 def gather_slots(

@@ -1,7 +1,10 @@
 """Engines by name, or by an import path `package.module:factory` for users' own engines.
 
-A factory takes an `EngineConfig` and returns an object implementing `protocol.Engine`.
-Built-in engines are imported lazily, so the vLLM adapters cost nothing unless asked for.
+A factory takes an `EngineConfig` and returns an object implementing `protocol.Engine`;
+it declares what its engine supports itself (`capabilities.declare`), so a user's engine and
+the built-in ones are read the same way. Built-in engines are imported lazily, so the vLLM
+adapters cost nothing unless asked for (their modules import vLLM only when an engine is
+built).
 """
 
 from __future__ import annotations
@@ -10,37 +13,16 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from schedcheck.engines.capabilities import Capabilities, capabilities_of
 from schedcheck.engines.protocol import Engine, EngineConfig
 
 EngineFactory = Callable[[EngineConfig], Engine]
 
 BUILTIN_ENGINES: dict[str, str] = {
     "reference": "schedcheck.engines.reference.engine:make_engine",
-    "vllm-v1": "schedcheck.engines.vllm_v1:make_engine",
-    "vllm-v0": "schedcheck.engines.vllm_v0:make_engine",
+    "vllm-v1": "schedcheck.engines.vllm.factories:make_v1_engine",
+    "vllm-v0": "schedcheck.engines.vllm.factories:make_v0_engine",
 }
-
-
-# Engines whose own config validation refuses some configs the fuzzer's swarm draws: a
-# function EngineConfig -> EngineConfig giving the nearest config the engine accepts.
-CONFIG_FITTERS: dict[str, str] = {
-    "vllm-v1": "schedcheck.engines.vllm.common:fit_config",
-    "vllm-v0": "schedcheck.engines.vllm.common:fit_config_v0",
-}
-
-# Blocks beyond a request's own KV that an engine needs to run that request alone.
-SPARE_BLOCKS: dict[str, int] = {
-    "vllm-v1": 1,  # BlockPool keeps block 0 as its null block
-    # can_append_slots (both block managers) counts every block a decode touches as a new
-    # allocation, so it wants a free block even when the last block has room: a request
-    # whose KV fills the cache exactly can be preempted at every decode, forever (found by
-    # the first vllm-v0 campaign; tests/vllm/test_vllm_v0.py pins it)
-    "vllm-v0": 1,
-}
-
-# Engines with no cache_salt (vLLM added it in v1): a salted request would share its prefix
-# across salts there, so the fuzzer draws no salts for them and their adapters refuse one.
-WITHOUT_CACHE_SALT: frozenset[str] = frozenset({"vllm-v0"})
 
 
 class EngineLoadError(ValueError):
@@ -57,18 +39,14 @@ def resolve_factory(name: str) -> EngineFactory:
     return _load(name, path)
 
 
+def capabilities(name: str) -> Capabilities:
+    """What engine `name` declares it supports (`capabilities.UNDECLARED` if nothing)."""
+    return capabilities_of(resolve_factory(name))
+
+
 def fit_config(name: str, config: EngineConfig) -> EngineConfig:
-    """`config` as engine `name` accepts it (unchanged for engines with no fitter)."""
-    path = CONFIG_FITTERS.get(name)
-    return config if path is None else _load(name, path)(config)
-
-
-def supports_cache_salt(name: str) -> bool:
-    return name not in WITHOUT_CACHE_SALT
-
-
-def spare_blocks(name: str) -> int:
-    return SPARE_BLOCKS.get(name, 0)
+    """`config` as engine `name` accepts it (its declared fit_config; else unchanged)."""
+    return capabilities(name).fit(config)
 
 
 def _load(name: str, path: str) -> Callable[..., Any]:

@@ -6,7 +6,7 @@ metadata mutant, as the run that recorded it did:
 
     for each SchedulerOutput (bounded by the schedule's length):
         finished_req_ids  -> executor.finish_request   (the oracle forgets them)
-        build_metadata(output, block_size, mutant, lookahead) [-> transform]
+        build_metadata(output, block_size, lookahead) -> runner mutant [-> transform]
             -> executor.execute
 
 `Recorder` is an observer that keeps what a replay produced: the logits of every sampled
@@ -24,6 +24,7 @@ import torch
 
 from schedcheck.engines.metadata import RunnerMetadata, build_metadata
 from schedcheck.engines.protocol import SchedulerOutput
+from schedcheck.engines.reference.mutants import apply_runner_mutant
 from schedcheck.gpu.executor import KV, StepObserver, TensorExecutor
 
 Transform = Callable[[RunnerMetadata], RunnerMetadata]
@@ -57,10 +58,10 @@ def replay_schedule(
         metadata = build_metadata(
             output,
             block_size,
-            mutant,
             num_lookahead_tokens=num_lookahead_tokens,
             max_model_len=max_model_len,
         )
+        metadata = apply_runner_mutant(metadata, mutant)
         if transform is not None:
             metadata = transform(metadata)
         executor.execute(metadata)

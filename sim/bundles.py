@@ -58,10 +58,14 @@ def _plain(value: Any) -> Any:
 
 
 def ensure_recorded(result: RunResult) -> RunResult:
-    """The same run with its schedule kept (rerun from the requests it read, if needed)."""
-    if result.options.record_schedule:
+    """The same run with its schedule kept (rerun from the requests it read, if needed),
+    and, when it holds a violation, the engine's block events (for its report)."""
+    events = bool(result.violations)
+    if result.options.record_schedule and (result.options.record_kv_events or not events):
         return result
-    options = dataclasses.replace(result.options, record_schedule=True, progress=False)
+    options = dataclasses.replace(
+        result.options, record_schedule=True, record_kv_events=events, progress=False
+    )
     again = run(result.trace, result.engine, result.config, options, result.cost)
     assert again.fingerprint == result.fingerprint, "a rerun must give the same schedule"
     return again
@@ -80,6 +84,7 @@ def save_bundle(path: str | os.PathLike[str], result: RunResult, command: str = 
         violations=[v.to_json() for v in recorded.violations],
         summary={**recorded.summary(), "violations": len(recorded.violations)},
         command=command,
+        kv_events=recorded.kv_events if recorded.options.record_kv_events else None,
     )
 
 

@@ -8,7 +8,17 @@ import sys
 from collections.abc import Sequence
 
 # verb -> module under schedcheck.sim.commands exposing `register(subparsers)`.
-COMMANDS: tuple[str, ...] = ("trace", "replay", "fuzz", "mutants", "verify", "diff")
+COMMANDS: tuple[str, ...] = (
+    "trace",
+    "replay",
+    "fuzz",
+    "mutants",
+    "verify",
+    "diff",
+    "sweep",
+    "report",
+    "conformance",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

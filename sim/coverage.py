@@ -129,16 +129,34 @@ class Coverage:
         return sorted(self.mid_prefill)
 
 
+PREFIX_CACHE_PATHS = (
+    "fully-cached-prompt",
+    "preempt-during-chunked-prefill-with-prefix-hit",
+    "evict-cached-block",
+)
+
+
 def never_reached(
-    counts: Mapping[str, int], *, drafts: bool = True, spec: bool = True, sliding: bool = True
+    counts: Mapping[str, int],
+    *,
+    drafts: bool = True,
+    prefix_caching: bool = True,
+    spec: bool = True,
+    sliding: bool = True,
 ) -> list[str]:
-    """Rare paths with a zero count; a campaign that never draws lookahead draft tokens
-    (`drafts`), scheduled drafts (`spec`) or a sliding-window group (`sliding`) cannot
-    reach their paths, so they are not listed."""
-    skip = set() if drafts else {"drafts-cross-block"}
-    skip |= set() if spec else set(SPEC_PATHS)
-    skip |= set() if sliding else set(SLIDING_PATHS)
-    return [path for path in RARE_PATHS if path not in skip and counts.get(path, 0) == 0]
+    """Rare paths with a zero count, of those the campaign can reach: one that never draws
+    lookahead draft tokens cannot reach drafts-cross-block, one without prefix caching none
+    of PREFIX_CACHE_PATHS, one without scheduled drafts (`spec`) or a sliding-window group
+    (`sliding`) none of SPEC_PATHS / SLIDING_PATHS, so they are not listed."""
+    unreachable: tuple[str, ...] = () if drafts else ("drafts-cross-block",)
+    if not prefix_caching:
+        unreachable += PREFIX_CACHE_PATHS
+    if not spec:
+        unreachable += SPEC_PATHS
+    if not sliding:
+        unreachable += SLIDING_PATHS
+    paths = (p for p in RARE_PATHS if p not in unreachable)
+    return [path for path in paths if counts.get(path, 0) == 0]
 
 
 def merge(*counts: Mapping[str, int]) -> dict[str, int]:

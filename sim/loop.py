@@ -16,12 +16,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import time
+import traceback
 from collections import deque
 from collections.abc import Iterable
 
 import numpy as np
 import simpy
 
+from schedcheck.engines.capabilities import EngineRefusal
 from schedcheck.engines.metadata import build_metadata
 from schedcheck.engines.protocol import (
     EngineConfig,
@@ -30,12 +32,14 @@ from schedcheck.engines.protocol import (
     SchedulerOutput,
     SpecDecodeEngine,
 )
+from schedcheck.engines.reference.mutants import apply_runner_mutant
 from schedcheck.engines.registry import make_engine
 from schedcheck.engines.schedule_io import Fingerprint
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.accounting import AccountingChecker
 from schedcheck.invariants.block_pool import BlockPoolChecker, check_no_leak
 from schedcheck.invariants.outputs import check_finished
+from schedcheck.invariants.protocol import ProtocolChecker, check_not_lost
 from schedcheck.invariants.violation import Violation
 from schedcheck.sim.arrivals import Abort, Arrivals, Release
 from schedcheck.sim.cost_model import StepCostModel, profile
@@ -43,6 +47,7 @@ from schedcheck.sim.coverage import Coverage
 from schedcheck.sim.drafter import Drafter
 from schedcheck.sim.faults import draw_faults
 from schedcheck.sim.hash_executor import HashModelExecutor
+from schedcheck.sim.kv_events import KVEventRecorder
 from schedcheck.sim.result import (  # re-exported: the loop's API
     EXIT_CLEAN,
     EXIT_LIVENESS,
@@ -53,11 +58,14 @@ from schedcheck.sim.result import (  # re-exported: the loop's API
     SimOptions,
 )
 from schedcheck.sim.symbolic import SymbolicExecutor
+from schedcheck.traces.errors import TraceError
 from schedcheck.traces.schema import TraceRequest
 
 __all__ = ["EXIT_CLEAN", "EXIT_LIVENESS", "EXIT_USAGE", "EXIT_VIOLATION", "EngineCrash",
            "RunResult", "SimOptions", "Simulation", "run"]  # fmt: skip
 TENSOR_EXECUTOR = "schedcheck.gpu.executor:make_executor"
+SIMPY_OUT_OF_EVENTS = "No scheduled events left"  # env.run(until=...) with nothing to run
+HARNESS_CRASH = "harness-crash"
 FAULT_STEPS_AFTER_ARRIVALS = 64  # faults go on this long after the last arrival
 
 
@@ -97,6 +105,7 @@ class Simulation:
         self.wakeup = self.env.event()
         self.arrivals = Arrivals(self.env, trace, self._wake, options.vocab_size)
         self.accounting = AccountingChecker(config)
+        self.protocol = ProtocolChecker(config.num_gpu_blocks)
         self.pool = BlockPoolChecker()
         self.fingerprint = Fingerprint()
         self.live: dict[str, EngineRequest] = {}
@@ -111,6 +120,7 @@ class Simulation:
         self.progress = _progress(options.progress)
         self.rng = np.random.default_rng(options.seed)  # the run's one generator (faults)
         self.coverage = Coverage(config.block_size, config.num_lookahead_tokens)
+        self.kv_events = KVEventRecorder() if options.record_kv_events else None
         self.kv_groups = config.kv_cache_groups
         if len(self.kv_groups) > 1 and not isinstance(self.executor, SymbolicExecutor):
             raise ValueError(
@@ -144,6 +154,13 @@ class Simulation:
         proc = self.env.process(self._engine_process())
         try:
             self.env.run(until=proc)
+        except (TraceError, EngineRefusal):
+            raise  # bad input: the command line says so (exit 2)
+        except Exception as exc:  # raised in the arrivals process: a harness crash too
+            if str(exc).startswith(SIMPY_OUT_OF_EVENTS):
+                self._out_of_events()
+            else:
+                self._fatal([_harness_crash(self.fingerprint.num_steps, exc)])
         finally:
             if self.progress is not None:
                 self.progress.close()
@@ -158,6 +175,8 @@ class Simulation:
         res.requests = len(self.arrivals.released)
         res.invariants_checked += getattr(self.executor, "num_keys_checked", 0)
         res.coverage = dict(self.coverage.counts)
+        if self.kv_events is not None:
+            res.kv_events = self.kv_events.events
         return res
 
     def _wake(self) -> None:
@@ -174,6 +193,10 @@ class Simulation:
             try:
                 self._drain_inbox()
                 if not self.engine.has_unfinished_requests():
+                    lost = check_not_lost(self.fingerprint.num_steps, *self._lost())
+                    if lost:  # the engine dropped a request without reporting it
+                        self._fatal(lost)
+                        return
                     if self.arrivals.done and not self.arrivals.inbox:
                         self._finish_run()
                         return
@@ -186,6 +209,10 @@ class Simulation:
                     if not self.engine.has_unfinished_requests():
                         continue
                 output = self._call("schedule", self.engine.schedule)
+                malformed = self.protocol.check_output(output, self.live, self.result.outputs)
+                if malformed:  # nothing is derived from an output the protocol refuses
+                    self._fatal(malformed)
+                    return
                 if not output.scheduled:
                     self._after_empty_step(output)
                     if not self.done:
@@ -205,6 +232,13 @@ class Simulation:
                     ]
                 )
                 self.done = True
+            except Exception as exc:  # the harness itself raised: a finding, with its bundle
+                self._fatal([_harness_crash(self.fingerprint.num_steps, exc)])
+
+    def _fatal(self, violations: list[Violation]) -> None:
+        """Violations after which the run cannot go on (ignored ones end it too)."""
+        self._violate(violations)
+        self.done = True
 
     def _step(self, output: SchedulerOutput):
         cfg, opts = self.config, self.options
@@ -217,11 +251,11 @@ class Simulation:
         meta = build_metadata(
             output,
             cfg.block_size,
-            cfg.mutant,
             num_lookahead_tokens=cfg.num_lookahead_tokens,
             max_model_len=cfg.max_model_len,
             kv_groups=self.kv_groups,
         )
+        meta = apply_runner_mutant(meta, cfg.mutant)
         sampled = self.executor.execute(meta)
         accepted: dict[str, tuple[int, ...]] = getattr(self.executor, "accepted_token_ids", {})
         violations += getattr(self.executor, "violations", [])
@@ -241,6 +275,9 @@ class Simulation:
             update = self.spec_engine.update_from_output
             finished = self._call("update_from_output", update, output, sampled, accepted)
             self._roll_back_rejected(output, accepted)
+        violations += self.protocol.check_finished(
+            output.step, finished, self.live, self.result.outputs
+        )
         for rid, token in sampled.items():
             self._append_generated(rid, (*accepted.get(rid, ()), token))
         if opts.check_invariants:
@@ -287,6 +324,8 @@ class Simulation:
     ) -> list[Violation]:
         step = output.step
         snapshot = self._call("kv_snapshot", self.engine.kv_snapshot)
+        if self.kv_events is not None:
+            self.kv_events.observe(step, snapshot)
         for f in finished:
             self.accounting.forget(f.request_id)
         out = self.accounting.check_agreement(step, snapshot.num_computed_tokens())
@@ -428,6 +467,7 @@ class Simulation:
             if self.drafter is not None:
                 self.drafter.forget(rid)
             self.accounting.forget(rid)
+            self.protocol.forget(rid)
             self.coverage.forget(rid)
             self.num_tokens.pop(rid, None)
             self.sampled.pop(rid, None)
@@ -552,6 +592,27 @@ class Simulation:
         self.result.stuck.setdefault("*", why)
         self.done = True
 
+    def _lost(self) -> tuple[list[str], dict[str, str]]:
+        """The live requests, and each later turn waiting for a predecessor -> that one."""
+        waiting = {
+            turn.request_id: parent
+            for parent, turns in self.arrivals.waiting_on.items()
+            for turn in turns
+        }
+        return sorted(self.live), waiting
+
+    def _out_of_events(self) -> None:
+        """SimPy has nothing left to run while the loop waits: a liveness failure naming
+        what each request waits for (the loop's own checks should end a run before)."""
+        live, waiting = self._lost()
+        why = "nothing left to run (SimPy out of events)"
+        stuck = {rid: f"{why}: live, never reported finished" for rid in live}
+        stuck.update(
+            {turn: f"{why}: a later turn waiting for {parent}" for turn, parent in waiting.items()}
+        )
+        self.result.stuck = {"*": why, **stuck}
+        self.done = True
+
     def _finish_run(self) -> None:
         self.done = True
         snapshot = self._call("kv_snapshot", self.engine.kv_snapshot)
@@ -579,6 +640,15 @@ def _make_executor(options: SimOptions, config: EngineConfig):
             **dict(options.executor_options),
         )
     raise ValueError(f"unknown executor {options.executor!r}: use symbolic, hash or tensor")
+
+
+def _harness_crash(step: int, exc: Exception) -> Violation:
+    return Violation(
+        HARNESS_CRASH,
+        step,
+        f"the harness raised {type(exc).__name__}: {exc}",
+        found="".join(traceback.format_exception(exc)),
+    )
 
 
 def _auto_interval(config: EngineConfig) -> int:

@@ -26,6 +26,7 @@ class SimOptions:
     pool_check_interval_steps: int = 0  # 0 = every step up to 4096 blocks, else every 64th
     keep_going: bool = False  # go on after a violating step
     record_schedule: bool = False  # keep every SchedulerOutput (for bundles)
+    record_kv_events: bool = False  # keep the engine's block events (sim/kv_events.py)
     check_invariants: bool = True
     vocab_size: int = DEFAULT_VOCAB_SIZE
     executor: str = "symbolic"  # "hash" (bare: no shadow KV) or "tensor" (gpu/, lazily)
@@ -63,6 +64,7 @@ class RunResult:
     fingerprint: str = ""
     invariants_checked: int = 0
     schedule: list[SchedulerOutput] = field(default_factory=list)
+    kv_events: list[dict[str, Any]] = field(default_factory=list)  # record_kv_events
     outputs: dict[str, list[int]] = field(default_factory=dict)
     trace: list[TraceRequest] = field(default_factory=list)  # requests read, in file order
     coverage: dict[str, int] = field(default_factory=dict)  # rare path -> times reached

@@ -11,6 +11,9 @@
                            "slot", "block", "expected", "found", "message", ...}]
       summary.json       {"fingerprint", "steps", "requests", "finished", ...}
       command.txt        the exact command line that reproduces the run
+      kv_events.jsonl    (a bundle with violations) the engine's block events per step:
+                         {"step", "ref_cnt": [[block, n], ...], "cached": [[block, hash
+                         hex or null], ...]} (sim/kv_events.py); read by the report
 
 `schedcheck replay --bundle DIR` reruns it (same violations, same fingerprint);
 `schedcheck verify DIR` replays its schedule on the tensor executor.
@@ -36,6 +39,7 @@ FILES = (
     "summary.json",
     "command.txt",
 )
+KV_EVENTS = "kv_events.jsonl"  # optional
 SCHEDULE_FILES = ("schedule.jsonl", "schedule.jsonl.xz")  # plain, or xz-compressed
 
 
@@ -74,8 +78,10 @@ def write_bundle(
     violations: Iterable[Mapping[str, Any]],
     summary: Mapping[str, Any],
     command: str,
+    kv_events: Iterable[Mapping[str, Any]] | None = None,
 ) -> Path:
-    """Write every file of a bundle; `trace_lines` are JSON objects, one per request."""
+    """Write every file of a bundle; `trace_lines` are JSON objects, one per request;
+    `kv_events` (optional) the engine's block events."""
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
     with open(root / "trace.jsonl", "w", encoding="utf-8") as fh:
@@ -87,6 +93,10 @@ def write_bundle(
     _write_json(root / "violations.json", [dict(v) for v in violations])
     _write_json(root / "summary.json", dict(summary))
     (root / "command.txt").write_text(command.rstrip("\n") + "\n", encoding="utf-8")
+    if kv_events is not None:
+        with open(root / KV_EVENTS, "w", encoding="utf-8") as fh:
+            for event in kv_events:
+                fh.write(json.dumps(event, separators=(",", ":")) + "\n")
     return root
 
 

@@ -13,5 +13,7 @@ Modules, one idea each:
 - `radix_cache.py`, `radix_manager.py`   SGLang RadixCache + page pool ("radix")
 - `snapshot.py`        live read-only views for KV snapshots
 - `fast_output.py`     the per-step ScheduledRequest constructor
-- `mutants.py`         the catalog of named mutants (real bug classes of BUGS.md)
+- `mutants/`          the catalog of named mutants (real bug classes of BUGS.md), each a
+                       subclass of a clean class above (or a runner-metadata transform);
+                       the clean modules never test for one
 """

@@ -13,9 +13,6 @@ block i, through the chain of parent hashes, plus the extra keys (vLLM's cache_s
 ids, and the extra keys (first block only: the chain carries them on). Python's `hash()` is
 never used: it is salted per process and 64 bits wide. Equal hashes therefore imply equal
 tokens, an equal chain of parents and equal extra keys (BUGS.md #9).
-
-Two mutants weaken this on purpose (see `mutants.py`): `hash-no-parent` drops the parent from
-`H`, `hash-ignores-salt` drops the extra keys.
 """
 
 from __future__ import annotations
@@ -40,18 +37,14 @@ def salt_extra_key(cache_salt: str | None) -> bytes:
 class BlockHasher:
     """Extends a request's list of block hashes over its full blocks.
 
-    One instance per engine; it holds the block size and which parts of the key are used.
+    One instance per engine; it holds the block size.
     """
 
-    __slots__ = ("block_size", "chain_parent", "use_extra_keys")
+    __slots__ = ("block_size",)
 
-    def __init__(
-        self, block_size: int, *, chain_parent: bool = True, use_extra_keys: bool = True
-    ) -> None:
+    def __init__(self, block_size: int) -> None:
         assert block_size >= 1
         self.block_size = block_size
-        self.chain_parent = chain_parent
-        self.use_extra_keys = use_extra_keys
 
     def extend(
         self,
@@ -74,9 +67,9 @@ class BlockHasher:
         blake2b = hashlib.blake2b
         while index < num_full_blocks:
             start_byte = index * block_num_bytes
-            h = blake2b(parent if self.chain_parent else ROOT_HASH, digest_size=HASH_NUM_BYTES)
+            h = blake2b(parent, digest_size=HASH_NUM_BYTES)
             h.update(token_bytes[start_byte : start_byte + block_num_bytes])
-            if index == 0 and extra_key and self.use_extra_keys:
+            if index == 0 and extra_key:
                 h.update(extra_key)
             parent = h.digest()
             block_hashes.append(parent)

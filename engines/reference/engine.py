@@ -8,7 +8,8 @@ Options (EngineConfig, vLLM's names) plus these keys of `EngineConfig.extra`:
   runner metadata works); default block_size. block_size 1 = token granularity.
 
 `block_manager` is "hashed" (vLLM v1's KVCacheManager + BlockPool) or "radix" (SGLang's
-RadixCache). `mutant` names an entry of mutants.MUTANTS (None = clean).
+RadixCache). `mutant` names an entry of the catalog (mutants/catalog.py; None = clean): an
+engine mutant builds the engine from its subclasses of the clean classes (mutants/).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from schedcheck.engines.capabilities import Capabilities, declare
 from schedcheck.engines.protocol import (
     EngineConfig,
     EngineRequest,
@@ -24,21 +26,17 @@ from schedcheck.engines.protocol import (
     KVSnapshot,
     SchedulerOutput,
 )
-from schedcheck.engines.reference.block_hash import BlockHasher
-from schedcheck.engines.reference.hashed_manager import HashedKVManager
+from schedcheck.engines.reference.chunking import CHUNK_ALIGN_MODES
 from schedcheck.engines.reference.kv_manager import KVCacheManager
-from schedcheck.engines.reference.mutants import MutantSwitches
-from schedcheck.engines.reference.radix_manager import RadixKVManager
-from schedcheck.engines.reference.scheduler import Scheduler
+from schedcheck.engines.reference.mutants import EngineParts, engine_parts
+from schedcheck.engines.reference.request_queue import POLICIES
 
 BLOCK_MANAGERS = ("hashed", "radix")
 
 
-def make_kv_manager(config: EngineConfig, switches: MutantSwitches) -> KVCacheManager:
+def make_kv_manager(config: EngineConfig, parts: EngineParts) -> KVCacheManager:
     if config.block_manager == "hashed":
-        return HashedKVManager(
-            config.num_gpu_blocks, config.block_size, config.enable_prefix_caching, switches
-        )
+        return parts.hashed(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
     if config.block_manager == "radix":
         page_size = int(config.extra.get("page_size", config.block_size))
         if page_size != config.block_size:
@@ -46,9 +44,7 @@ def make_kv_manager(config: EngineConfig, switches: MutantSwitches) -> KVCacheMa
                 f"radix page_size {page_size} != block_size {config.block_size}: a page is "
                 "the run's block, set block_size to the page size"
             )
-        return RadixKVManager(
-            config.num_gpu_blocks, page_size, config.enable_prefix_caching, switches
-        )
+        return parts.radix(config.num_gpu_blocks, page_size, config.enable_prefix_caching)
     raise ValueError(
         f"unknown block_manager {config.block_manager!r} for the reference engine: "
         f"use one of {', '.join(BLOCK_MANAGERS)}"
@@ -67,18 +63,13 @@ class ReferenceEngine:
                 "KV-cache group (it does not model sliding-window managers; use vllm-v1)"
             )
         self.config = config
-        self.switches = MutantSwitches.for_config(config.mutant, config.block_manager)
-        hasher = BlockHasher(
-            config.block_size,
-            chain_parent=not self.switches.hash_no_parent,
-            use_extra_keys=not self.switches.hash_ignores_salt,
-        )
-        self.kv_manager = make_kv_manager(config, self.switches)
-        self.scheduler = Scheduler(
+        parts = engine_parts(config.mutant, config.block_manager)  # clean classes if None
+        hasher = parts.hasher(config.block_size)
+        self.kv_manager = make_kv_manager(config, parts)
+        self.scheduler = parts.scheduler(
             config,
             self.kv_manager,
             hasher,
-            self.switches,
             policy=config.extra.get("policy", "fcfs"),
             chunk_align=config.extra.get("chunk_align", "none"),
         )
@@ -126,5 +117,13 @@ class ReferenceEngine:
         return None
 
 
+CAPABILITIES = Capabilities(
+    block_managers=BLOCK_MANAGERS,
+    extra_options=(("chunk_align", CHUNK_ALIGN_MODES), ("policy", POLICIES)),
+    kv_of_last_token=False,  # the last sampled token is never run, so it has no KV
+)
+
+
+@declare(CAPABILITIES)
 def make_engine(config: EngineConfig) -> ReferenceEngine:
     return ReferenceEngine(config)

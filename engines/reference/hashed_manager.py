@@ -21,7 +21,6 @@ from typing import cast
 
 from schedcheck.engines.reference.block_pool import BlockPool
 from schedcheck.engines.reference.kv_manager import EMPTY_HIT, PrefixHit, cdiv
-from schedcheck.engines.reference.mutants import MutantSwitches
 from schedcheck.engines.reference.request import Request
 from schedcheck.engines.reference.snapshot import KeysSequence, ManagerSnapshot, readonly_view
 
@@ -29,15 +28,8 @@ from schedcheck.engines.reference.snapshot import KeysSequence, ManagerSnapshot,
 class HashedKVManager:
     """vLLM v1-style KV cache manager (one KV cache group, full attention)."""
 
-    def __init__(
-        self,
-        num_blocks: int,
-        block_size: int,
-        enable_caching: bool,
-        switches: MutantSwitches | None = None,
-    ) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool) -> None:
         assert num_blocks >= 1 and block_size >= 1
-        switches = switches or MutantSwitches()
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
@@ -49,26 +41,9 @@ class HashedKVManager:
         self._num_computed_tokens: dict[str, int] = {}
         self._table_tuples: dict[str, tuple[int, ...]] = {}
         self._ref_cnt_view = readonly_view(self.block_pool.ref_cnt)
-        # Mutant switches, read once (see mutants.py).
-        self._cache_partial_block = switches.cache_partial_block
-        self._no_cache_hit_cap = switches.no_cache_hit_cap
-        self._whole_prompt_computed = switches.whole_prompt_computed
-        self._same_step_cached = switches.same_step_cached
-        self._allocate_whole_prompt = switches.whole_prompt_computed or switches.same_step_cached
-        self._block_table_short = switches.block_table_short
-        self._manager_computed_disagree = switches.manager_computed_disagree
-        self._uncapped_extra_tokens: dict[str, int] = {}
         # request id -> ((cache_version, num_tokens), hit) of its last lookup while waiting:
         # a head-of-line request retried every step costs one dict lookup, not a walk.
         self._hit_memo: dict[str, tuple[tuple[int, int], PrefixHit]] = {}
-        self._plain = not (
-            self._cache_partial_block
-            or self._no_cache_hit_cap
-            or self._whole_prompt_computed
-            or self._same_step_cached
-            or self._block_table_short
-            or self._manager_computed_disagree
-        )
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -76,24 +51,19 @@ class HashedKVManager:
         """The longest run of cached blocks from block 0, capped at num_tokens - 1 tokens."""
         if not self.enable_caching:
             return EMPTY_HIT
-        if self._plain:
-            memo = self._hit_memo.get(request.request_id)
-            key = (self.block_pool.cache_version, request.num_tokens)
-            if memo is not None and memo[0] == key:
-                return memo[1]  # the cache has not changed since: the same hit (BUGS #7)
-        max_cache_hit_tokens = request.num_tokens - 1
-        if self._no_cache_hit_cap or self._manager_computed_disagree:
-            max_cache_hit_tokens = request.num_tokens
-        block_ids = self._longest_hit(request.block_hashes, max_cache_hit_tokens // self.block_size)
-        if self._manager_computed_disagree:
-            capped = (request.num_tokens - 1) // self.block_size
-            extra = max(0, len(block_ids) - capped)
-            self._uncapped_extra_tokens[request.request_id] = extra * self.block_size
-            block_ids = block_ids[: len(block_ids) - extra]
+        memo = self._hit_memo.get(request.request_id)
+        key = (self.block_pool.cache_version, request.num_tokens)
+        if memo is not None and memo[0] == key:
+            return memo[1]  # the cache has not changed since: the same hit (BUGS #7)
+        max_num_blocks = self._max_cache_hit_tokens(request) // self.block_size
+        block_ids = self._longest_hit(request.block_hashes, max_num_blocks)
         hit = PrefixHit(tuple(block_ids), len(block_ids) * self.block_size)
-        if self._plain:
-            self._hit_memo[request.request_id] = (key, hit)
+        self._hit_memo[request.request_id] = (key, hit)
         return hit
+
+    def _max_cache_hit_tokens(self, request: Request) -> int:
+        """A hit leaves one prompt token to compute, so that the request samples (BUGS #2)."""
+        return request.num_tokens - 1
 
     def _longest_hit(self, block_hashes: Sequence[bytes], max_num_blocks: int) -> list[int]:
         """Block ids of the leading cached hashes. The lookups run in C (map) over chunks
@@ -127,111 +97,67 @@ class HashedKVManager:
             | held blocks (comp) | hit blocks (touched) | new blocks (from the queue head)  |
             0           num_computed_tokens     +hit.num_tokens    +num_new   +num_lookahead
 
+        A running request holds blocks and has no hit: it only grows. A request being
+        (re)admitted holds none: see `_admit`.
+        """
+        request_id = request.request_id
+        blocks = self.req_to_blocks.get(request_id)
+        if blocks is None:
+            return self._admit(request, num_new_tokens, hit, num_lookahead_tokens)
+        assert not hit.block_ids, "a hit only at (re)admission"
+        num_computed_tokens = request.num_computed_tokens
+        num_tokens_need_slot = num_computed_tokens + num_new_tokens + num_lookahead_tokens
+        num_new_blocks = -(-num_tokens_need_slot // self.block_size) - len(blocks)
+        if num_new_blocks > 0:
+            if num_new_blocks > len(self.block_pool.free_block_queue):
+                return False
+            blocks.extend(self.block_pool.get_new_blocks(num_new_blocks))
+            self._table_tuples.pop(request_id, None)
+        self._num_computed_tokens[request_id] = num_computed_tokens
+        return True
+
+    def _admit(
+        self, request: Request, num_new_tokens: int, hit: PrefixHit, num_lookahead_tokens: int
+    ) -> bool:
+        """(Re)admission: the hit's blocks, then new blocks for the rest.
+
         Hit blocks with ref_cnt 0 sit in the free queue, so they count against the free
         blocks too: they are touched first, and only then are new blocks taken, so a
         just-matched block is never evicted for the same request's new blocks.
         """
         request_id = request.request_id
-        blocks = self.req_to_blocks.get(request_id)
-        if blocks is not None and self._plain:
-            # A running request (no hit): the decode / next-chunk path, kept short.
-            assert not hit.block_ids, "a hit only at (re)admission"
-            num_computed_tokens = request.num_computed_tokens
-            num_tokens_need_slot = num_computed_tokens + num_new_tokens + num_lookahead_tokens
-            num_required_blocks = -(-num_tokens_need_slot // self.block_size)
-            num_new_blocks = num_required_blocks - len(blocks)
-            if num_new_blocks > 0:
-                if num_new_blocks > len(self.block_pool.free_block_queue):
-                    return False
-                blocks.extend(self.block_pool.get_new_blocks(num_new_blocks))
-                self._table_tuples.pop(request_id, None)
-            self._num_computed_tokens[request_id] = num_computed_tokens
-            return True
-        return self._allocate_slots(request, blocks, num_new_tokens, hit, num_lookahead_tokens)
-
-    def _allocate_slots(
-        self,
-        request: Request,
-        blocks: list[int] | None,
-        num_new_tokens: int,
-        hit: PrefixHit,
-        num_lookahead_tokens: int,
-    ) -> bool:
-        """The general path: (re)admission with a hit, or any allocation mutant on."""
-        request_id = request.request_id
-        num_held_blocks = 0 if blocks is None else len(blocks)
-        assert not hit.block_ids or num_held_blocks == 0, "a hit only at (re)admission"
         num_computed_tokens = request.num_computed_tokens + hit.num_tokens
         num_tokens_need_slot = num_computed_tokens + num_new_tokens + num_lookahead_tokens
-        if self._allocate_whole_prompt and request.num_computed_tokens == 0:
-            num_tokens_need_slot = max(num_tokens_need_slot, request.num_tokens)
         num_required_blocks = cdiv(num_tokens_need_slot, self.block_size)
-        if self._block_table_short and num_tokens_need_slot % self.block_size == 0:
-            num_required_blocks -= 1
-        num_new_blocks = max(0, num_required_blocks - num_held_blocks - len(hit.block_ids))
+        num_new_blocks = max(0, num_required_blocks - len(hit.block_ids))
         pool = self.block_pool
         queue = pool.free_block_queue
         num_evictable_hit_blocks = sum(map(queue.__contains__, hit.block_ids))  # in C
         if num_new_blocks + num_evictable_hit_blocks > len(queue):
             return False
-
         self._hit_memo.pop(request_id, None)  # admitted: its lookup is spent
         pool.touch(hit.block_ids)
-        new_block_ids = pool.get_new_blocks(num_new_blocks)
-        if blocks is None:
-            blocks = self.req_to_blocks[request_id] = []
-            self.num_cached_block[request_id] = 0
-        blocks.extend(hit.block_ids)
-        blocks.extend(new_block_ids)
-        if hit.block_ids:
-            self.num_cached_block[request_id] = len(hit.block_ids)
-        if hit.block_ids or new_block_ids:
-            self._table_tuples.pop(request_id, None)
+        self.req_to_blocks[request_id] = [*hit.block_ids, *pool.get_new_blocks(num_new_blocks)]
+        self.num_cached_block[request_id] = len(hit.block_ids)
+        self._table_tuples.pop(request_id, None)
         self._num_computed_tokens[request_id] = num_computed_tokens
-        if self._manager_computed_disagree:
-            self._apply_disagreement(request_id)
-        if self._same_step_cached:  # mutant: cache at allocation, before any write
-            self._cache(request, blocks, min(len(blocks), request.num_tokens // self.block_size))
         return True
-
-    def _apply_disagreement(self, request_id: str) -> None:
-        """Mutant manager-computed-disagree: book the uncapped hit as computed and cached."""
-        extra = self._uncapped_extra_tokens.get(request_id, 0)
-        self._num_computed_tokens[request_id] += extra
-        self.num_cached_block[request_id] += extra // self.block_size
 
     # -- after a step ----------------------------------------------------------------------
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> int:
         """Cache the blocks of [0, num_computed_tokens) that are full (and so written)."""
         request_id = request.request_id
-        blocks = self.req_to_blocks[request_id]
-        if self._plain:
-            self._num_computed_tokens[request_id] = num_computed_tokens
-            num_full_blocks = num_computed_tokens // self.block_size
-            if self.enable_caching and num_full_blocks > self.num_cached_block[request_id]:
-                assert num_full_blocks <= len(blocks)
-                self._cache(request, blocks, num_full_blocks)
-            return num_computed_tokens
-        assert num_computed_tokens <= len(blocks) * self.block_size or self._block_table_short
-        manager_count = num_computed_tokens
-        if self._manager_computed_disagree:
-            manager_count += self._uncapped_extra_tokens.get(request_id, 0)
-        self._num_computed_tokens[request_id] = manager_count
-        if not self.enable_caching:
-            return num_computed_tokens
+        self._num_computed_tokens[request_id] = num_computed_tokens
         num_full_blocks = num_computed_tokens // self.block_size
-        if self._cache_partial_block:  # mutant: the partly written last block too
-            num_full_blocks = min(
-                cdiv(num_computed_tokens, self.block_size),
-                request.num_tokens // self.block_size,
-            )
-        if self._whole_prompt_computed:  # mutant: every full prompt block after chunk 1
-            num_full_blocks = max(num_full_blocks, request.num_prompt_tokens // self.block_size)
-        self._cache(request, blocks, min(num_full_blocks, len(blocks)))
+        if self.enable_caching and num_full_blocks > self.num_cached_block[request_id]:
+            blocks = self.req_to_blocks[request_id]
+            assert num_full_blocks <= len(blocks)
+            self._cache(request, blocks, num_full_blocks)
         return num_computed_tokens
 
     def _cache(self, request: Request, blocks: list[int], num_full_blocks: int) -> None:
+        """Cache blocks [num_cached_block, num_full_blocks) of the request's table."""
         request_id = request.request_id
         num_cached_blocks = self.num_cached_block[request_id]
         if num_full_blocks <= num_cached_blocks:
@@ -252,7 +178,6 @@ class HashedKVManager:
         del self.num_cached_block[request_id]
         del self._num_computed_tokens[request_id]
         self._table_tuples.pop(request_id, None)
-        self._uncapped_extra_tokens.pop(request_id, None)
 
     # -- views -----------------------------------------------------------------------------
 

@@ -79,8 +79,8 @@ class RadixCache:
     def __init__(self, page_size: int, *, strict: bool = True) -> None:
         assert page_size >= 1
         self.page_size = page_size
-        # strict: a page is in the tree at most once. Only a mutant that frees tree pages
-        # (radix-abort-frees-tree-pages) turns this off, so that the corruption it causes
+        # strict: a page is in the tree at most once (asserted). Off only for a manager that
+        # frees tree pages (a re-created SGLang bug), so that the corruption it causes
         # reaches the invariants instead of stopping here.
         self._strict = strict
         self._roots: dict[bytes, TreeNode] = {}

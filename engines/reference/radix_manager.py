@@ -36,7 +36,6 @@ import numpy as np
 import numpy.typing as npt
 
 from schedcheck.engines.reference.kv_manager import EMPTY_HIT, PrefixHit, cdiv
-from schedcheck.engines.reference.mutants import MutantSwitches
 from schedcheck.engines.reference.radix_cache import RadixCache, TreeNode
 from schedcheck.engines.reference.request import Request
 from schedcheck.engines.reference.snapshot import ManagerSnapshot, readonly_view
@@ -53,27 +52,17 @@ class _RequestPages:
 
 
 class RadixKVManager:
-    def __init__(
-        self,
-        num_blocks: int,
-        page_size: int,
-        enable_caching: bool,
-        switches: MutantSwitches | None = None,
-    ) -> None:
+    def __init__(self, num_blocks: int, page_size: int, enable_caching: bool) -> None:
         assert num_blocks >= 1 and page_size >= 1
-        switches = switches or MutantSwitches()
         self.block_size = page_size
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        self.tree = RadixCache(page_size, strict=not switches.radix_abort_frees_tree_pages)
+        self.tree = RadixCache(page_size)
         self.free_pool: deque[int] = deque(range(num_blocks))
         self.ref_cnt: npt.NDArray[np.int64] = np.zeros(num_blocks, dtype=np.int64)
         self._ref_cnt_view = readonly_view(self.ref_cnt)
         self._requests: dict[str, _RequestPages] = {}
         self._table_tuples: dict[str, tuple[int, ...]] = {}
-        self._leak_chunk_kv = switches.radix_leak_chunk_kv
-        self._abort_frees_tree_pages = switches.radix_abort_frees_tree_pages
-        self._prefix_not_advanced = switches.radix_prefix_not_advanced
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -118,7 +107,14 @@ class RadixKVManager:
                 self._table_tuples.pop(request_id, None)
             pages.num_computed_tokens = num_computed_tokens
             return True
-        # (Re)admission: the request holds no pages yet.
+        return self._admit(request, num_new_tokens, hit, num_lookahead_tokens)
+
+    def _admit(
+        self, request: Request, num_new_tokens: int, hit: PrefixHit, num_lookahead_tokens: int
+    ) -> bool:
+        """(Re)admission, the request holds no pages yet: lock the hit's path, then take
+        pages for the rest (evicting unlocked leaves if needed)."""
+        request_id = request.request_id
         num_computed_tokens = request.num_computed_tokens + hit.num_tokens
         num_required = cdiv(
             num_computed_tokens + num_new_tokens + num_lookahead_tokens, self.block_size
@@ -157,8 +153,7 @@ class RadixKVManager:
                 return False
             self._evict(num_pages - len(free_pool))
         new_block_ids = [free_pool.popleft() for _ in range(num_pages)]
-        if not self._abort_frees_tree_pages:  # that mutant double-hands pages on purpose
-            assert not self.ref_cnt[new_block_ids].any(), "a free page had holders"
+        self._check_unheld(new_block_ids, "a free page had holders")
         self.ref_cnt[new_block_ids] += 1
         pages.block_ids.extend(new_block_ids)
         return True
@@ -173,9 +168,13 @@ class RadixKVManager:
     def _evict(self, num_pages: int) -> None:
         freed = self.tree.evict(num_pages)
         assert len(freed) >= num_pages, "evictable_num_pages promised enough pages"
-        if freed and not self._abort_frees_tree_pages:
-            assert not self.ref_cnt[freed].any(), "evicted a page a request holds"
+        if freed:
+            self._check_unheld(freed, "evicted a page a request holds")
         self.free_pool.extend(freed)
+
+    def _check_unheld(self, block_ids: list[int], message: str) -> None:
+        """Pages going to (or leaving) the free pool have no holder."""
+        assert not self.ref_cnt[block_ids].any(), message
 
     # -- after a step ----------------------------------------------------------------------
 
@@ -188,14 +187,16 @@ class RadixKVManager:
             and num_computed_tokens - pages.num_computed_tokens == 1
         )
         pages.num_computed_tokens = num_computed_tokens
-        if not self.enable_caching or is_decode:
-            return num_computed_tokens  # decode pages go into the tree at finish (SGLang)
-        num_full_pages = num_computed_tokens // self.block_size
+        if self.enable_caching and not is_decode:  # decode pages go in at finish (SGLang)
+            self._cache_unfinished(request, pages)
+        return pages.num_computed_tokens
+
+    def _cache_unfinished(self, request: Request, pages: _RequestPages) -> None:
+        """SGLang's cache_unfinished_req: the request's full written pages not in the tree
+        yet go in, and its prefix (num_tree_pages) advances to them."""
+        num_full_pages = pages.num_computed_tokens // self.block_size
         if num_full_pages > pages.num_tree_pages:
             self._insert(request, pages, num_full_pages)
-        elif self._prefix_not_advanced:  # mutant: insert skipped -> prefix not advanced
-            pages.num_computed_tokens = pages.num_tree_pages * self.block_size
-        return pages.num_computed_tokens
 
     def _insert(self, request: Request, pages: _RequestPages, num_full_pages: int) -> None:
         node = pages.last_node
@@ -227,8 +228,7 @@ class RadixKVManager:
     def _release_duplicate(self, block_id: int) -> None:
         self.ref_cnt[block_id] -= 1
         assert self.ref_cnt[block_id] == 0, "a private page has one holder"
-        if not self._leak_chunk_kv:  # mutant: the duplicate is never freed
-            self.free_pool.append(block_id)
+        self.free_pool.append(block_id)
 
     def free(self, request: Request, *, aborted: bool = False) -> None:
         """cache_finished_req: insert written full pages, free the private rest, unlock."""
@@ -236,9 +236,6 @@ class RadixKVManager:
         if pages is None:
             return
         self._table_tuples.pop(request.request_id, None)
-        if aborted and self._abort_frees_tree_pages:
-            self._free_all_pages_mutant(pages)
-            return
         if self.enable_caching:
             num_full_pages = pages.num_computed_tokens // self.block_size
             if num_full_pages > pages.num_tree_pages:
@@ -252,15 +249,6 @@ class RadixKVManager:
             self.ref_cnt[private_ids] -= 1
             assert not self.ref_cnt[private_ids].any(), "a private page had other holders"
             self.free_pool.extend(reversed(private_ids))
-        if pages.last_node is not None:
-            self.tree.unlock(pages.last_node)
-
-    def _free_all_pages_mutant(self, pages: _RequestPages) -> None:
-        """Mutant radix-abort-frees-tree-pages: every page with no other holder is freed."""
-        ids = np.asarray(pages.block_ids, dtype=np.int64)
-        if ids.size:
-            self.ref_cnt[ids] -= 1
-            self.free_pool.extend(reversed(ids[self.ref_cnt[ids] == 0].tolist()))
         if pages.last_node is not None:
             self.tree.unlock(pages.last_node)
 

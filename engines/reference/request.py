@@ -67,10 +67,7 @@ class Request:
         "priority",
         "readonly_tokens",
         "request_id",
-        "resume_drops_last_token",
-        "scheduled_spec_token_ids",
         "spec_token_ids",
-        "stale_hit",
         "status",
     )
 
@@ -99,16 +96,11 @@ class Request:
         self.num_cached_tokens = -1  # set at the first admission (vLLM's convention)
         self.num_preemptions = 0
         self.status = RequestStatus.WAITING
+        # speculative decoding: the drafts proposed for the next step (vLLM's spec_token_ids)
+        self.spec_token_ids: tuple[int, ...] = ()
         self._hasher = hasher
         self._extra_key = salt_extra_key(self.cache_salt)
         self._block_hashes: list[bytes] = []
-        # speculative decoding: the drafts proposed for the next step (vLLM's spec_token_ids)
-        # and those the last schedule() ran
-        self.spec_token_ids: tuple[int, ...] = ()
-        self.scheduled_spec_token_ids: tuple[int, ...] = ()
-        # Mutant state (see mutants.py); never read when the mutant is off.
-        self.resume_drops_last_token = False
-        self.stale_hit: object | None = None
 
     # -- tokens ----------------------------------------------------------------------------
 

@@ -94,6 +94,9 @@ class PriorityQueue:
         return (entry[3] for entry in sorted(self._heap, key=lambda e: e[:3]))
 
 
+POLICIES = ("fcfs", "priority")  # EngineConfig.extra["policy"]; the first is the default
+
+
 def make_queue(policy: str) -> RequestQueue:
     if policy == "fcfs":
         return FCFSQueue()

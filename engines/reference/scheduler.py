@@ -20,8 +20,8 @@ One step::
     max_model_len), where speculative decoding's drafter writes its draft KV (BUGS #10).
 
 Speculative decoding with acceptance (num_speculative_tokens K > 0): after a step the
-drafter's proposals reach `update_draft_token_ids`; a decoding request (num_computed_tokens
-== num_tokens - 1) then runs its last token and its drafts in one chunk, capped by the
+drafter's proposals reach `update_draft_token_ids`; a decoding request (its last chunk
+reached num_tokens) then runs its last token and its drafts in one chunk, capped by the
 budget, the threshold and max_model_len - 1, as vLLM v1 does::
 
     | computed ............ | t | d1 d2 d3 |     chunk = 1 + drafts that fit
@@ -64,7 +64,6 @@ from schedcheck.engines.reference.block_hash import BlockHasher
 from schedcheck.engines.reference.chunking import CHUNK_ALIGN_MODES, align_chunk
 from schedcheck.engines.reference.fast_output import make_scheduled_request
 from schedcheck.engines.reference.kv_manager import EMPTY_HIT, KVCacheManager, PrefixHit, cdiv
-from schedcheck.engines.reference.mutants import MutantSwitches
 from schedcheck.engines.reference.request import Request, RequestStatus
 from schedcheck.engines.reference.request_queue import make_queue
 
@@ -77,14 +76,12 @@ class Scheduler:
         config: EngineConfig,
         kv_manager: KVCacheManager,
         hasher: BlockHasher,
-        switches: MutantSwitches | None = None,
         *,
         policy: str = "fcfs",
         chunk_align: str = "none",
     ) -> None:
         if chunk_align not in CHUNK_ALIGN_MODES:
             raise ValueError(f"chunk_align {chunk_align!r}: use one of {CHUNK_ALIGN_MODES}")
-        switches = switches or MutantSwitches()
         assert kv_manager.block_size == hasher.block_size == config.block_size
         self.config = config
         self.kv_manager = kv_manager
@@ -94,10 +91,8 @@ class Scheduler:
         self.max_num_seqs = config.max_num_seqs
         self.long_prefill_token_threshold = config.long_prefill_token_threshold
         self.max_model_len = config.max_model_len
-        # draft KV slots past each request's tokens (BUGS #10); the mutant allocates none
-        self.num_lookahead_tokens = (
-            0 if switches.no_lookahead_slots else config.num_lookahead_tokens
-        )
+        self.num_lookahead_tokens = config.num_lookahead_tokens  # draft KV slots (BUGS #10)
+        self.num_speculative_tokens = config.num_speculative_tokens  # scheduled drafts
         self.enable_chunked_prefill = config.enable_chunked_prefill
         self.chunk_align = chunk_align if config.enable_prefix_caching else "none"
         _check_block_alignment(self.chunk_align, config)
@@ -115,18 +110,9 @@ class Scheduler:
         self._forced_preempted: list[str] = []
         self._force_preempted_ever: set[str] = set()  # membership only, never iterated
         self._next_arrival_seq = 0
-        # Mutant switches, read once (see mutants.py).
-        self._stale_cache_hit = switches.stale_cache_hit
-        self._resume_drops_last_token = switches.resume_drops_last_token
-        self._chunk_before_prefix_hit = switches.chunk_before_prefix_hit
-        self._never_reject = switches.never_reject
-        self._spec_rollback_off_by_one = switches.spec_rollback_off_by_one
-        self._cache_rejected_draft_block = switches.cache_rejected_draft_block
-        self.num_speculative_tokens = config.num_speculative_tokens
-        self._drafts = config.num_speculative_tokens > 0
-        self._exact_progress = not (
-            switches.chunk_before_prefix_hit or switches.radix_prefix_not_advanced
-        )
+        # The hot loops inline _chunk_running and _scheduled_request (a call less per
+        # request per step); a subclass that overrides a step they inline runs the methods.
+        self._inline_steps = not any(_overrides(self, name) for name in _INLINED_STEPS)
 
     # -- requests in and out ---------------------------------------------------------------
 
@@ -149,32 +135,47 @@ class Scheduler:
 
     def _reject_reason(self, request: Request) -> str | None:
         """Why the request can never finish here, or None (BUGS #18: reject, never stall)."""
-        config = self.config
+        return (
+            self._too_long_reason(request)
+            or self._too_many_blocks_reason(request)
+            or self._over_budget_reason(request)
+        )
+
+    def _too_long_reason(self, request: Request) -> str | None:
         num_total_tokens = request.num_prompt_tokens + request.max_tokens
-        if num_total_tokens > config.max_model_len:
-            return (
-                f"prompt ({request.num_prompt_tokens} tokens) + max_tokens "
-                f"({request.max_tokens}) = {num_total_tokens} exceeds max_model_len "
-                f"({config.max_model_len})"
-            )
-        num_kv_tokens = num_total_tokens - 1  # the last sampled token never needs KV
+        if num_total_tokens <= self.max_model_len:
+            return None
+        return (
+            f"prompt ({request.num_prompt_tokens} tokens) + max_tokens "
+            f"({request.max_tokens}) = {num_total_tokens} exceeds max_model_len "
+            f"({self.max_model_len})"
+        )
+
+    def _too_many_blocks_reason(self, request: Request) -> str | None:
+        """More KV blocks than the whole cache has: it would block the waiting queue forever."""
+        config = self.config
+        num_kv_tokens = request.num_prompt_tokens + request.max_tokens - 1  # the last: no KV
         num_drafts_max = config.num_lookahead_tokens + config.num_speculative_tokens
         num_slots = min(num_kv_tokens + num_drafts_max, config.max_model_len)
         num_blocks = cdiv(num_slots, self.block_size)
-        if num_blocks > config.num_gpu_blocks and not self._never_reject:
-            num_drafts = num_slots - num_kv_tokens
-            drafts = f" + {num_drafts} lookahead" if num_drafts > 0 else ""
-            return (
-                f"needs {num_blocks} KV blocks for {num_kv_tokens} tokens{drafts}; the cache has "
-                f"{config.num_gpu_blocks} blocks of {self.block_size} tokens"
-            )
-        if not self.enable_chunked_prefill and num_kv_tokens > self.max_num_batched_tokens:
-            return (
-                f"chunked prefill is off and its prompt + outputs (up to {num_kv_tokens} "
-                f"tokens, re-prefilled at once after a preemption) exceed "
-                f"max_num_batched_tokens ({self.max_num_batched_tokens})"
-            )
-        return None
+        if num_blocks <= config.num_gpu_blocks:
+            return None
+        num_drafts = num_slots - num_kv_tokens
+        drafts = f" + {num_drafts} lookahead" if num_drafts > 0 else ""
+        return (
+            f"needs {num_blocks} KV blocks for {num_kv_tokens} tokens{drafts}; the cache has "
+            f"{config.num_gpu_blocks} blocks of {self.block_size} tokens"
+        )
+
+    def _over_budget_reason(self, request: Request) -> str | None:
+        num_kv_tokens = request.num_prompt_tokens + request.max_tokens - 1
+        if self.enable_chunked_prefill or num_kv_tokens <= self.max_num_batched_tokens:
+            return None
+        return (
+            f"chunked prefill is off and its prompt + outputs (up to {num_kv_tokens} "
+            f"tokens, re-prefilled at once after a preemption) exceed "
+            f"max_num_batched_tokens ({self.max_num_batched_tokens})"
+        )
 
     def abort_request(self, request_id: str) -> None:
         """Abort a waiting or running request at any point; unknown/finished ids are ignored.
@@ -215,32 +216,23 @@ class Scheduler:
         if self._budget_override is not None:  # fault point: one step with a smaller budget
             token_budget, self._budget_override = self._budget_override, None
         budget_start = token_budget
-        scheduled: list[Request] = []
-        num_scheduled: list[int] = []
-        num_hit_tokens: list[int] = []
-        preempted: list[Request] = []
-
-        token_budget = self._schedule_running(
-            token_budget, scheduled, num_scheduled, num_hit_tokens, preempted
-        )
-        if not preempted:
-            token_budget = self._schedule_waiting(
-                token_budget, scheduled, num_scheduled, num_hit_tokens
-            )
+        batch = _Batch()
+        token_budget = self._schedule_running(token_budget, batch)
+        if not batch.preempted:
+            token_budget = self._schedule_waiting(token_budget, batch)
         elif len(self.waiting):
-            self._head_reason = (
-                self.waiting.peek().request_id,
+            self._blocked(
+                self.waiting.peek(),
                 "the waiting queue is skipped in a step that preempted a request",
             )
         assert 0 <= token_budget <= self.max_num_batched_tokens
         assert len(self.running) <= self.max_num_seqs
-        assert sum(num_scheduled) == budget_start - token_budget
-
+        assert sum(batch.num_scheduled) == budget_start - token_budget
         output = SchedulerOutput(
             step=step,
-            scheduled=self._scheduled_requests(scheduled, num_scheduled, num_hit_tokens),
+            scheduled=self._scheduled_requests(batch),
             preempted_req_ids=tuple(self._forced_preempted)
-            + tuple(r.request_id for r in preempted),
+            + tuple(r.request_id for r in batch.preempted),
             finished_req_ids=tuple(self.finished_req_ids),
             rejected_req_ids=tuple(rid for rid, _ in self._pending_rejected),
             rejected_reasons=tuple(reason for _, reason in self._pending_rejected),
@@ -270,24 +262,20 @@ class Scheduler:
         self._budget_override = num_tokens
         return f"next step's token budget {num_tokens}"
 
-    def _schedule_running(
-        self,
-        token_budget: int,
-        scheduled: list[Request],
-        num_scheduled: list[int],
-        num_hit_tokens: list[int],
-        preempted: list[Request],
-    ) -> int:
+    # -- running requests ------------------------------------------------------------------
+
+    def _schedule_running(self, token_budget: int, batch: _Batch) -> int:
         running = self.running
-        kv_manager = self.kv_manager
+        allocate_slots = self.kv_manager.allocate_slots
+        scheduled, num_scheduled, num_hit_tokens = batch.lists()
         threshold = self.long_prefill_token_threshold
-        plain_chunks = not (self._align or self._resume_drops_last_token)
+        inline_chunks = self._inline_steps and not self._align
         index = 0
         while index < len(running) and token_budget > 0:  # bounded: index grows or len shrinks
             request = running[index]
             if request.spec_token_ids:
                 num_new_tokens = self._chunk_with_drafts(request, token_budget)
-            elif plain_chunks:  # _chunk_running, inlined for the common case
+            elif inline_chunks:  # _chunk_running, inlined for the common case
                 num_new_tokens = request.num_tokens - request.num_computed_tokens
                 if 0 < threshold < num_new_tokens:
                     num_new_tokens = threshold
@@ -302,20 +290,12 @@ class Scheduler:
             if self.num_lookahead_tokens:
                 num_end_tokens = request.num_computed_tokens + num_new_tokens
                 num_lookahead_tokens = self._num_lookahead(num_end_tokens)
-            while not kv_manager.allocate_slots(
-                request, num_new_tokens, EMPTY_HIT, num_lookahead_tokens
-            ):
-                # Bounded: every iteration removes one request from `running`.
-                victim = self._preemption_victim()
-                victim_index = running.index(victim)
-                del running[victim_index]
-                token_budget += self._unschedule(victim, scheduled, num_scheduled, num_hit_tokens)
-                if victim_index < index:
-                    index -= 1
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is request:
-                    return token_budget  # cannot schedule it: stop (vLLM breaks here)
+            if not allocate_slots(request, num_new_tokens, EMPTY_HIT, num_lookahead_tokens):
+                index, token_budget = self._preempt_until_allocated(
+                    request, num_new_tokens, num_lookahead_tokens, index, token_budget, batch
+                )
+                if request.status is not _RUNNING:
+                    return token_budget  # it preempted itself: stop (vLLM breaks here)
             scheduled.append(request)
             num_scheduled.append(num_new_tokens)
             num_hit_tokens.append(0)
@@ -326,114 +306,61 @@ class Scheduler:
     def _chunk_with_drafts(self, request: Request, token_budget: int) -> int:
         """A decode with its proposed drafts: 1 + K tokens, capped by the threshold, the
         budget and max_model_len - 1 (vLLM: positions stay below max_model_len); the drafts
-        that fit are the ones scheduled (`_scheduled_requests`)."""
+        that fit are the ones scheduled (`_scheduled_request`)."""
         num_new_tokens = request.num_tokens + len(request.spec_token_ids)
-        num_new_tokens -= request.num_computed_tokens
-        threshold = self.long_prefill_token_threshold
-        if 0 < threshold < num_new_tokens:
-            num_new_tokens = threshold
+        num_new_tokens = self._cap_long_prefill(num_new_tokens - request.num_computed_tokens)
         cap = self.max_model_len - 1 - request.num_computed_tokens
         return max(0, min(num_new_tokens, token_budget, cap))
 
     def _chunk_running(self, request: Request, token_budget: int) -> int:
-        num_target_tokens = request.num_tokens
-        if self._resume_drops_last_token and request.resume_drops_last_token:
-            num_target_tokens -= 1  # mutant: the re-prefill lacks the last output token
-        num_new_tokens = num_target_tokens - request.num_computed_tokens
-        threshold = self.long_prefill_token_threshold
-        if 0 < threshold < num_new_tokens:
-            num_new_tokens = threshold
+        """The next chunk of a running request: its decode token or its prefill's next part."""
+        num_target_tokens = self._num_target_tokens(request)
+        num_new_tokens = self._cap_long_prefill(num_target_tokens - request.num_computed_tokens)
         num_new_tokens = min(num_new_tokens, token_budget)
         if self._align and num_new_tokens > 0:
-            num_new_tokens = align_chunk(
-                self.chunk_align,
-                self.block_size,
-                request.num_computed_tokens,
-                num_new_tokens,
-                num_target_tokens,
-                request.num_prompt_tokens,
+            num_new_tokens = self._aligned(
+                request, request.num_computed_tokens, num_new_tokens, num_target_tokens
             )
         return num_new_tokens
 
-    def _schedule_waiting(
+    def _preempt_until_allocated(
         self,
+        request: Request,
+        num_new_tokens: int,
+        num_lookahead_tokens: int,
+        index: int,
         token_budget: int,
-        scheduled: list[Request],
-        num_scheduled: list[int],
-        num_hit_tokens: list[int],
-    ) -> int:
-        waiting = self.waiting
+        batch: _Batch,
+    ) -> tuple[int, int]:
+        """Preempt victims until the request's chunk gets its blocks or the request itself
+        is the victim; returns the request's index in `running` and the budget left."""
         running = self.running
-        kv_manager = self.kv_manager
-        while len(waiting) and token_budget > 0:  # bounded: each iteration pops or returns
+        while True:  # bounded: every iteration removes one request from `running`
+            victim = self._preemption_victim()
+            victim_index = running.index(victim)
+            del running[victim_index]
+            token_budget += batch.remove(victim)
+            if victim_index < index:
+                index -= 1
+            self._preempt(victim)
+            batch.preempted.append(victim)
+            if victim is request or self.kv_manager.allocate_slots(
+                request, num_new_tokens, EMPTY_HIT, num_lookahead_tokens
+            ):
+                return index, token_budget
+
+    # -- waiting requests ------------------------------------------------------------------
+
+    def _schedule_waiting(self, token_budget: int, batch: _Batch) -> int:
+        waiting = self.waiting
+        while len(waiting) and token_budget > 0:  # bounded: each iteration pops or breaks
             request = waiting.peek()
-            if len(running) >= self.max_num_seqs:
+            if len(self.running) >= self.max_num_seqs:
                 self._blocked(request, f"max_num_seqs ({self.max_num_seqs}) requests running")
                 break
-            hit = self._prefix_hit(request)
-            num_target_tokens = request.num_tokens
-            if self._resume_drops_last_token and request.resume_drops_last_token:
-                num_target_tokens -= 1  # mutant: the re-prefill lacks the last output token
-                if hit.num_tokens >= num_target_tokens:
-                    hit = EMPTY_HIT
-            num_computed_tokens = hit.num_tokens
-            num_new_tokens = num_target_tokens - num_computed_tokens
-            if self._chunk_before_prefix_hit:  # mutant: sized before the hit is applied
-                num_new_tokens = num_target_tokens - request.num_computed_tokens
-            threshold = self.long_prefill_token_threshold
-            if 0 < threshold < num_new_tokens:
-                num_new_tokens = threshold
-            if not self.enable_chunked_prefill and num_new_tokens > token_budget:
-                self._blocked(
-                    request,
-                    f"chunked prefill is off and its {num_new_tokens} tokens exceed the "
-                    f"{token_budget} tokens left in this step's budget",
-                )
-                break
-            num_new_tokens = min(num_new_tokens, token_budget)
-            if self._align and num_new_tokens > 0 and not self._chunk_before_prefix_hit:
-                num_new_tokens = align_chunk(
-                    self.chunk_align,
-                    self.block_size,
-                    num_computed_tokens,
-                    num_new_tokens,
-                    num_target_tokens,
-                    request.num_prompt_tokens,
-                )
-            if num_new_tokens <= 0:
-                self._blocked(
-                    request,
-                    f"nothing to compute this step (prefix hit {hit.num_tokens} of "
-                    f"{num_target_tokens} tokens, {token_budget} tokens of budget left)",
-                )
-                break
-            # The chunk-before-prefix-hit mutant allocates what the request really needs
-            # (as nano-vllm did) and runs the longer chunk past its block table.
-            num_alloc_tokens = min(num_new_tokens, num_target_tokens - num_computed_tokens)
-            num_lookahead_tokens = self._num_lookahead(num_computed_tokens + num_alloc_tokens)
-            if not kv_manager.allocate_slots(request, num_alloc_tokens, hit, num_lookahead_tokens):
-                if self._stale_cache_hit:  # mutant: keep the hit for the next attempt
-                    request.stale_hit = hit
-                num_tokens_need_slot = num_computed_tokens + num_alloc_tokens + num_lookahead_tokens
-                num_new_blocks = cdiv(num_tokens_need_slot, self.block_size) - len(hit.block_ids)
-                self._blocked(
-                    request,
-                    f"not enough KV blocks: {len(hit.block_ids)} cached + {num_new_blocks} new "
-                    f"blocks for {num_tokens_need_slot} tokens, "
-                    f"{kv_manager.num_free_blocks()} free or evictable of {kv_manager.num_blocks}",
-                )
-                break
-            popped = waiting.pop()
-            assert popped is request
-            request.stale_hit = None
-            running.append(request)
-            request.status = _RUNNING
-            request.num_computed_tokens = num_computed_tokens
-            if request.num_cached_tokens < 0:
-                request.num_cached_tokens = num_computed_tokens
-            scheduled.append(request)
-            num_scheduled.append(num_new_tokens)
-            num_hit_tokens.append(num_computed_tokens)
+            num_new_tokens = self._admit(request, token_budget, batch)
+            if num_new_tokens == 0:
+                break  # _admit recorded why
             token_budget -= num_new_tokens
         if len(waiting) and token_budget == 0 and self._head_reason is None:
             self._blocked(
@@ -443,19 +370,107 @@ class Scheduler:
             )
         return token_budget
 
+    def _admit(self, request: Request, token_budget: int, batch: _Batch) -> int:
+        """Move the head of the waiting queue to running with its first chunk after its
+        prefix hit; returns the chunk's token count, or 0 if it waits (and records why)."""
+        hit = self._prefix_hit(request)
+        num_new_tokens = self._chunk_waiting(request, hit, token_budget)
+        if num_new_tokens == 0 or not self._allocate_waiting(request, num_new_tokens, hit):
+            return 0
+        popped = self.waiting.pop()
+        assert popped is request
+        self.running.append(request)
+        request.status = _RUNNING
+        request.num_computed_tokens = hit.num_tokens
+        if request.num_cached_tokens < 0:
+            request.num_cached_tokens = hit.num_tokens
+        batch.requests.append(request)
+        batch.num_scheduled.append(num_new_tokens)
+        batch.num_hit_tokens.append(hit.num_tokens)
+        return num_new_tokens
+
+    def _prefix_hit(self, request: Request) -> PrefixHit:
+        assert request.num_computed_tokens == 0, "waiting requests start from scratch"
+        return self.kv_manager.get_computed_blocks(request)
+
+    def _chunk_waiting(self, request: Request, hit: PrefixHit, token_budget: int) -> int:
+        """The first chunk, from the end of the prefix hit; 0 if none can run this step."""
+        num_target_tokens = self._num_target_tokens(request)
+        num_new_tokens = self._cap_long_prefill(num_target_tokens - hit.num_tokens)
+        if not self._fits_unchunked(request, num_new_tokens, token_budget):
+            return 0
+        num_new_tokens = min(num_new_tokens, token_budget)
+        if self._align and num_new_tokens > 0:
+            num_new_tokens = self._aligned(
+                request, hit.num_tokens, num_new_tokens, num_target_tokens
+            )
+        if num_new_tokens <= 0:
+            self._blocked(
+                request,
+                f"nothing to compute this step (prefix hit {hit.num_tokens} of "
+                f"{num_target_tokens} tokens, {token_budget} tokens of budget left)",
+            )
+            return 0
+        return num_new_tokens
+
+    def _fits_unchunked(self, request: Request, num_new_tokens: int, token_budget: int) -> bool:
+        """With chunked prefill off a prompt runs whole, or waits for a step with room."""
+        if self.enable_chunked_prefill or num_new_tokens <= token_budget:
+            return True
+        self._blocked(
+            request,
+            f"chunked prefill is off and its {num_new_tokens} tokens exceed the "
+            f"{token_budget} tokens left in this step's budget",
+        )
+        return False
+
+    def _allocate_waiting(self, request: Request, num_new_tokens: int, hit: PrefixHit) -> bool:
+        """Blocks for the hit, the first chunk and its lookahead slots; False (and why) if
+        the cache cannot give them now."""
+        num_end_tokens = hit.num_tokens + num_new_tokens
+        num_lookahead_tokens = self._num_lookahead(num_end_tokens)
+        kv_manager = self.kv_manager
+        if kv_manager.allocate_slots(request, num_new_tokens, hit, num_lookahead_tokens):
+            return True
+        num_tokens_need_slot = num_end_tokens + num_lookahead_tokens
+        num_new_blocks = cdiv(num_tokens_need_slot, self.block_size) - len(hit.block_ids)
+        self._blocked(
+            request,
+            f"not enough KV blocks: {len(hit.block_ids)} cached + {num_new_blocks} new "
+            f"blocks for {num_tokens_need_slot} tokens, "
+            f"{kv_manager.num_free_blocks()} free or evictable of {kv_manager.num_blocks}",
+        )
+        return False
+
+    def _blocked(self, request: Request, reason: str) -> None:
+        self._head_reason = (request.request_id, reason)
+
+    # -- chunk sizes -----------------------------------------------------------------------
+
+    def _num_target_tokens(self, request: Request) -> int:
+        """The tokens num_computed_tokens catches up with: prompt + every output so far."""
+        return request.num_tokens
+
+    def _cap_long_prefill(self, num_new_tokens: int) -> int:
+        threshold = self.long_prefill_token_threshold
+        return threshold if 0 < threshold < num_new_tokens else num_new_tokens
+
+    def _aligned(
+        self, request: Request, num_computed_tokens: int, num_new_tokens: int, num_target: int
+    ) -> int:
+        return align_chunk(
+            self.chunk_align,
+            self.block_size,
+            num_computed_tokens,
+            num_new_tokens,
+            num_target,
+            request.num_prompt_tokens,
+        )
+
     def _num_lookahead(self, num_end_tokens: int) -> int:
         """Draft slots past a request's first `num_end_tokens` tokens, capped at
         max_model_len (vLLM v1's allocate_slots caps them the same way)."""
         return max(0, min(self.num_lookahead_tokens, self.max_model_len - num_end_tokens))
-
-    def _prefix_hit(self, request: Request) -> PrefixHit:
-        if self._stale_cache_hit and isinstance(request.stale_hit, PrefixHit):
-            return request.stale_hit  # mutant: not looked up again
-        assert request.num_computed_tokens == 0, "waiting requests start from scratch"
-        return self.kv_manager.get_computed_blocks(request)
-
-    def _blocked(self, request: Request, reason: str) -> None:
-        self._head_reason = (request.request_id, reason)
 
     # -- preemption ------------------------------------------------------------------------
 
@@ -463,20 +478,6 @@ class Scheduler:
         """The running request with the largest priority value, then the latest arrival."""
         assert self.running
         return max(self.running, key=lambda r: (r.priority, r.arrival_time_s, r.arrival_seq))
-
-    def _unschedule(
-        self,
-        victim: Request,
-        scheduled: list[Request],
-        num_scheduled: list[int],
-        num_hit_tokens: list[int],
-    ) -> int:
-        """Drop the victim from this step's batch if it is in it; returns its tokens."""
-        for position, request in enumerate(scheduled):
-            if request is victim:
-                del scheduled[position], num_hit_tokens[position]
-                return num_scheduled.pop(position)
-        return 0
 
     def _preempt(self, request: Request) -> None:
         """Recompute preemption: free the blocks (cached ones stay cached), back to waiting.
@@ -490,26 +491,18 @@ class Scheduler:
         request.num_computed_tokens = 0
         request.spec_token_ids = ()
         request.num_preemptions += 1
-        if self._resume_drops_last_token and request.num_output_tokens > 0:
-            request.resume_drops_last_token = True
         self.waiting.prepend(request)
 
     # -- output ----------------------------------------------------------------------------
 
-    def _scheduled_requests(
-        self, scheduled: list[Request], num_scheduled: list[int], num_hit_tokens: list[int]
-    ) -> tuple[ScheduledRequest, ...]:
-        if self._resume_drops_last_token or self._chunk_before_prefix_hit or self._drafts:
-            return tuple(
-                self._scheduled_request(r, n, h)
-                for r, n, h in zip(scheduled, num_scheduled, num_hit_tokens, strict=True)
-            )
+    def _scheduled_requests(self, batch: _Batch) -> tuple[ScheduledRequest, ...]:
+        steps = zip(batch.requests, batch.num_scheduled, batch.num_hit_tokens, strict=True)
+        if not self._inline_steps or self.num_speculative_tokens:
+            return tuple(self._scheduled_request(r, n, h) for r, n, h in steps)
         block_table = self.kv_manager.block_table
         make = make_scheduled_request
         out: list[ScheduledRequest] = []
-        for request, num_new_tokens, num_hit in zip(
-            scheduled, num_scheduled, num_hit_tokens, strict=True
-        ):  # _scheduled_request, inlined for the common case
+        for request, num_new_tokens, num_hit in steps:  # _scheduled_request, inlined
             start = request.num_computed_tokens
             stop = start + num_new_tokens
             assert stop <= request.num_tokens
@@ -531,32 +524,39 @@ class Scheduler:
         self, request: Request, num_new_tokens: int, num_hit_tokens: int
     ) -> ScheduledRequest:
         num_computed_tokens = request.num_computed_tokens
-        num_end_tokens = num_computed_tokens + num_new_tokens
-        num_tokens = request.num_tokens
-        if self._resume_drops_last_token and request.resume_drops_last_token:
-            num_tokens -= 1  # mutant: the runner sees the request without its last token
-        num_drafts = max(0, num_end_tokens - num_tokens) if request.spec_token_ids else 0
-        drafts = request.spec_token_ids[:num_drafts]
-        request.scheduled_spec_token_ids = drafts
+        num_tokens = self._num_target_tokens(request)
+        num_drafts = num_computed_tokens + num_new_tokens - num_tokens
+        if request.spec_token_ids and num_drafts > 0:
+            return self._scheduled_with_drafts(request, num_new_tokens, num_drafts)
         request.spec_token_ids = ()  # vLLM: new drafts come with the next proposal
-        if drafts:
-            known = request.token_view(num_computed_tokens, num_tokens)
-            token_ids = np.concatenate([known, np.asarray(drafts, dtype=np.int64)])
-            token_ids.flags.writeable = False
-        elif num_end_tokens <= num_tokens:
-            token_ids = request.token_view(num_computed_tokens, num_end_tokens)
-        else:
-            assert self._chunk_before_prefix_hit, "a chunk never runs past num_tokens"
-            token_ids = _padded_tokens(request, num_computed_tokens, num_end_tokens)
+        return make_scheduled_request(
+            request.request_id,
+            num_computed_tokens,
+            num_new_tokens,
+            num_tokens,
+            request.num_prompt_tokens,
+            request.token_view(num_computed_tokens, num_computed_tokens + num_new_tokens),
+            self.kv_manager.block_table(request.request_id),
+            num_hit_tokens,
+        )
+
+    def _scheduled_with_drafts(
+        self, request: Request, num_new_tokens: int, num_drafts: int
+    ) -> ScheduledRequest:
+        """The request's last known tokens, then the `num_drafts` first drafts."""
+        drafts, request.spec_token_ids = request.spec_token_ids[:num_drafts], ()
+        start = request.num_computed_tokens
+        known = request.token_view(start, request.num_tokens)
+        token_ids = np.concatenate([known, np.asarray(drafts, dtype=np.int64)])
+        token_ids.flags.writeable = False
         return ScheduledRequest(
             request_id=request.request_id,
-            num_computed_tokens=num_computed_tokens,
+            num_computed_tokens=start,
             num_scheduled_tokens=num_new_tokens,
-            num_tokens=num_tokens,
+            num_tokens=request.num_tokens,
             num_prompt_tokens=request.num_prompt_tokens,
             token_ids=token_ids,
             block_table=self.kv_manager.block_table(request.request_id),
-            num_cached_tokens=num_hit_tokens,
             spec_token_ids=drafts,
         )
 
@@ -569,13 +569,16 @@ class Scheduler:
         accepted_token_ids: Mapping[str, tuple[int, ...]] | None = None,
     ) -> list[FinishedRequest]:
         """Apply one step; returns the requests finished since the previous update.
-        `accepted_token_ids`: per request with drafts, the drafts the sampler accepted."""
+        `accepted_token_ids`: per request with drafts, the drafts the sampler accepted.
+
+        A request's num_computed_tokens becomes the block manager's count once the step's
+        blocks are cached (SGLang: len(prefix_indices)); a clean manager counts every token
+        that ran.
+        """
         finished = self._pending_finished
         self._pending_finished = []
         requests = self.requests
         cache_blocks = self.kv_manager.cache_blocks
-        chunk_before_prefix_hit = self._chunk_before_prefix_hit
-        exact_progress = self._exact_progress
         num_finished_running = 0
         for scheduled in output.scheduled:
             request = requests.get(scheduled.request_id)
@@ -591,13 +594,10 @@ class Scheduler:
                     num_finished_running += 1
                 continue
             num_end_tokens = start + scheduled.num_scheduled_tokens
-            samples = num_end_tokens == scheduled.num_tokens  # scheduled.samples, inlined
-            if chunk_before_prefix_hit:
-                num_end_tokens = min(num_end_tokens, request.num_tokens)
             num_computed_tokens = cache_blocks(request, num_end_tokens)
-            assert num_computed_tokens == num_end_tokens or not exact_progress
+            assert num_computed_tokens <= num_end_tokens, "a manager counts only what ran"
             request.num_computed_tokens = num_computed_tokens
-            if not samples:
+            if num_end_tokens != scheduled.num_tokens:  # not scheduled.samples, inlined
                 continue
             token_id = sampled_token_ids.get(scheduled.request_id)
             if token_id is None:
@@ -606,8 +606,6 @@ class Scheduler:
                     "but sampled_token_ids has no token for it"
                 )
             request.append_output_token(int(token_id))
-            if self._resume_drops_last_token:
-                request.resume_drops_last_token = False
             if request.num_tokens - request.num_prompt_tokens >= request.max_tokens:
                 finished.append(self._finish_length(request))
                 num_finished_running += 1
@@ -619,6 +617,20 @@ class Scheduler:
         request.status = RequestStatus.FINISHED_LENGTH
         self.kv_manager.free(request)
         return self._finish(request, "length")
+
+    # -- speculative decoding --------------------------------------------------------------
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
+        """The drafter's proposals; kept for running requests whose last chunk reached
+        num_tokens (vLLM ignores drafts of a request mid-prefill), at most
+        num_speculative_tokens each."""
+        k = self.num_speculative_tokens
+        for rid, drafts in draft_token_ids.items():
+            request = self.requests.get(rid)
+            if request is None or request.status is not _RUNNING:
+                continue
+            if request.num_computed_tokens >= request.num_tokens - 1:
+                request.spec_token_ids = tuple(int(t) for t in drafts[:k])
 
     def _update_with_drafts(
         self,
@@ -640,35 +652,28 @@ class Scheduler:
         if token_id is None:
             raise ValueError(f"request {rid!r} ran drafts but sampled_token_ids has no token")
         accepted = tuple(accepted_token_ids.get(rid, ()))
-        num_drafts = len(scheduled.spec_token_ids)
-        assert len(accepted) <= num_drafts, f"{rid}: more accepted than drafted"
-        num_rejected = num_drafts - len(accepted)
-        num_end_tokens = scheduled.num_end_tokens
+        num_rejected = len(scheduled.spec_token_ids) - len(accepted)
+        assert num_rejected >= 0, f"{rid}: more accepted than drafted"
         room = request.max_tokens - request.num_output_tokens
         for token in (*accepted, int(token_id))[:room]:
             request.append_output_token(int(token))
-        # capped at num_tokens: drafts accepted past max_tokens were dropped (it finishes)
-        num_computed_tokens = min(num_end_tokens - num_rejected, request.num_tokens)
-        if self._spec_rollback_off_by_one and num_rejected:  # mutant: one token short
-            num_computed_tokens += 1
-        if self._cache_rejected_draft_block:  # mutant: cache before the rollback
-            self.kv_manager.cache_blocks(request, min(num_end_tokens, request.num_tokens))
-        request.num_computed_tokens = self.kv_manager.cache_blocks(request, num_computed_tokens)
+        num_end_tokens = scheduled.num_end_tokens
+        num_computed_tokens = self._rolled_back(request, num_end_tokens, num_rejected)
+        request.num_computed_tokens = self._cache_after_drafts(
+            request, num_end_tokens, num_computed_tokens
+        )
         return request.num_output_tokens >= request.max_tokens
 
-    # -- speculative decoding: proposals ----------------------------------------------------
+    def _rolled_back(self, request: Request, num_end_tokens: int, num_rejected: int) -> int:
+        """num_computed_tokens after rejection sampling: the rejected drafts' KV is not
+        computed (capped at num_tokens: drafts accepted past max_tokens were dropped)."""
+        return min(num_end_tokens - num_rejected, request.num_tokens)
 
-    def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
-        """The drafter's proposals; kept for running requests whose last chunk reached
-        num_tokens (vLLM ignores drafts of a request mid-prefill), at most
-        num_speculative_tokens each."""
-        k = self.num_speculative_tokens
-        for rid, drafts in draft_token_ids.items():
-            request = self.requests.get(rid)
-            if request is None or request.status is not _RUNNING:
-                continue
-            if request.num_computed_tokens >= request.num_tokens - 1:
-                request.spec_token_ids = tuple(int(t) for t in drafts[:k])
+    def _cache_after_drafts(
+        self, request: Request, num_end_tokens: int, num_computed_tokens: int
+    ) -> int:
+        """Cache the full blocks of [0, num_computed_tokens), after the rollback."""
+        return self.kv_manager.cache_blocks(request, num_computed_tokens)
 
     # -- liveness --------------------------------------------------------------------------
 
@@ -693,12 +698,35 @@ class Scheduler:
         return reasons
 
 
-def _padded_tokens(request: Request, start: int, stop: int) -> np.ndarray:
-    """Mutant chunk-before-prefix-hit: a chunk past num_tokens, padded with token id -1."""
-    known = request.token_view(start, min(stop, request.num_tokens))
-    padded = np.concatenate([known, np.full(stop - start - known.size, -1, dtype=np.int64)])
-    padded.flags.writeable = False
-    return padded
+class _Batch:
+    """This step's scheduled requests in batch order, each with its chunk (num_scheduled)
+    and prefix hit (num_hit_tokens), and the requests preempted while scheduling it."""
+
+    __slots__ = ("num_hit_tokens", "num_scheduled", "preempted", "requests")
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.num_scheduled: list[int] = []
+        self.num_hit_tokens: list[int] = []
+        self.preempted: list[Request] = []
+
+    def lists(self) -> tuple[list[Request], list[int], list[int]]:
+        return self.requests, self.num_scheduled, self.num_hit_tokens
+
+    def remove(self, victim: Request) -> int:
+        """Drop a preempted request from the batch if it is in it; returns its tokens."""
+        for position, request in enumerate(self.requests):
+            if request is victim:
+                del self.requests[position], self.num_hit_tokens[position]
+                return self.num_scheduled.pop(position)
+        return 0
+
+
+_INLINED_STEPS = ("_num_target_tokens", "_chunk_running", "_scheduled_request")
+
+
+def _overrides(scheduler: Scheduler, name: str) -> bool:
+    return getattr(type(scheduler), name) is not getattr(Scheduler, name)
 
 
 def _check_block_alignment(chunk_align: str, config: EngineConfig) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from schedcheck.engines.registry import EngineLoadError
+from schedcheck.sim.commands.campaign_progress import BarProgress, JsonLinesProgress
 from schedcheck.sim.commands.common import (
     UsageError,
     add_json_flag,
@@ -36,9 +37,12 @@ from schedcheck.sim.fuzz.database import DEFAULT_DB_DIR
 from schedcheck.sim.fuzz.regression import write_regression
 from schedcheck.sim.fuzz.shrink import shrink_bundle
 from schedcheck.sim.fuzz.swarm import FAMILIES, SwarmSpec
+from schedcheck.sim.ray_cluster import RayMissing, import_ray
 
 EXIT_NOTHING, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
-IGNORABLE = re.compile(r"(accounting|shadow-kv|block-pool|outputs)\.[a-z-]+|engine-crash")
+IGNORABLE = re.compile(
+    r"(accounting|shadow-kv|block-pool|outputs|protocol)\.[a-z-]+|engine-crash|harness-crash"
+)
 DEFAULT_OUT = DEFAULT_DB_DIR / "findings"
 
 
@@ -172,6 +176,23 @@ def add_campaign_args(parser: argparse.ArgumentParser, budget_s: float = 60.0) -
         "--no-db", action="store_true", help="neither replay nor record findings (a fresh campaign)"
     )
     camp.add_argument("--no-faults", action="store_true", help="no fault points")
+    camp.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="run every round as a Ray task (pip install 'schedcheck[ray]'): no ADDRESS "
+        "starts a local Ray, 'auto' or HOST:PORT joins a running cluster; --workers is "
+        "then the number of rounds in flight, and the seed gives the same finding as one "
+        "local process",
+    )
+    camp.add_argument(
+        "--json-progress",
+        action="store_true",
+        help="progress as JSON lines on stderr (examples, examples per second, findings, "
+        "rounds in flight) instead of a bar",
+    )
 
 
 def campaign_options(args: argparse.Namespace, spec: SwarmSpec, out_dir: str) -> CampaignOptions:
@@ -186,18 +207,25 @@ def campaign_options(args: argparse.Namespace, spec: SwarmSpec, out_dir: str) ->
         examples_max=args.max_examples,
         shrink_runs_max=args.shrink_runs_max,
         shrink_budget_s=args.shrink_budget_s,
+        on_ray=args.ray is not None,
+        ray_address=args.ray or None,
     )
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.shrink:
         return _shrink(args)
+    if args.ray is not None:
+        try:
+            import_ray(args.ray or None)
+        except RayMissing as exc:
+            raise UsageError(str(exc)) from None
     for name in args.ignore:
         if not IGNORABLE.fullmatch(name):
             raise UsageError(
-                f"--ignore {name!r}: not an invariant name (engine-crash, or family.name "
-                "with the family one of accounting, shadow-kv, block-pool, outputs; see "
-                "README 'What is checked')"
+                f"--ignore {name!r}: not an invariant name (engine-crash, harness-crash, "
+                "or family.name with the family one of accounting, shadow-kv, block-pool, "
+                "outputs, protocol; see README 'What is checked')"
             )
     spec = SwarmSpec(
         engine=args.engine,
@@ -225,6 +253,8 @@ def _campaign(args: argparse.Namespace, options: CampaignOptions) -> dict[str, A
         if progress is not None:
             progress.close()
     report = campaign_report(result, reproduce_command(args, options.spec.ignore))
+    report["report"] = write_finding_report(report.get("bundle") if result.finding else None)
+    write_campaign_json(Path(options.out_dir), report)
     if result.finding is not None and result.finding.get("bundle") and args.regressions:
         test = write_regression(
             result.finding["bundle"], args.regressions, result.finding["headline"]
@@ -258,6 +288,28 @@ def _continue_past_findings(args: argparse.Namespace, spec: SwarmSpec) -> int:
     else:
         print(f"{len(reports)} campaign(s); found: {', '.join(kinds) or 'nothing'}")
     return EXIT_FOUND if kinds else EXIT_NOTHING
+
+
+def write_campaign_json(out_dir: Path, report: dict[str, Any]) -> None:
+    """The campaign's report in its directory, for `schedcheck report CAMPAIGN_DIR`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(report, indent=1, sort_keys=True) + "\n"
+    (out_dir / "campaign.json").write_text(text, encoding="utf-8")
+
+
+def write_finding_report(bundle: str | None) -> str | None:
+    """The shrunk finding's page beside its bundle (BUNDLE/report.html); None without a
+    bundle or without plotly (the `report` extra)."""
+    if not bundle:
+        return None
+    from schedcheck.report.command import write_report  # on top of sim: imported only here
+
+    try:
+        return str(write_report(Path(bundle), Path(bundle) / "report.html"))
+    except ModuleNotFoundError as exc:
+        if not str(exc.name).startswith("plotly"):
+            raise
+        return None
 
 
 def reproduce_command(args: argparse.Namespace, ignore: tuple[str, ...]) -> str:
@@ -322,6 +374,8 @@ def campaign_report(result: CampaignResult, command: str) -> dict[str, Any]:
             f"schedcheck replay --bundle {finding['bundle']}" if finding.get("bundle") else None
         ),
         "reproduce_campaign": command,
+        "progress": [list(p) for p in result.progress],
+        "configs": result.configs,
     }
 
 
@@ -364,6 +418,8 @@ def _print(args: argparse.Namespace, report: dict[str, Any]) -> None:
         )
         print(f"  faults {finding['scenario']['faults'] if finding.get('scenario') else []}")
         print(f"  reproduce: {report['reproduce']}\n  campaign:  {report['reproduce_campaign']}")
+        if report.get("report"):
+            print(f"  report:    {report['report']}")
         for other in report["other_findings"]:
             print(
                 f"also found by worker {other['worker']} in round {other['round']} (round "
@@ -415,23 +471,7 @@ def _shrink(args: argparse.Namespace) -> int:
     return EXIT_FOUND
 
 
-class _Progress:
-    """A tqdm bar of examples on stderr (only built when stderr is a terminal)."""
-
-    def __init__(self) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(desc="fuzz", unit="ex", file=sys.stderr, leave=False, dynamic_ncols=True)
-
-    def __call__(self, message: dict[str, Any]) -> None:
-        if message["type"] == "progress":
-            self.bar.update(int(message["examples"]))
-        elif message["type"] in ("raw", "finding"):
-            self.bar.set_postfix_str(f"found {message['kind']}")
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _progress(args: argparse.Namespace) -> _Progress | None:
-    return None if args.json or not sys.stderr.isatty() else _Progress()
+def _progress(args: argparse.Namespace) -> BarProgress | JsonLinesProgress | None:
+    if args.json_progress:
+        return JsonLinesProgress()
+    return None if args.json or not sys.stderr.isatty() else BarProgress()

@@ -8,12 +8,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from schedcheck.engines.capabilities import (
+    Capabilities,
+    EngineRefusal,
+    config_refusals,
+    request_refusal,
+)
 from schedcheck.engines.protocol import EngineConfig, parse_kv_groups
-from schedcheck.engines.registry import EngineLoadError
+from schedcheck.engines.registry import EngineLoadError, capabilities
 from schedcheck.sim.bundles import rerun_bundle, same_violations, save_bundle
 from schedcheck.sim.commands.common import (
     UsageError,
@@ -27,6 +34,7 @@ from schedcheck.sim.commands.common import (
 from schedcheck.sim.cost_model import PROFILES
 from schedcheck.sim.deployment import DEPLOYMENTS, LLAMA3_8B_H100
 from schedcheck.sim.loop import EXIT_USAGE, RunResult, SimOptions, run
+from schedcheck.traces.schema import TraceRequest
 
 DEFAULT_TRACE = "mooncake_conversation_first200.jsonl"
 DEFAULT_BUNDLES = Path(".schedcheck") / "bundles"
@@ -224,7 +232,10 @@ def _run(args: argparse.Namespace) -> int:
         draft_acceptance=args.draft_acceptance,
     )
     try:
-        result = run(open_trace(args), args.engine, engine_config(args), options, cost_model(args))
+        config = engine_config(args)
+        caps = supported(args.engine, config)
+        requests = refusing(args.engine, caps, open_trace(args))
+        result = run(requests, args.engine, config, options, cost_model(args))
     except (EngineLoadError, ValueError) as exc:
         if type(exc).__name__ == "TraceError":
             raise
@@ -235,6 +246,33 @@ def _run(args: argparse.Namespace) -> int:
         save_bundle(bundle, result)
     _report(args, result, bundle, extra={})
     return result.exit_code
+
+
+def supported(engine: str, config: EngineConfig) -> Capabilities:
+    """The engine's capabilities; a UsageError naming each option it does not support."""
+    caps = capabilities(engine)
+    refusals = config_refusals(caps, config)
+    if refusals:
+        raise UsageError(f"engine {engine} does not support {'; '.join(refusals)}")
+    return caps
+
+
+def refusing(
+    engine: str, caps: Capabilities, requests: Iterable[TraceRequest]
+) -> Iterator[TraceRequest]:
+    """`requests`, with an EngineRefusal at the first one the engine cannot run (lazily,
+    inside the run: a trace is streamed)."""
+    for r in requests:
+        why = request_refusal(
+            caps,
+            r.request_id,
+            r.cache_salt,
+            r.parent_request_id is not None,
+            r.abort_time_s is not None,
+        )
+        if why is not None:
+            raise EngineRefusal(f"engine {engine} cannot replay this trace: {why}")
+        yield r
 
 
 def _rerun(args: argparse.Namespace, show_progress: bool) -> int:

@@ -3,10 +3,11 @@
     replay the failure database's findings of this target (.schedcheck/fuzz/)
       └─ one still fails -> that is the finding (no fuzzing), as it fails today: new
          raw and shrunk bundles, the recorded entry named in `replayed_from`
-    start `workers` processes (spawn), worker w fuzzes rounds r = 0, 1, ... (worker.py)
-      └─ worker w finds a bug in round r -> every worker stops after round r; the finding
-         is the one with the least (round, worker), so the same seed gives the same
-         finding whatever the workers' speeds
+    start `workers` processes (spawn), worker w fuzzes rounds r = w, w + workers, ...
+    (worker.py; a round's seed depends on the campaign seed and r alone: seeds.py)
+      └─ a bug found in round r -> every worker stops after round r; the finding is the
+         one of the least round, so the same seed gives the same finding whatever the
+         number of workers and their speeds (and on Ray: ray_campaign.py)
     Ctrl-C -> workers stop at once (a shrink in progress ends with what it has); every
               finding already made is kept: raw bundles are written when first seen
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from schedcheck.engines.capabilities import config_refusals
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.registry import make_engine
 from schedcheck.sim.coverage import RARE_PATHS, merge, never_reached
@@ -32,6 +34,7 @@ from schedcheck.sim.fuzz.database import FailureDB
 from schedcheck.sim.fuzz.replay_db import replay_findings
 from schedcheck.sim.fuzz.swarm import (
     SwarmSpec,
+    block_sizes,
     draws_lookahead,
     draws_sliding_window,
     draws_spec_decode,
@@ -55,6 +58,8 @@ class CampaignOptions:
     examples_max: int | None = None  # per worker
     shrink_runs_max: int = 200
     shrink_budget_s: float = 60.0
+    on_ray: bool = False  # rounds as Ray tasks (ray_campaign.py) instead of local processes
+    ray_address: str | None = None  # None: a local Ray; "auto" or HOST:PORT: a cluster
 
     def __post_init__(self) -> None:
         assert self.workers >= 1 and self.budget_s > 0 and self.examples_per_round >= 1
@@ -73,6 +78,9 @@ class CampaignResult:
     interrupted: bool = False
     replayed: bool = False  # the finding came from the failure database
     errors: list[str] = field(default_factory=list)
+    progress: list[tuple[float, int]] = field(default_factory=list)  # (elapsed_s, examples)
+    configs: dict[str, dict[str, int]] = field(default_factory=dict)  # knob -> value -> count
+    started_at_s: float = field(default_factory=time.time)
 
     @property
     def found(self) -> bool:
@@ -83,6 +91,11 @@ class CampaignResult:
         if kind == "progress":
             self.examples += int(message["examples"])
             self.coverage = merge(self.coverage, message["coverage"])
+            self.progress.append((round(time.time() - self.started_at_s, 3), self.examples))
+            for knob, counts in sorted(message.get("configs", {}).items()):
+                mine = self.configs.setdefault(knob, {})
+                for value, n in sorted(counts.items()):
+                    mine[value] = mine.get(value, 0) + int(n)
         elif kind == "raw":
             self.raw.append(message)
         elif kind == "clean-failure":
@@ -95,23 +108,32 @@ class CampaignResult:
 
     def never_reached(self) -> list[str]:
         spec = self.options.spec
+        prefix_caching = True in spec.capabilities.enable_prefix_caching
         return never_reached(
             self.coverage,
             drafts=draws_lookahead(spec),
+            prefix_caching=prefix_caching,
             spec=draws_spec_decode(spec),
             sliding=draws_sliding_window(spec),
         )
 
 
 def check_target(spec: SwarmSpec) -> None:
-    """Raise ValueError (bad input) if the engine, mutant or block manager cannot load."""
+    """Raise ValueError (bad input) if the engine, mutant or block manager cannot load, or
+    the engine declares no support for the block manager the spec fixes."""
+    caps = spec.capabilities
     config = EngineConfig(
-        block_size=4,
+        block_size=block_sizes(caps)[0],
         num_gpu_blocks=8,
         mutant=spec.mutant,
-        block_manager=fixed_block_manager(spec) or "hashed",
+        block_manager=fixed_block_manager(spec) or caps.block_managers[0],
+        enable_prefix_caching=caps.enable_prefix_caching[0],
+        enable_chunked_prefill=caps.enable_chunked_prefill[0],
     )
-    make_engine(spec.engine, config)
+    refusals = config_refusals(caps, config)
+    if refusals:
+        raise ValueError(f"engine {spec.engine} does not support {'; '.join(refusals)}")
+    make_engine(spec.engine, caps.fit(config))
 
 
 def run_campaign(
@@ -133,6 +155,8 @@ def run_campaign(
             db, opts.spec, started, Path(opts.out_dir).resolve(), handle
         ):
             result.replayed = True
+        elif opts.on_ray:
+            _run_on_ray(opts, started, handle)
         elif opts.workers == 1:
             _run_here(opts, started, handle)
         else:
@@ -163,6 +187,24 @@ def _job(opts: CampaignOptions, worker_index: int, started: float) -> WorkerJob:
         examples_max=opts.examples_max,
         shrink_runs_max=opts.shrink_runs_max,
         shrink_budget_s=opts.shrink_budget_s,
+        rounds_stride=opts.workers,
+    )
+
+
+def _run_on_ray(
+    opts: CampaignOptions, started: float, handle: Callable[[dict[str, Any]], None]
+) -> None:
+    """`workers` rounds in flight as Ray tasks; the same rounds, seeds and finding."""
+    from schedcheck.sim.fuzz.ray_campaign import run_rounds_on_ray  # imports ray lazily
+
+    run_rounds_on_ray(
+        _job(opts, 0, started),
+        opts.ray_address,
+        opts.workers,
+        deadline_s=started + opts.budget_s,
+        hard_deadline_s=started + opts.budget_s + opts.shrink_budget_s + GRACE_S,
+        handle=handle,
+        examples_max=None if opts.examples_max is None else opts.examples_max * opts.workers,
     )
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.engines.registry import spare_blocks
+from schedcheck.engines.registry import capabilities
 from schedcheck.sim.bundles import save_bundle
 from schedcheck.sim.cost_model import StepCostModel
 from schedcheck.sim.fuzz.ddmin import ddmin, subtrace
@@ -57,11 +57,12 @@ def _ddmin_requests(scenario: Scenario, still_fails: Callable[[Scenario], bool])
 def _fewest_blocks(scenario: Scenario, still_fails: Callable[[Scenario], bool]) -> Scenario:
     """The scenario with the fewest blocks (of a few tried) that every request fits alone."""
     blocks = scenario.config.num_gpu_blocks
-    need = spare_blocks(scenario.engine) + max(
+    caps = capabilities(scenario.engine)
+    need = caps.spare_blocks + max(
         kv_blocks_needed(
             scenario.requests,
             scenario.config.block_size,
-            scenario.engine != "reference",
+            caps.kv_of_last_token,
             scenario.config.num_lookahead_tokens,
         )
     )

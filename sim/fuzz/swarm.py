@@ -3,14 +3,16 @@
 A fixed config tests one corner; drawing the config per example makes each run test a
 different one, and lets Hypothesis shrink the config along with the trace. Drawn:
 
-    block_size                   4, 2, 8, 16, 1 (shrinks towards 4)
+    block_size                   4, 2, 8, 16, 1 (shrinks towards 4), those the engine
+                                 accepts (else the smallest it declares)
     max_num_batched_tokens       boundary_lengths: multiples of block_size, +-1, any
     max_num_seqs                 256, 1, 2, 3, 4, 6
-    prefix caching, chunked      on / off (with chunked prefill off, half the examples
-    prefill                      raise the budget so every prompt fits it)
+    prefix caching, chunked      on / off, where the engine accepts both (with chunked
+    prefill                      prefill off, half the examples raise the budget so every
+                                 prompt fits it)
     long_prefill_token_threshold 0 (off) or a boundary length
-    num_lookahead_tokens         reference: half the examples 0 (shrinks there), else 1, 2,
-                                 3 or 5 draft tokens (speculative decoding, BUGS #10)
+    num_lookahead_tokens         engines with draft tokens: half the examples 0 (shrinks
+                                 there), else 1, 2, 3 or 5 (speculative decoding, BUGS #10)
     num_speculative_tokens,      engines that schedule drafts (SPEC_ENGINES): half the
     draft_acceptance             examples 0 (shrinks there), else K in 1, 2, 3, 5 with an
                                  acceptance probability P in 0.7, 0, 0.3, 0.9, 1; every
@@ -19,38 +21,47 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
                                  the examples "full", else "full,sliding:W" with W a
                                  boundary length (a window shorter than, equal to or just
                                  past a block, or several blocks)
-    block_manager                reference: hashed | radix, unless fixed by the spec/mutant
-    chunk_align, policy          reference only (EngineConfig.extra); chunk_align "block"
+    block_manager                one the engine declares, unless fixed by the spec/mutant
+    extra options                each EngineConfig.extra key the engine declares (the
+                                 reference: chunk_align, policy); chunk_align "block"
                                  raises the budget and threshold to one block at least (a
                                  chunk cut to a block boundary is empty below that)
     num_gpu_blocks               the least that lets every request run alone, plus a slack
                                  drawn from (0, 1, 2, 4, 8, 16, 64): slack 0 forces
                                  preemption and eviction, and is what shrinking moves
                                  towards (the same pressure with fewer requests);
-                                 sometimes (reference) one block
-                                 too few for the largest request, which must be rejected
-    faults                       per kind 0 or a per-step probability (sim/faults.py)
+                                 sometimes (engines that reject what can never fit) one
+                                 block too few for the largest request, which must be
+                                 rejected
+    faults                       per kind 0 or a per-step probability (sim/faults.py);
+                                 abort-mid-chunk only for engines with aborts
+    trace features               cache salts, priorities (under a "priority" policy, if
+                                 the engine has one), aborts and later turns only for
+                                 engines that declare them
 
-Last, an engine with its own config validation (vLLM) moves the drawn config to the
-nearest one it accepts (`engines.registry.fit_config`), so a refused config is never a
-finding.
+What an engine supports is its own declaration (engines/capabilities.py), read through
+`engines.registry.capabilities`. Last, an engine with its own config validation (vLLM)
+moves the drawn config to the nearest one it accepts (its declared `fit_config`), so a
+refused config is never a finding.
 
-The least num_gpu_blocks: the engine's spare blocks (engines.registry.SPARE_BLOCKS), and
-request i needs cdiv(kv_tokens_i, block_size) blocks, where
+The least num_gpu_blocks: the engine's declared spare blocks, and request i needs
+cdiv(kv_tokens_i, block_size) blocks, where
 kv_tokens_i = full prompt (a later turn: parent's full prompt + parent's outputs + own)
-+ output_length, minus 1 when the engine never writes KV for the last sampled token (the
-reference engine), plus num_lookahead_tokens. An engine we do not know gets the extra token.
++ output_length, minus 1 when the engine never writes KV for the last sampled token
+(`kv_of_last_token` False: the reference engine), plus num_lookahead_tokens.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
+from schedcheck.engines.capabilities import Capabilities
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.engines.registry import fit_config, spare_blocks, supports_cache_salt
+from schedcheck.engines.registry import capabilities
 from schedcheck.sim.faults import FAULT_KINDS
 from schedcheck.sim.fuzz.strategies import (
     TraceFeatures,
@@ -68,8 +79,6 @@ SLACK_BLOCKS = (0, 1, 2, 4, 8, 16, 64)
 FAULT_PROBABILITIES = (0.0, 0.02, 0.1, 0.25)
 LOOKAHEAD_TOKENS = (1, 2, 3, 5)
 BLOCK_MANAGERS = ("hashed", "radix")
-CHUNK_ALIGNS = ("none", "block", "deterministic")
-POLICIES = ("fcfs", "priority")
 SPEC_TOKENS = (1, 2, 3, 5)
 DRAFT_ACCEPTANCES = (0.7, 0.0, 0.3, 0.9, 1.0)
 FAMILIES = ("spec-decode", "sliding-window")  # --family: a campaign per option family
@@ -94,8 +103,14 @@ class SwarmSpec:
         return self.engine == "reference"
 
     @property
+    def capabilities(self) -> Capabilities:
+        return capabilities(self.engine)
+
+    @property
     def draws_oversize(self) -> bool:
-        return self.is_reference if self.oversize is None else self.oversize
+        if self.oversize is not None:
+            return self.oversize
+        return self.capabilities.rejects_oversize
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,24 +149,23 @@ def fixed_block_manager(spec: SwarmSpec) -> str | None:
 
 
 def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
-    block_size = pick(draw, BLOCK_SIZES)
+    caps = spec.capabilities
+    block_size = pick(draw, block_sizes(caps))
     blocks_max = max(2, BUDGET_TOKENS_MAX // block_size)
     threshold = draw_boundary_length(draw, block_size, blocks_max, 1) if draw(st.booleans()) else 0
     manager = fixed_block_manager(spec)
     if manager is None:
-        manager = pick(draw, BLOCK_MANAGERS) if spec.is_reference else "hashed"
+        managers = caps.block_managers
+        manager = pick(draw, managers) if len(managers) > 1 else managers[0]
     budget_tokens = draw_boundary_length(draw, block_size, blocks_max, 1)
-    extra: tuple[tuple[str, str], ...] = ()
-    if spec.is_reference:
-        align = pick(draw, CHUNK_ALIGNS)
-        extra = (("chunk_align", align), ("policy", pick(draw, POLICIES)))
-        if align == "block":  # a chunk cut to a block boundary needs room for one block
-            budget_tokens = max(budget_tokens, block_size)
-            threshold = max(threshold, block_size) if threshold else 0
+    extra = tuple((key, pick(draw, values)) for key, values in caps.extra_options)
+    if dict(extra).get("chunk_align") == "block":  # a chunk cut to a block boundary
+        budget_tokens = max(budget_tokens, block_size)  # needs room for one block
+        threshold = max(threshold, block_size) if threshold else 0
     # draw order matters (a seed replays the same examples): as the fields below
     max_num_seqs = pick(draw, MAX_NUM_SEQS)
-    enable_prefix_caching = draw(st.booleans())
-    enable_chunked_prefill = not draw(st.booleans())  # shrinks towards on
+    enable_prefix_caching = draw_flag(draw, caps.enable_prefix_caching, shrinks_to=False)
+    enable_chunked_prefill = draw_flag(draw, caps.enable_chunked_prefill, shrinks_to=True)
     num_lookahead_tokens = draw_lookahead(draw, spec)
     num_spec_tokens, acceptance = draw_spec_decode(draw, spec)
     return Knobs(
@@ -207,10 +221,23 @@ def draw_kv_groups(draw: st.DrawFn, spec: SwarmSpec, block_size: int, blocks_max
     return f"full,sliding:{draw_boundary_length(draw, block_size, blocks_max, 1)}"
 
 
+def block_sizes(caps: Capabilities) -> tuple[int, ...]:
+    """The swarm's block sizes the engine accepts, else the engine's own (smallest first)."""
+    accepted = tuple(b for b in BLOCK_SIZES if caps.accepts_block_size(b))
+    return accepted or tuple(sorted(caps.block_sizes or ()))
+
+
+def draw_flag(draw: st.DrawFn, accepted: tuple[bool, ...], shrinks_to: bool) -> bool:
+    """A boolean option: drawn where the engine accepts both values, else its one value."""
+    if len(set(accepted)) == 1:
+        return accepted[0]
+    return draw(st.booleans()) != shrinks_to
+
+
 def draws_lookahead(spec: SwarmSpec) -> bool:
-    """Draft tokens are drawn for the reference engine only (the vLLM adapters refuse them,
-    and an engine we do not know may not allocate lookahead slots)."""
-    return spec.is_reference
+    """Draft tokens are drawn for engines that declare them (an engine without lookahead
+    slots would be blamed for the drafter's writes)."""
+    return spec.capabilities.lookahead_tokens
 
 
 def draw_lookahead(draw: st.DrawFn, spec: SwarmSpec) -> int:
@@ -220,12 +247,18 @@ def draw_lookahead(draw: st.DrawFn, spec: SwarmSpec) -> int:
 
 
 def draw_features_for(draw: st.DrawFn, knob: Knobs, spec: SwarmSpec) -> TraceFeatures:
-    """The trace features, with priorities only where the priority policy reads them, and
-    cache salts only for engines that have them."""
-    return draw_features(
+    """The trace features the engine declares; priorities only where its policy (if it
+    has one to draw) reads them."""
+    caps = spec.capabilities
+    features = draw_features(
         draw,
-        priorities=dict(knob.extra).get("policy") == "priority",
-        salts=supports_cache_salt(spec.engine),
+        priorities=caps.priorities and dict(knob.extra).get("policy", "priority") == "priority",
+        salts=caps.cache_salt,
+    )
+    return dataclasses.replace(
+        features,
+        aborts=features.aborts and caps.aborts,
+        sessions=features.sessions and caps.later_turns,
     )
 
 
@@ -257,16 +290,17 @@ def draw_num_gpu_blocks(
 ) -> int:
     """Enough blocks for the largest request alone, plus a drawn slack (or one too few),
     plus the engine's spare blocks."""
+    caps = spec.capabilities
     need_max = max(
         kv_blocks_needed(
             requests,
             knob.block_size,
-            not spec.is_reference,
+            caps.kv_of_last_token,
             knob.num_lookahead_tokens + knob.num_speculative_tokens,
         )
     )
     need_max *= knob.num_kv_groups  # each group holds its own blocks of the one pool
-    need_max += spare_blocks(spec.engine)
+    need_max += caps.spare_blocks
     if spec.draws_oversize and draw(st.integers(0, 7)) == 7:
         return max(1, need_max - 1)
     return need_max + pick(draw, SLACK_BLOCKS)
@@ -276,8 +310,9 @@ def draw_faults(draw: st.DrawFn, spec: SwarmSpec) -> tuple[tuple[str, float], ..
     """(kind, probability) for the kinds switched on; () when faults are off."""
     if not spec.faults or not draw(st.booleans()):
         return ()
-    drawn = ((kind, pick(draw, FAULT_PROBABILITIES)) for kind in FAULT_KINDS)
-    return tuple((kind, p) for kind, p in drawn if p > 0.0)
+    drawn = [(kind, pick(draw, FAULT_PROBABILITIES)) for kind in FAULT_KINDS]
+    aborts = spec.capabilities.aborts
+    return tuple((k, p) for k, p in drawn if p > 0.0 and (aborts or k != "abort-mid-chunk"))
 
 
 def budget_for_unchunked(knob: Knobs, requests: tuple[TraceRequest, ...]) -> int:
@@ -307,4 +342,4 @@ def engine_config(
         mutant=spec.mutant,
         extra=extra,
     )
-    return fit_config(spec.engine, drawn)
+    return spec.capabilities.fit(drawn)

@@ -5,9 +5,12 @@ clean without it. A scenario that fails both ways is a bug of the clean engine; 
 (`clean_failed`) and reported, but it does not count as finding the mutant, and the
 shrinker never walks from the mutant's bug into it.
 
-An exception from the engine under test is already an `engine-crash` violation (the loop
-catches it). An exception from the harness while it ran that engine (e.g. runner metadata
-that cannot be built from the engine's output) is a finding of kind `harness-crash`.
+An exception from the engine under test is already an `engine-crash` violation, and one
+from the harness while it runs (e.g. runner metadata that cannot be built) a
+`harness-crash` violation with its traceback (the loop catches both, so the run has a
+bundle); malformed engine output is a `protocol.*` violation before the harness reads it.
+An exception before the run starts (building the engine or the executor) is still a
+finding of kind `harness-crash` here, without a run.
 """
 
 from __future__ import annotations
@@ -15,10 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schedcheck.sim.fuzz.scenario import Scenario
-from schedcheck.sim.loop import RunResult
+from schedcheck.sim.loop import HARNESS_CRASH, RunResult
 
 LIVENESS = "liveness"
-HARNESS_CRASH = "harness-crash"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,8 @@
-"""One worker's seed stream: rounds of Hypothesis until a finding, the budget, or a stop.
+"""One worker's share of a campaign's rounds, until a finding, the budget, or a stop.
 
-    round r:  @seed(round_seed(S, w, r)) @given(scenarios(spec)), max_examples per round
+    worker w of N runs rounds r = w, w + N, w + 2N, ... (seeds.py: a round's seed depends
+    on (S, r) alone, so who runs it does not matter)
+    round r:  @seed(round_seed(S, r)) @given(scenarios(spec)), max_examples per round
               ├─ an example fails -> the raw bundle is saved at once (kept on Ctrl-C)
               ├─ Hypothesis shrinks it, keeping to the first failure's kind (bounded
               │  by shrink_runs_max runs, deterministic, and shrink_budget_s as a
@@ -51,6 +53,10 @@ class WorkerJob:
     examples_max: int | None = None  # stop after this many examples (tests; None: budget)
     shrink_runs_max: int = 200  # Hypothesis shrink runs: a deterministic bound
     shrink_budget_s: float = 60.0  # a wall-clock safety net on top (slow machines)
+    rounds_stride: int = 1  # the campaign's workers: this one runs rounds w, w + stride, ...
+
+    def __post_init__(self) -> None:
+        assert 0 <= self.worker_index < self.rounds_stride, "worker w of rounds_stride"
 
 
 class FoundBug(Exception):
@@ -87,12 +93,15 @@ class RoundProbe:
     detected_at_s: float | None = None
     shrink_deadline_s: float = 0.0
     clean_failure: dict[str, Any] | None = None
+    configs: dict[str, dict[str, int]] = field(default_factory=dict)  # knob -> value -> count
 
     def __call__(self, scenario: Scenario) -> None:
         if self.detected_at_s is not None and self._shrink_over():
             raise ShrinkDone
         verdict = judge(scenario)
         self._count(verdict)
+        if self.detected_at_s is None:
+            tally_config(self.configs, scenario)
         if verdict.clean_failed and self.clean_failure is None:
             self.clean_failure = self._save(scenario.with_mutant(None), "clean-failure", verdict)
         if verdict.failed and self.kind in ("", verdict.kind):  # no slipping to another bug
@@ -122,7 +131,7 @@ class RoundProbe:
         self.report({"type": "raw", **raw, "examples": self.examples})
 
     def _save(self, scenario: Scenario, what: str, verdict: Verdict) -> dict[str, Any]:
-        name = f"w{self.job.worker_index}-r{self.round_index}-{what}"
+        name = f"r{self.round_index}-{what}"
         bundle = save_scenario_bundle(Path(self.job.out_dir) / name, scenario)
         return {
             "worker": self.job.worker_index,
@@ -132,6 +141,27 @@ class RoundProbe:
             "bundle": bundle,
             "requests": scenario.num_requests,
         }
+
+
+CONFIG_KNOBS = (
+    "block_manager",
+    "block_size",
+    "num_gpu_blocks",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "long_prefill_token_threshold",
+    "num_lookahead_tokens",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+)
+
+
+def tally_config(configs: dict[str, dict[str, int]], scenario: Scenario) -> None:
+    """Count the swarm's draw of each knob (the campaign report's config distribution)."""
+    for knob in CONFIG_KNOBS:
+        value = str(getattr(scenario.config, knob))
+        counts = configs.setdefault(knob, {})
+        counts[value] = counts.get(value, 0) + 1
 
 
 def save_scenario_bundle(path: Path, scenario: Scenario) -> str | None:
@@ -180,9 +210,7 @@ def run_round(
         probe(scenario)
 
     test = round_settings(job, round_index)(
-        seed(round_seed(job.campaign_seed, job.worker_index, round_index))(
-            given(scenarios(job.spec))(fuzz_example)
-        )
+        seed(round_seed(job.campaign_seed, round_index))(given(scenarios(job.spec))(fuzz_example))
     )
     try:
         test()
@@ -202,13 +230,13 @@ def finish_finding(
     shrunk = shrink_scenario(hypothesis_shrunk, lambda s: _fails_as(s, kind))
     verdict = judge(shrunk)
     assert verdict.failed, "a shrunk scenario still fails"
-    name = f"w{job.worker_index}-r{probe.round_index}-shrunk"
+    name = f"r{probe.round_index}-shrunk"
     bundle = save_scenario_bundle(Path(job.out_dir) / name, shrunk)
     return {
         "type": "finding",
         "worker": job.worker_index,
         "round": probe.round_index,
-        "round_seed": round_seed(job.campaign_seed, job.worker_index, probe.round_index),
+        "round_seed": round_seed(job.campaign_seed, probe.round_index),
         "time_to_detect_s": round(probe.detected_at_s or 0.0, 3),
         "examples_in_round": probe.examples,
         "shrink_runs": probe.shrink_runs,
@@ -233,10 +261,11 @@ def run_worker(
     should_stop: Callable[[int], bool],
     stopping: Callable[[], bool],
 ) -> None:
-    """Rounds until a finding, the budget, `examples_max`, or `should_stop(round)`."""
+    """This worker's rounds until a finding, the budget, `examples_max`, or `should_stop(round)`."""
     started = time.monotonic()
     examples = 0
-    for round_index in range(ROUNDS_MAX):  # bounded: budget and examples_max end it sooner
+    rounds = range(job.worker_index, ROUNDS_MAX, job.rounds_stride)
+    for round_index in rounds:  # bounded: budget and examples_max end it sooner
         if should_stop(round_index) or time.monotonic() - started >= job.budget_s:
             break
         if job.examples_max is not None and examples >= job.examples_max:
@@ -250,6 +279,7 @@ def run_worker(
                 "round": round_index,
                 "examples": probe.examples,
                 "coverage": probe.coverage,
+                "configs": probe.configs,
             }
         )
         if probe.clean_failure is not None:

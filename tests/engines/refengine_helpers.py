@@ -26,6 +26,7 @@ from schedcheck.engines.protocol import (
     SchedulerOutput,
 )
 from schedcheck.engines.reference.engine import ReferenceEngine, make_engine
+from schedcheck.engines.reference.mutants import apply_runner_mutant
 
 BLOCK_MANAGERS = ("hashed", "radix")
 VOCAB_SIZE = 1_000
@@ -163,7 +164,7 @@ class ShadowDriver:
 
     def step(self) -> SchedulerOutput:
         output = self.eng.schedule()
-        metadata = build_metadata(output, self.block_size, mutant=self.mutant)
+        metadata = apply_runner_mutant(build_metadata(output, self.block_size), self.mutant)
         sampled: dict[str, int] = {}
         for index, sched in enumerate(output.scheduled):
             rid = sched.request_id

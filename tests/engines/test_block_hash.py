@@ -11,15 +11,14 @@ import numpy as np
 from refengine_helpers import request
 
 from schedcheck.engines.reference.block_hash import ROOT_HASH, BlockHasher, salt_extra_key
+from schedcheck.engines.reference.mutants.hashed import HashIgnoresSalt, HashNoParent
 from schedcheck.engines.reference.request import Request
 
 
-def _hashes(values, block_size=4, extra=b"", **flags) -> list[bytes]:
+def _hashes(values, block_size=4, extra=b"", hasher=BlockHasher) -> list[bytes]:
     array = np.asarray(values, dtype=np.int64)
     out: list[bytes] = []
-    BlockHasher(block_size, **flags).extend(
-        out, memoryview(array.data).cast("B"), array.size, extra
-    )
+    hasher(block_size).extend(out, memoryview(array.data).cast("B"), array.size, extra)
     return out
 
 
@@ -53,11 +52,14 @@ def test_parent_chain_and_extra_keys():
     assert salt_extra_key("ab") == b"salt:" + (2).to_bytes(8, "little") + b"ab"
 
 
-def test_mutant_flags_drop_parent_or_extra_key():
-    a = _hashes([1, 2, 3, 4, 5, 6, 7, 8], chain_parent=False)
-    b = _hashes([9, 9, 9, 9, 5, 6, 7, 8], chain_parent=False)
-    assert a[1] == b[1]
-    assert _hashes(range(4), extra=b"x", use_extra_keys=False) == _hashes(range(4))
+def test_mutant_hashers_drop_parent_or_extra_key():
+    a = _hashes([1, 2, 3, 4, 5, 6, 7, 8], hasher=HashNoParent)
+    b = _hashes([9, 9, 9, 9, 5, 6, 7, 8], hasher=HashNoParent)
+    assert a[1] == b[1] == _blake(ROOT_HASH + np.arange(5, 9).astype("<i8").tobytes())
+    salted = _hashes(range(8), extra=b"x", hasher=HashNoParent)
+    assert salted[0] == _blake(ROOT_HASH + np.arange(4).astype("<i8").tobytes() + b"x")
+    assert salted[1] == _hashes(range(8), hasher=HashNoParent)[1]  # the key: block 0 only
+    assert _hashes(range(8), extra=b"x", hasher=HashIgnoresSalt) == _hashes(range(8))
 
 
 def test_request_hashes_grow_with_outputs_lazily():

@@ -1,10 +1,11 @@
-"""engines.registry.fit_config: configs moved to what the engine's own validation accepts."""
+"""engines.registry.fit_config: configs moved to what the engine's own validation accepts
+(each engine's declared fit_config), and the vLLM adapters' other declarations."""
 
 import pytest
 from hypothesis import given, settings
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.engines.registry import fit_config, spare_blocks
+from schedcheck.engines.registry import capabilities, fit_config
 from schedcheck.engines.vllm.common import refuse_lookahead
 from schedcheck.sim.fuzz.scenario import scenarios
 from schedcheck.sim.fuzz.swarm import SwarmSpec
@@ -44,7 +45,13 @@ def test_vllm_turns_speculative_decoding_off_and_its_adapters_refuse_it():
 
 
 def test_spare_blocks():
-    assert [spare_blocks(n) for n in ("vllm-v1", "vllm-v0", "reference")] == [1, 1, 0]
+    names = ("vllm-v1", "vllm-v0", "reference")
+    assert [capabilities(n).spare_blocks for n in names] == [1, 1, 0]
+
+
+def test_only_vllm_v0_has_no_cache_salt():
+    names = ("vllm-v1", "vllm-v0", "reference")
+    assert [capabilities(n).cache_salt for n in names] == [True, False, True]
 
 
 @settings(max_examples=200, deadline=None)

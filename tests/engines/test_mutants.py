@@ -28,8 +28,10 @@ from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.reference.engine import make_engine
 from schedcheck.engines.reference.mutants import (
     COMPONENTS,
+    ENGINE_MUTANTS,
     MUTANTS,
-    MutantSwitches,
+    RUNNER_MUTANTS,
+    apply_runner_mutant,
     get_mutant,
     known_names,
 )
@@ -49,11 +51,11 @@ def test_catalog_has_at_least_twelve_distinct_documented_mutants():
     assert get_mutant("slot-mapping-from-zero").reference == "vllm#36580"
 
 
-def test_every_mutant_has_a_switch_and_a_behaviour_test():
-    switch_names = set(MutantSwitches.__dataclass_fields__)
-    assert switch_names == {m.name.replace("-", "_") for m in MUTANTS}
-    assert not MutantSwitches().any
+def test_every_mutant_has_its_code_and_a_behaviour_test():
+    assert set(ENGINE_MUTANTS).isdisjoint(RUNNER_MUTANTS)
     for mutant in MUTANTS:
+        code = RUNNER_MUTANTS if mutant.component == "runner" else ENGINE_MUTANTS
+        assert mutant.name in code, mutant.name
         assert f"test_mutant_{mutant.name.replace('-', '_')}" in globals(), mutant.name
 
 
@@ -323,7 +325,9 @@ def test_mutant_slot_mapping_from_zero():
     step(eng)
     out = eng.schedule()  # the second chunk: tokens [4, 8) in block 1
     assert build_metadata(out, 4).slot_mapping.tolist() == [4, 5, 6, 7]
-    assert build_metadata(out, 4, "slot-mapping-from-zero").slot_mapping.tolist() == [0, 1, 2, 3]
+    assert apply_runner_mutant(
+        build_metadata(out, 4), "slot-mapping-from-zero"
+    ).slot_mapping.tolist() == [0, 1, 2, 3]
 
 
 def test_mutant_block_table_hits_only():
@@ -331,11 +335,11 @@ def test_mutant_block_table_hits_only():
     eng = engine("hashed", max_num_batched_tokens=6)
     eng.add_request(request("A", range(8), max_tokens=1))
     first, _ = step(eng)  # A [0, 6): nobody has KV from before the step
-    assert build_metadata(first, 4, "block-table-hits-only").as_documented
+    assert apply_runner_mutant(build_metadata(first, 4), "block-table-hits-only").as_documented
     eng.add_request(request("B", range(100, 104), max_tokens=1))
     second = eng.schedule()
     assert summary(second) == [("A", 6, 2, (0, 1)), ("B", 0, 4, (2,))]
-    mutated = build_metadata(second, 4, "block-table-hits-only")
+    mutated = apply_runner_mutant(build_metadata(second, 4), "block-table-hits-only")
     assert mutated.block_tables == ((0, 1), (0,))
     assert build_metadata(second, 4).block_tables == ((0, 1), (2,))
     assert mutated.slot_mapping.tolist() == [6, 7, 8, 9, 10, 11]
@@ -346,7 +350,9 @@ def test_mutant_seq_len_full_prompt():
     eng.add_request(request("A", range(8), max_tokens=1))
     out = eng.schedule()  # the first chunk: tokens [0, 4)
     assert build_metadata(out, 4).seq_lens.tolist() == [4]
-    assert build_metadata(out, 4, "seq-len-full-prompt").seq_lens.tolist() == [8]
+    assert apply_runner_mutant(build_metadata(out, 4), "seq-len-full-prompt").seq_lens.tolist() == [
+        8
+    ]
 
 
 def test_mutant_radix_leak_chunk_kv():

@@ -12,6 +12,7 @@ import pytest
 
 from schedcheck.sim.fuzz.campaign import CampaignOptions, run_campaign
 from schedcheck.sim.fuzz.swarm import SwarmSpec
+from schedcheck.sim.fuzz.worker import WorkerJob, run_worker
 
 
 def _campaign(tmp_path, spec, **kw):
@@ -25,6 +26,18 @@ def _campaign(tmp_path, spec, **kw):
     )
     opts.update(kw)
     return run_campaign(CampaignOptions(**opts))
+
+
+def _job_of(tmp_path, spec, **kw):
+    return WorkerJob(
+        spec=spec,
+        campaign_seed=7,
+        budget_s=60.0,
+        started_at_s=time.time(),
+        out_dir=str(tmp_path / "out"),
+        examples_per_round=4,
+        **kw,
+    )
 
 
 def _same(a, b):
@@ -69,12 +82,22 @@ def test_same_seed_same_campaign_without_a_finding(tmp_path):
     assert (a.examples, a.coverage) == (b.examples, b.coverage) and a.examples >= 64
 
 
-def test_two_spawned_workers_agree_on_the_first_finding(tmp_path):
+def test_two_spawned_workers_find_what_one_finds(tmp_path):
     spec = SwarmSpec(engine="toy_engine:make_swap_engine")
     a = _campaign(tmp_path / "a", spec, workers=2)
     b = _campaign(tmp_path / "b", spec, workers=2)
-    assert a.found and not a.errors and _same(a, b)
-    assert a.finding["worker"] == 0  # both find it in round 0: the least (round, worker)
+    one = _campaign(tmp_path / "one", spec, workers=1)
+    assert a.found and not a.errors and _same(a, b) and _same(a, one)
+    assert a.finding["round"] == 0 and a.finding["worker"] == 0  # round 0 is worker 0's
+    assert os.path.basename(a.finding["bundle"]) == "r0-shrunk"
+
+
+def test_workers_deal_rounds_of_one_stream_in_turn(tmp_path):
+    spec = SwarmSpec(engine="toy_engine:make_engine")
+    seen = []
+    job = _job_of(tmp_path, spec, worker_index=1, rounds_stride=3)
+    run_worker(job, seen.append, lambda r: r > 7, lambda: False)
+    assert [m["round"] for m in seen if m["type"] == "progress"] == [1, 4, 7]
 
 
 def test_the_failure_database_is_replayed_first(tmp_path):

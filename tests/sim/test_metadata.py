@@ -4,6 +4,7 @@ import numpy as np
 
 from schedcheck.engines.metadata import build_metadata, gather_slots
 from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+from schedcheck.engines.reference.mutants import apply_runner_mutant
 
 
 def _req(rid, ncomp, nsched, ntok, table):
@@ -41,10 +42,10 @@ def test_position_past_block_table_gets_slot_minus_one():
 
 def test_runner_mutants_change_exactly_their_field():
     clean = build_metadata(_docstring_step(), 4)
-    long = build_metadata(_docstring_step(), 4, mutant="seq-len-full-prompt")
+    long = apply_runner_mutant(build_metadata(_docstring_step(), 4), "seq-len-full-prompt")
     assert long.seq_lens.tolist() == [10, 10, 10]
     assert long.slot_mapping.tolist() == clean.slot_mapping.tolist()
-    zero = build_metadata(_docstring_step(), 4, mutant="slot-mapping-from-zero")
+    zero = apply_runner_mutant(build_metadata(_docstring_step(), 4), "slot-mapping-from-zero")
     assert zero.slot_mapping.tolist() == [28, 29, 30, 12, 16, 17]
     assert zero.seq_lens.tolist() == clean.seq_lens.tolist()
 
@@ -54,14 +55,14 @@ def test_runner_mutant_block_table_hits_only():
     through [0, 0]; the slot mapping (from the scheduled tables) is unchanged."""
     step = SchedulerOutput(0, (_req("A", 0, 6, 6, [3, 4]), _req("B", 4, 4, 8, [1, 2])))
     clean = build_metadata(step, 4)
-    hits = build_metadata(step, 4, mutant="block-table-hits-only")
+    hits = apply_runner_mutant(build_metadata(step, 4), "block-table-hits-only")
     assert clean.block_tables == ((3, 4), (1, 2)) and clean.as_documented
     assert hits.block_tables == ((0, 0), (1, 2)) and not hits.as_documented
     assert hits.block_table_array.tolist() == [[0, 0], [1, 2]]
     assert hits.slot_mapping.tolist() == clean.slot_mapping.tolist() == [12, 13, 14, 15, 16, 17,
                                                                        8, 9, 10, 11]  # fmt: skip
     alone = SchedulerOutput(0, (_req("A", 0, 6, 6, [3, 4]),))  # nobody reads paged KV
-    assert build_metadata(alone, 4, mutant="block-table-hits-only").as_documented
+    assert apply_runner_mutant(build_metadata(alone, 4), "block-table-hits-only").as_documented
 
 
 def test_lookahead_slots_of_the_docstring_layout():

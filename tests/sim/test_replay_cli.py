@@ -96,6 +96,7 @@ def test_violation_exits_1_and_its_bundle_reproduces(trace, tmp_path):
             "violations.json",
             "summary.json",
             "command.txt",
+            "kv_events.jsonl",  # a bundle with a violation: the engine's block events
         ]
     )
     again = _cli("replay", "--bundle", str(out_dir), "--json")

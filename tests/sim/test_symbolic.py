@@ -4,6 +4,7 @@ import numpy as np
 
 from schedcheck.engines.metadata import build_metadata
 from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+from schedcheck.engines.reference.mutants import apply_runner_mutant
 from schedcheck.invariants import hash_model
 from schedcheck.sim.symbolic import SymbolicExecutor
 
@@ -19,7 +20,7 @@ def _sched(rid, prompt, ncomp, nsched, table, ntok=None, tokens=None):
 
 
 def _step(ex, step, *reqs, mutant=None):
-    meta = build_metadata(SchedulerOutput(step, tuple(reqs)), BS, mutant)
+    meta = apply_runner_mutant(build_metadata(SchedulerOutput(step, tuple(reqs)), BS), mutant)
     return ex.execute(meta), ex.violations
 
 

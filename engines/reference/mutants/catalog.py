@@ -1,19 +1,13 @@
 """The mutant catalog: named, documented re-creations of real bug classes (../shared/BUGS.md).
 
-A mutant is switched on by `EngineConfig.mutant` (the CLI's `--mutant NAME`) and is off by
-default. Each component reads its switches once, at construction, into plain bool
-attributes, so a hot loop tests a precomputed bool and never compares strings; with no
-mutant every switch is False and the clean code runs.
-
-Components: `scheduler` (scheduler.py), `hashed` (hashed_manager.py / block_pool.py /
-block_hash.py), `radix` (radix_manager.py / radix_cache.py), `runner`
-(engines/metadata.py, which `build_metadata(..., mutant=NAME)` applies; the engine itself
-runs clean). A `hashed` or `radix` mutant needs that block manager.
+What `schedcheck mutants list [--json]` prints, in this order. Each entry's code lives beside
+this file, one module per component (`scheduler.py`, `hashed.py`, `radix.py`, `runner.py`);
+see `__init__.py` for how a mutant is applied.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 COMPONENTS = ("scheduler", "hashed", "radix", "runner")
 
@@ -199,10 +193,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "A request that fits max_model_len but needs more KV blocks than the cache has "
         "is queued instead of rejected: it blocks the head of the waiting queue forever.",
     ),
-)
-
-MUTANTS = (
-    *MUTANTS,
     Mutant(
         "spec-rollback-off-by-one",
         "scheduler",
@@ -228,8 +218,6 @@ MUTANTS = (
 )
 
 MUTANTS_BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}
-# mutants that only act on scheduled drafts: the fuzzer draws speculative decoding for them
-SPEC_DECODE_MUTANTS = frozenset({"spec-rollback-off-by-one", "cache-rejected-draft-block"})
 
 
 def known_names() -> list[str]:
@@ -243,49 +231,5 @@ def get_mutant(name: str) -> Mutant:
     return mutant
 
 
-@dataclass(frozen=True, slots=True)
-class MutantSwitches:
-    """One bool per mutant (field name = mutant name with '-' -> '_'); all False = clean."""
-
-    cache_partial_block: bool = False
-    no_cache_hit_cap: bool = False
-    whole_prompt_computed: bool = False
-    same_step_cached: bool = False
-    block_table_short: bool = False
-    no_lookahead_slots: bool = False
-    stale_cache_hit: bool = False
-    manager_computed_disagree: bool = False
-    hash_no_parent: bool = False
-    hash_ignores_salt: bool = False
-    resume_drops_last_token: bool = False
-    slot_mapping_from_zero: bool = False
-    block_table_hits_only: bool = False
-    radix_leak_chunk_kv: bool = False
-    radix_abort_frees_tree_pages: bool = False
-    radix_prefix_not_advanced: bool = False
-    seq_len_full_prompt: bool = False
-    chunk_before_prefix_hit: bool = False
-    never_reject: bool = False
-    spec_rollback_off_by_one: bool = False
-    cache_rejected_draft_block: bool = False
-
-    @classmethod
-    def for_config(cls, mutant: str | None, block_manager: str) -> MutantSwitches:
-        """Validate the mutant name against the catalog and the block manager in use."""
-        if mutant is None:
-            return cls()
-        entry = get_mutant(mutant)
-        if entry.component in ("hashed", "radix") and entry.component != block_manager:
-            raise ValueError(
-                f"mutant {mutant!r} lives in the {entry.component!r} block manager; "
-                f"run it with block_manager={entry.component!r}, not {block_manager!r}"
-            )
-        return cls(**{_field_name(mutant): True})
-
-    @property
-    def any(self) -> bool:
-        return any(getattr(self, f.name) for f in fields(self))
-
-
-def _field_name(mutant_name: str) -> str:
-    return mutant_name.replace("-", "_")
+# mutants that only act on scheduled drafts: the fuzzer draws speculative decoding for them
+SPEC_DECODE_MUTANTS = frozenset({"spec-rollback-off-by-one", "cache-rejected-draft-block"})

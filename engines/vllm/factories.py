@@ -1,0 +1,53 @@
+"""The vLLM adapters' factories, with what each declares it supports.
+
+Importable without vLLM (the adapter modules import it at their top), so the fuzzer can
+draw configs for an adapter, and tests can read its declaration, where vLLM is absent.
+
+Both adapters drive vLLM's scheduler without its drafter (no draft tokens), with no
+scheduling policy set (no priorities), and reject a prompt vLLM's frontend refuses rather
+than one that can never fit the cache; both keep a block beyond a request's own KV:
+- v1: BlockPool keeps block 0 as its null block;
+- v0: can_append_slots (both block managers) counts every block a decode touches as a new
+  allocation, so it wants a free block even when the last block has room: a request whose
+  KV fills the cache exactly can be preempted at every decode, forever (found by the first
+  vllm-v0 campaign; tests/vllm/test_vllm_v0.py pins it).
+v0 has no cache_salt (vLLM added it in v1): its adapter refuses a salted request, since
+ignoring the salt would share a prefix across salts.
+"""
+
+from __future__ import annotations
+
+from schedcheck.engines.capabilities import Capabilities, declare
+from schedcheck.engines.protocol import Engine, EngineConfig
+from schedcheck.engines.vllm.common import fit_config, fit_config_v0
+
+V1_CAPABILITIES = Capabilities(
+    fit_config=fit_config,
+    priorities=False,
+    lookahead_tokens=False,
+    rejects_oversize=False,
+    spare_blocks=1,
+)
+V0_CAPABILITIES = Capabilities(
+    fit_config=fit_config_v0,
+    block_managers=("v1", "v2"),
+    cache_salt=False,
+    priorities=False,
+    lookahead_tokens=False,
+    rejects_oversize=False,
+    spare_blocks=1,
+)
+
+
+@declare(V1_CAPABILITIES)
+def make_v1_engine(config: EngineConfig) -> Engine:
+    from schedcheck.engines.vllm_v1 import make_engine
+
+    return make_engine(config)
+
+
+@declare(V0_CAPABILITIES)
+def make_v0_engine(config: EngineConfig) -> Engine:
+    from schedcheck.engines.vllm_v0 import make_engine
+
+    return make_engine(config)

@@ -1,0 +1,1 @@
+"""plotly figures of the reports (needs the `report` extra)."""
