@@ -56,6 +56,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -171,9 +172,7 @@ def build_metadata(
     """Derive the runner metadata of one step, as documented in the module docstring.
 
     `num_lookahead_tokens` draft positions follow each sampling request's tokens, capped at
-    `max_model_len` (as vLLM's drafter pads positions past it). `kv_groups`: the engine's
-    KV-cache groups; with more than one, each request carries a table per group.
-    """
+    `max_model_len` (as vLLM's drafter pads positions past it); `kv_groups`: the engine's."""
     assert block_size >= 1 and num_lookahead_tokens >= 0
     reqs = output.scheduled
     num_reqs = len(reqs)
@@ -192,11 +191,6 @@ def build_metadata(
     sampling = [i for i, r in enumerate(reqs) if r.samples]
     logits_indices = query_start_loc[1:][sampling] - 1 if sampling else np.zeros(0, np.int64)
     lookahead = _lookahead(reqs, sampling, num_lookahead_tokens, max_model_len, block_size)
-    group_tables = tuple(tuple(r.group_table(g) for r in reqs) for g in range(1, len(kv_groups)))
-    group_slots = tuple(
-        gather_slots(t, slot_starts, query_lens.tolist(), block_size) for t in group_tables
-    )
-    drafts = np.fromiter((len(r.spec_token_ids) for r in reqs), np.int64, num_reqs)
     meta = RunnerMetadata(
         output=output,
         block_size=block_size,
@@ -213,13 +207,32 @@ def build_metadata(
         lookahead_positions=lookahead[0],
         lookahead_slot_mapping=lookahead[1],
         lookahead_req=lookahead[2],
-        num_draft_tokens=drafts if drafts.any() else _EMPTY,
-        kv_groups=kv_groups,
-        group_block_tables=group_tables,
-        group_slot_mappings=group_slots,
+        **_drafts_and_groups(reqs, kv_groups, slot_starts, query_lens, block_size),
     )
     meta.__dict__["row_req"] = row_req  # computed already: seed the cached property
     return meta
+
+
+def _drafts_and_groups(
+    reqs: Sequence[ScheduledRequest],
+    kv_groups: tuple[KVCacheGroup, ...],
+    slot_starts: list[int],
+    query_lens: IntArray,
+    block_size: int,
+) -> dict[str, Any]:
+    """The draft counts, and per KV-cache group g >= 1 the (B,) block tables and the (T,)
+    slot mapping of the rows through that group's tables (empty with one group)."""
+    drafts = np.fromiter((len(r.spec_token_ids) for r in reqs), np.int64, len(reqs))
+    tables = tuple(tuple(r.group_table(g) for r in reqs) for g in range(1, len(kv_groups)))
+    counts = query_lens.tolist()
+    return {
+        "num_draft_tokens": drafts if drafts.any() else _EMPTY,
+        "kv_groups": kv_groups,
+        "group_block_tables": tables,
+        "group_slot_mappings": tuple(
+            gather_slots(t, slot_starts, counts, block_size) for t in tables
+        ),
+    }
 
 
 def _lookahead(
