@@ -34,6 +34,7 @@ the harness reads such outputs safely, and the shadow KV shows what they would r
 from __future__ import annotations
 
 from collections.abc import Container, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -289,5 +290,5 @@ def _unknown(step: int, request_id: str, where: str) -> Violation:
     )
 
 
-def _bad(invariant: str, step: int, request_id: str, message: str, **kw: object) -> Violation:
+def _bad(invariant: str, step: int, request_id: str, message: str, **kw: Any) -> Violation:
     return Violation(invariant, step, message, request_id=request_id, **kw)

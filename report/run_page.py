@@ -3,6 +3,7 @@ running requests, KV usage and prefix-hit ratio over simulated time."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -30,7 +31,7 @@ def run_figure(series: RunSeries, usage: Usage) -> go.Figure:
     throughput = [
         n / s if s > 0 else 0.0 for n, s in zip(series.sampled, series.step_time_s, strict=True)
     ]
-    panels = (
+    panels: list[tuple[str, list[tuple[str, Sequence[float]]]]] = [
         ("output tokens / s", [("throughput", throughput)]),
         ("requests", [("running", series.running), ("waiting", series.waiting)]),
         (
@@ -38,7 +39,7 @@ def run_figure(series: RunSeries, usage: Usage) -> go.Figure:
             [(n, usage.column(n)) for n in ("blocks_used", "blocks_cached", "blocks_free")],
         ),
         ("prefix-hit ratio", [("hit ratio (cumulative)", series.hit_ratio)]),
-    )
+    ]
     fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.04)
     for row, (title, lines) in enumerate(panels, start=1):
         for name, ys in lines:

@@ -18,6 +18,7 @@ COMMANDS: tuple[str, ...] = (
     "sweep",
     "report",
     "conformance",
+    "bisect",
 )
 
 

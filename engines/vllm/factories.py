@@ -17,8 +17,12 @@ ignoring the salt would share a prefix across salts.
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from schedcheck.engines.capabilities import Capabilities, declare
 from schedcheck.engines.protocol import Engine, EngineConfig
+from schedcheck.engines.registry import EngineLoadError
 from schedcheck.engines.vllm.common import fit_config, fit_config_v0
 
 V1_CAPABILITIES = Capabilities(
@@ -41,13 +45,19 @@ V0_CAPABILITIES = Capabilities(
 
 @declare(V1_CAPABILITIES)
 def make_v1_engine(config: EngineConfig) -> Engine:
-    from schedcheck.engines.vllm_v1 import make_engine
-
-    return make_engine(config)
+    return _adapter("schedcheck.engines.vllm_v1", "vllm-v1").make_engine(config)
 
 
 @declare(V0_CAPABILITIES)
 def make_v0_engine(config: EngineConfig) -> Engine:
-    from schedcheck.engines.vllm_v0 import make_engine
+    return _adapter("schedcheck.engines.vllm_v0", "vllm-v0.6.0").make_engine(config)
 
-    return make_engine(config)
+
+def _adapter(module_name: str, tox_env: str) -> Any:
+    """The adapter module; without (that release line of) vLLM, bad usage, not a crash."""
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EngineLoadError(
+            f"{module_name} cannot import vLLM here ({exc}); its tox env has it: tox -e {tox_env}"
+        ) from exc

@@ -25,7 +25,15 @@ from schedcheck.sim.commands.common import (
 from schedcheck.sim.commands.replay import DEFAULT_TRACE
 from schedcheck.sim.deployment import DEPLOYMENTS, LLAMA3_8B_H100
 from schedcheck.sim.ray_cluster import RayMissing, import_ray, sweep_runner
-from schedcheck.sim.sweep import SweepJob, Window, grid, run_here, run_in_processes, sweep
+from schedcheck.sim.sweep import (
+    PointRunner,
+    SweepJob,
+    Window,
+    grid,
+    run_here,
+    run_in_processes,
+    sweep,
+)
 from schedcheck.traces import iter_trace
 
 T = TypeVar("T")
@@ -134,14 +142,18 @@ def _run(args: argparse.Namespace) -> int:
     requests = {window: _requests(args, window) for window in windows}
     work = [(point, requests[point.window]) for point in points]
     job = SweepJob(args.deployment, args.mutant, args.num_gpu_blocks, args.seed, not args.no_shrink)
-    runner = run_here
+    runner: PointRunner = run_here
     if args.ray is not None:
         runner = sweep_runner(args.ray or None, args.workers)
     elif args.workers > 1:
         runner = run_in_processes(args.workers)
     bar = progress(range(len(points)), enabled=not args.json, desc="sweep", unit="point")
     ticks = iter(bar)
-    rows = sweep(job, work, Path(args.out).resolve(), runner, lambda row: next(ticks, None))
+
+    def tick(row: dict[str, Any]) -> None:
+        next(ticks, None)
+
+    rows = sweep(job, work, Path(args.out).resolve(), runner, tick)
     _print(args, rows)
     return 1 if any(row["outcome"] not in ("clean", "refused") for row in rows) else 0
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from schedcheck.engines.capabilities import Capabilities
 from schedcheck.engines.protocol import EngineConfig, KVSnapshot, ScheduledRequest
@@ -77,7 +78,7 @@ class Check:
     requests: Callable[[Layout], tuple[TraceRequest, ...]]
     expect: Expect
     skip: Callable[[Capabilities], str | None] = lambda caps: None
-    config: Callable[[Layout, EngineConfig], dict[str, object]] = lambda lay, cfg: {}
+    config: Callable[[Layout, EngineConfig], dict[str, Any]] = lambda lay, cfg: {}
     chunked: bool = False  # needs chunked prefill on (the engine's fit_config may refuse)
 
 
@@ -259,7 +260,7 @@ def _two_long(lay: Layout) -> tuple[TraceRequest, ...]:
     )
 
 
-def _one_fits(lay: Layout, cfg: EngineConfig) -> dict[str, object]:
+def _one_fits(lay: Layout, cfg: EngineConfig) -> dict[str, Any]:
     """Blocks for one request alone (prompt + outputs), plus one: two cannot both grow."""
     return {"num_gpu_blocks": -(-(2 * lay.bs + 1 + 8) // lay.bs) + 1}
 
@@ -278,7 +279,7 @@ def _abort(lay: Layout) -> tuple[TraceRequest, ...]:
     )
 
 
-def _whole_cache(lay: Layout, cfg: EngineConfig) -> dict[str, object]:
+def _whole_cache(lay: Layout, cfg: EngineConfig) -> dict[str, Any]:
     return {"num_gpu_blocks": -(-(4 * lay.budget + 2) // lay.bs)}
 
 
@@ -300,7 +301,7 @@ def _oversize(lay: Layout) -> tuple[TraceRequest, ...]:
     )
 
 
-def _small_cache(lay: Layout, cfg: EngineConfig) -> dict[str, object]:
+def _small_cache(lay: Layout, cfg: EngineConfig) -> dict[str, Any]:
     return {"num_gpu_blocks": 4}
 
 

@@ -377,7 +377,8 @@ def test_a_request_filling_the_cache_exactly_is_preempted_forever(block_manager)
     """1 block of 4; prompt 1 token + 2 outputs need 3 slots. v0's can_append_slots (both
     managers: "assume each touched block will require a new allocation") wants a free
     block for the decode although block 0 has room, so it preempts; the recompute, one
-    token per step (budget 1), decodes again: a livelock (registry.SPARE_BLOCKS)."""
+    token per step (budget 1), decodes again: a livelock (hence the adapter's declared
+    spare_blocks, engines/vllm/factories.py)."""
     engine = _engine(
         block_manager,
         num_gpu_blocks=1,

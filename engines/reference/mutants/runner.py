@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -78,7 +79,7 @@ def apply_runner_mutant(meta: RunnerMetadata, mutant: str | None) -> RunnerMetad
     return meta if transform is None else transform(meta)
 
 
-def _replace(meta: RunnerMetadata, **changes: object) -> RunnerMetadata:
+def _replace(meta: RunnerMetadata, **changes: Any) -> RunnerMetadata:
     out = dataclasses.replace(meta, **changes)
     out.__dict__["row_req"] = meta.row_req  # the same rows: keep the cached property
     return out

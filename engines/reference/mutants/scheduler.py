@@ -9,6 +9,7 @@ never bypassed.
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import numpy as np
 
@@ -136,7 +137,7 @@ class ChunkBeforePrefixHit(Scheduler):
     ) -> None:
         super().__init__(
             config,
-            _CachesUpToNumTokens(kv_manager),  # forwards the rest
+            cast(KVCacheManager, _CachesUpToNumTokens(kv_manager)),  # forwards the rest
             hasher,
             policy=policy,
             chunk_align=chunk_align,
