@@ -34,6 +34,11 @@ the same block table (vLLM v1's EAGLE heads, v0's lookahead slots)::
 
 The scheduler must have allocated those slots (BUGS #10): computed + new + lookahead.
 
+Engines that address KV per token (`ScheduledRequest.slots`: SGLang's req_to_token rows)
+hand one slot per token instead of one block id per block: a slot list is a block table of
+block size 1, so the metadata of such a step has `block_size` 1 and `block_tables` are the
+slot lists. The kernels then write `slots[num_computed:num_end]` and read
+`slots[0:seq_len]`, exactly the indices SGLang's attention backends gather.
 Scheduled draft tokens (speculative decoding with acceptance) are rows like any other:
 their positions follow the request's tokens and their KV is written through the block
 table; `num_draft_tokens[i]` says how many of request i's last rows are drafts, and every
@@ -185,7 +190,7 @@ def build_metadata(
     row_req = np.repeat(np.arange(num_reqs, dtype=np.int64), query_lens)
     positions = num_computed[row_req] + (np.arange(row_req.size) - query_start_loc[row_req])
     slot_starts = [r.num_computed_tokens for r in reqs]
-    tables = [r.block_table for r in reqs]
+    tables, block_size = _read_tables(reqs, block_size, num_lookahead_tokens)
     slot_mapping = gather_slots(tables, slot_starts, query_lens.tolist(), block_size)
     input_ids = np.concatenate([r.token_ids for r in reqs]) if reqs else np.zeros(0, dtype=np.int64)
     sampling = [i for i, r in enumerate(reqs) if r.samples]
@@ -260,6 +265,20 @@ def _lookahead(
     first = np.repeat(np.asarray(starts, np.int64), counts)
     positions = first + np.arange(batch.size, dtype=np.int64) - row_start
     return positions, slots, batch
+
+
+def _read_tables(
+    reqs: Sequence[ScheduledRequest], block_size: int, num_lookahead_tokens: int
+) -> tuple[list[tuple[int, ...]], int]:
+    """(the tables the kernels read through, their block size): the block tables, or the
+    per-token slot lists as tables of block size 1. An engine hands slots for all requests
+    of a step or for none."""
+    if not reqs or reqs[0].slots is None:
+        return [r.block_table for r in reqs], block_size
+    assert num_lookahead_tokens == 0, "draft KV through slot lists is not modelled"
+    lists = [r.slots for r in reqs]
+    assert all(s is not None for s in lists), "a step mixes slot lists and block tables"
+    return [s for s in lists if s is not None], 1
 
 
 def gather_slots(

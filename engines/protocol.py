@@ -13,6 +13,7 @@ Token layout of one scheduled request in one step::
                      0            num_computed_tokens             |                   num_tokens
                                              |<- num_scheduled ->|
     block_table:     [b0][b1][b2]...  covers at least num_computed_tokens + num_scheduled_tokens
+    slots (optional): s0 s1 s2 ......  one KV slot per token (SGLang's req_to_token row)
 
 `num_computed_tokens` counts tokens whose KV is in the cache *before* the step, including
 prefix-cache hits; `num_scheduled_tokens` counts the tokens run this step; `num_tokens` is the
@@ -65,6 +66,12 @@ class ScheduledRequest:
     token_ids: TokenArray  # the chunk: tokens [num_computed_tokens, +num_scheduled_tokens)
     block_table: tuple[int, ...]  # physical block ids, logical block i -> block_table[i]
     num_cached_tokens: int = 0  # prefix-cache hit length granted at (re)admission, else 0
+    # The KV slot of each token [0, num_end_tokens), for engines that address KV per token
+    # rather than per block (SGLang: the request's req_to_token row). When set, the kernels
+    # write the chunk to slots[num_computed_tokens:num_end_tokens] and read keys through
+    # slots (a block table of block size 1: see metadata.py); block_table then holds the
+    # pages those slots lie in, for the token accounting.
+    slots: tuple[int, ...] | None = None
     # speculative decoding (vLLM: scheduled_spec_decode_tokens): the draft tokens run this
     # step, the chunk's last len(spec_token_ids) tokens, at positions num_tokens, ...
     spec_token_ids: tuple[int, ...] = ()
@@ -106,6 +113,11 @@ class SchedulerOutput:
     # (copy-on-write of a shared last block: vLLM v0's blocks_to_copy, v1's
     # kv_cache_block_copies); an executor applies them before it writes or reads
     block_copies: tuple[tuple[int, int], ...] = ()
+    # Requests the engine runs this step although they were aborted before it (SGLang: a
+    # running request's abort takes effect after one more forward, "abort method 3"): the
+    # simulator has retired them, but the kernels still write their chunk's KV, which the
+    # radix tree may then keep and share. Each carries its slots (per-token engines only).
+    discarded: tuple[ScheduledRequest, ...] = ()
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -300,3 +312,16 @@ class EngineConfig:
     @property
     def kv_cache_groups(self) -> tuple[KVCacheGroup, ...]:
         return parse_kv_groups(self.kv_groups)
+
+
+# Async scheduling (vLLM's AsyncScheduler): a step is scheduled before the previous step's
+# sampled tokens reach the engine, so a chunk may run a position whose token the engine
+# does not know yet. An adapter puts this id there; the runner (the simulator's loop)
+# fills in the token it sampled, as vLLM's model runner does from its previous step.
+PLACEHOLDER_TOKEN_ID = -1
+ASYNC_SCHEDULING_KEY = "async_scheduling"  # EngineConfig.extra: "true" = --async-scheduling
+
+
+def is_async_scheduling(config: EngineConfig) -> bool:
+    """Step N+1 is scheduled before step N's output reaches the engine (pipeline depth 2)."""
+    return config.extra.get(ASYNC_SCHEDULING_KEY, "false") == "true"

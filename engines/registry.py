@@ -22,6 +22,7 @@ BUILTIN_ENGINES: dict[str, str] = {
     "reference": "schedcheck.engines.reference.engine:make_engine",
     "vllm-v1": "schedcheck.engines.vllm.factories:make_v1_engine",
     "vllm-v0": "schedcheck.engines.vllm.factories:make_v0_engine",
+    "sglang": "schedcheck.engines.sglang_rt.factory:make_engine",
 }
 
 

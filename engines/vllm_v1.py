@@ -39,17 +39,21 @@ the simulator turns it into an `engine-crash` finding.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 
 import numpy as np
 
 from schedcheck.engines.protocol import (
+    PLACEHOLDER_TOKEN_ID,
     EngineConfig,
     EngineRequest,
     FinishedRequest,
     KVSnapshot,
     ScheduledRequest,
     SchedulerOutput,
+    TokenArray,
+    is_async_scheduling,
 )
 from schedcheck.engines.vllm.common import (
     CallCounter,
@@ -60,6 +64,9 @@ from schedcheck.engines.vllm.common import (
     refuse_lookahead,
 )
 from schedcheck.engines.vllm.v1_build import build_scheduler
+from schedcheck.engines.vllm.v1_changes import BlockChangeLog
+from schedcheck.engines.vllm.v1_frontend import queue_rejection
+from schedcheck.engines.vllm.v1_paths import SameStepPreemptions
 from schedcheck.engines.vllm.v1_snapshot import V1KVSnapshot
 
 from vllm.sampling_params import SamplingParams  # isort: skip
@@ -69,12 +76,19 @@ from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, ModelRunne
 from vllm.v1.request import Request, RequestStatus  # isort: skip
 
 ENGINE_NAME = "vllm-v1"
+# vLLM stamps Request.arrival_time with time.time() as each request reaches the engine, so
+# two requests never tie; the simulator adds a tick's arrivals at one simulated time. The
+# adapter keeps vLLM's order by making each stamp at least this much later than the last
+# (ties would decide the priority policy's victim and queue order by request id instead:
+# a false liveness finding of the first priority campaign, tests/vllm/test_vllm_v1_options.py)
+ARRIVAL_TIME_TICK_S = 1e-6
 
 
 class VllmV1Engine:
     """The Engine protocol over one vLLM v1 Scheduler."""
 
     name = ENGINE_NAME
+    supports_async_scheduling = True  # the loop may schedule step N+1 before updating N
 
     def __init__(self, config: EngineConfig) -> None:
         assert config.block_manager in ("hashed", "v1"), (
@@ -93,13 +107,21 @@ class VllmV1Engine:
             for m in self.scheduler.kv_cache_manager.coordinator.single_type_managers
             if isinstance(m, SlidingWindowManager)
         ]
+        # the blocks vLLM's pool changed, for the incremental pool check
+        self._changes = BlockChangeLog(self.scheduler.kv_cache_manager.block_pool)
         self._tokens: dict[str, TokenBuffer] = {}  # request id -> prompt + outputs
         self._live: dict[str, Request] = {}  # ids added and not yet reported finished
         self._num_groups = len(config.kv_cache_groups)
         self._group_tables = [RunnerBlockTables() for _ in range(self._num_groups)]
         self._tables = self._group_tables[0]
         self._step = 0
-        self._last: tuple[SchedulerOutput, VllmSchedulerOutput] | None = None
+        # steps scheduled and not yet updated, oldest first, as EngineCore's batch queue
+        # (depth 1: synchronous; 2: async scheduling, step_with_batch_queue)
+        self._in_flight: deque[tuple[SchedulerOutput, VllmSchedulerOutput]] = deque()
+        self._depth = 2 if is_async_scheduling(config) else 1
+        self._same_step_preemptions = SameStepPreemptions(self.scheduler)
+        self._num_queue_rejections = 0
+        self._last_arrival_time_s = -ARRIVAL_TIME_TICK_S
         self._pending_finished: list[FinishedRequest] = []  # aborts, rejections
         self._rejected: list[tuple[str, str]] = []  # (id, reason) for the next step
 
@@ -108,6 +130,9 @@ class VllmV1Engine:
         rid = request.request_id
         assert rid not in self._live, f"duplicate id {rid}"
         reason = frontend_rejection(request, self.config.max_model_len)
+        if reason is None:
+            reason = queue_rejection(self.scheduler.scheduler_config, self._queued())
+            self._num_queue_rejections += reason is not None
         if reason is not None:
             self._rejected.append((rid, reason))
             return
@@ -117,7 +142,7 @@ class VllmV1Engine:
             prompt_token_ids=prompt.tolist(),
             sampling_params=SamplingParams(max_tokens=request.max_tokens, ignore_eos=True),
             pooling_params=None,
-            arrival_time=request.arrival_time_s,
+            arrival_time=self._arrival_time(request.arrival_time_s),
             priority=request.priority,
             cache_salt=request.cache_salt,
             block_hasher=self._block_hasher,
@@ -125,6 +150,12 @@ class VllmV1Engine:
         self.scheduler.add_request(vllm_request)
         self._tokens[rid] = TokenBuffer(prompt, request.max_tokens)
         self._live[rid] = vllm_request
+
+    def _arrival_time(self, arrival_time_s: float) -> float:
+        """A stamp after every earlier one, as time.time() gives vLLM's frontend."""
+        stamp = max(arrival_time_s, self._last_arrival_time_s + ARRIVAL_TIME_TICK_S)
+        self._last_arrival_time_s = stamp
+        return stamp
 
     def abort_request(self, request_id: str) -> None:
         """vLLM's own abort path; the abort is reported by the next update_from_output."""
@@ -137,13 +168,18 @@ class VllmV1Engine:
 
     # ---------------------------------------------------------------------- step --
     def schedule(self) -> SchedulerOutput:
-        assert self._last is None, "schedule() twice without update_from_output()"
+        in_flight = self._in_flight
+        assert sum(1 for o, _ in in_flight if o.scheduled) < self._depth, (
+            "schedule() with the batch queue full: update_from_output() first"
+        )
+        self._same_step_preemptions.new_step()
         vllm_output = self.scheduler.schedule()
         output = self._map_output(vllm_output)
-        if output.scheduled:
-            self._last = (output, vllm_output)
-        else:  # EngineCore.step() updates after an empty step too (the loop does not call)
-            self._apply(vllm_output, EMPTY_MODEL_RUNNER_OUTPUT)
+        in_flight.append((output, vllm_output))
+        # EngineCore updates after an empty step too (the loop does not call): at once
+        # when synchronous, else once it is the oldest of a full batch queue
+        while len(in_flight) >= self._depth and not in_flight[0][0].scheduled:
+            self._apply(in_flight.popleft()[1], EMPTY_MODEL_RUNNER_OUTPUT)
         return output
 
     def update_from_output(
@@ -152,9 +188,11 @@ class VllmV1Engine:
         sampled_token_ids: Mapping[str, int],
         accepted_token_ids: Mapping[str, tuple[int, ...]] | None = None,
     ) -> list[FinishedRequest]:
-        assert self._last is not None and self._last[0] is output, "not the last step"
-        vllm_output = self._last[1]
-        self._last = None
+        in_flight = self._in_flight
+        while in_flight and not in_flight[0][0].scheduled:  # empty steps queued before it
+            self._apply(in_flight.popleft()[1], EMPTY_MODEL_RUNNER_OUTPUT)
+        assert in_flight and in_flight[0][0] is output, "not the oldest step in flight"
+        vllm_output = in_flight.popleft()[1]
         accepted = accepted_token_ids or {}
         self._apply(vllm_output, self._runner_output(output, sampled_token_ids, accepted))
         for rid, token in sampled_token_ids.items():
@@ -184,11 +222,25 @@ class VllmV1Engine:
             self.config.block_size,
             self._evictions.num_calls,
             sum(c[0] for c in self._window_frees),
+            self._changes,
         )
 
     def has_unfinished_requests(self) -> bool:
         # _pending_finished is not counted: those requests are finished already
         return self.scheduler.has_unfinished_requests() or bool(self._rejected)
+
+    def rare_path_counts(self) -> Mapping[str, int]:
+        """Rare paths only the adapter sees (sim/coverage.py adds them to its counts)."""
+        return {
+            "preempt-scheduled-same-step": self._same_step_preemptions.count,
+            "queue-full-rejection": self._num_queue_rejections,
+        }
+
+    def _queued(self) -> tuple[int, int]:
+        """(unfinished requests, prompt tokens of those with no output yet) as vLLM's API
+        server counts them for admission (its output processor)."""
+        in_prefill = (r.num_prompt_tokens for r in self._live.values() if not r.output_token_ids)
+        return len(self._live), sum(in_prefill)
 
     def waiting_reasons(self) -> Mapping[str, str]:
         """Every live request not in vLLM's running queue, with its status and the pool."""
@@ -268,18 +320,22 @@ class VllmV1Engine:
         assert request.num_computed_tokens == end, rid
         if spec_token_ids:  # the runner appends the drafts after the known tokens
             known = tokens.chunk(num_computed, end - len(spec_token_ids))
+            num_tokens = tokens.num_tokens
             chunk = np.concatenate([known, np.asarray(spec_token_ids, dtype=np.int64)])
+        elif self._depth > 1 and end > tokens.num_tokens:  # async: runs in-flight samples
+            num_tokens, chunk = end, _chunk_with_placeholders(tokens, num_computed, end)
         else:
-            chunk = tokens.chunk(num_computed, end)
+            num_tokens, chunk = tokens.num_tokens, tokens.chunk(num_computed, end)
         return ScheduledRequest(  # positional, in field order: this runs per request per step
             rid,
             num_computed,
             num_scheduled,
-            tokens.num_tokens,  # == request.num_tokens (asserted in update_from_output)
+            num_tokens,  # == request.num_tokens (+ placeholders): the tokens the runner knows
             request.num_prompt_tokens,
             chunk,
             self._tables.table(rid),
             num_computed if admitted else 0,
+            None,  # slots: vLLM addresses KV per block
             tuple(spec_token_ids or ()),
             tuple(t.table(rid) for t in self._group_tables) if self._num_groups > 1 else (),
         )
@@ -349,6 +405,22 @@ def _count_window_frees(manager: object) -> list[int]:
 
     manager._remove_blocks_in_range = counted  # type: ignore[attr-defined]
     return counter
+
+
+def _chunk_with_placeholders(tokens: TokenBuffer, start: int, stop: int) -> TokenArray:
+    """Tokens [start, stop) where stop passes the known tokens: the positions the engine
+    has no token for yet (async scheduling: the previous step's sample, still in flight)
+    hold PLACEHOLDER_TOKEN_ID, which the runner fills in::
+
+        known tokens:  | ............ num_tokens |
+        chunk:                    | start ...... | placeholders | stop
+    """
+    known = tokens.num_tokens
+    assert stop > known
+    placeholders = np.full(stop - max(start, known), PLACEHOLDER_TOKEN_ID, dtype=np.int64)
+    if start >= known:
+        return placeholders
+    return np.concatenate([tokens.chunk(start, known), placeholders])
 
 
 def make_engine(config: EngineConfig) -> VllmV1Engine:

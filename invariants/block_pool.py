@@ -52,7 +52,9 @@ class BlockPoolChecker:
         held = _count_holders(tables, snapshot.num_blocks)
         out.extend(_check_ref_cnt(step, ref_cnt, held, reserved))
         cached = snapshot.cached_blocks()
-        out.extend(_check_free_queue(step, snapshot.free_block_ids(), ref_cnt, cached, reserved))
+        free_ids = np.fromiter(snapshot.free_block_ids(), np.int64)
+        out.extend(_check_free_count(step, free_ids.size, snapshot))
+        out.extend(_check_free_queue(step, free_ids, ref_cnt, cached, reserved))
         out.extend(self._check_cached(step, cached, block_contents))
         return [_with_holder(v, tables, snapshot.block_size) for v in out]
 
@@ -67,9 +69,20 @@ class BlockPoolChecker:
         checked = self.checked_hash_of_block
         fresh = [b for b, h in cached.items() if checked.get(b) != h]
         self.checked_hash_of_block = dict(cached)
+        fresh.sort()
+        return self.check_fresh(step, fresh, cached, block_contents)
+
+    def check_fresh(
+        self,
+        step: int,
+        fresh: list[int],
+        hash_of: Mapping[int, bytes],
+        block_contents: BlockContents,
+    ) -> list[Violation]:
+        """Check blocks newly cached (sorted ids) under their hash `hash_of[b]`: fully written,
+        and their content equal to what that hash named before."""
         if not fresh:
             return []
-        fresh.sort()
         block_ids = np.asarray(fresh, dtype=np.int64)
         identity, complete = block_contents(block_ids)
         out: list[Violation] = []
@@ -86,7 +99,7 @@ class BlockPoolChecker:
         for _ in range(max(0, len(seen) + len(fresh) - HASH_MEMORY_MAX)):  # bounded memory
             del seen[next(iter(seen))]  # the oldest (dict order is insertion order)
         for b, ident in zip(block_ids[complete].tolist(), identity[complete].tolist(), strict=True):
-            h = cached[b]
+            h = hash_of[b]
             first = seen.setdefault(h, ident)
             if first != ident:
                 out.append(
@@ -102,6 +115,14 @@ class BlockPoolChecker:
                 )
                 break
         return out
+
+
+def with_holder(violations: list[Violation], snapshot: KVSnapshot) -> list[Violation]:
+    """The violations, each naming the first request that holds its block (if any)."""
+    if not violations:
+        return violations
+    tables = snapshot.block_tables()
+    return [_with_holder(v, tables, snapshot.block_size) for v in violations]
 
 
 def _with_holder(v: Violation, tables, block_size: int) -> Violation:
@@ -153,9 +174,25 @@ def _check_ref_cnt(step: int, ref_cnt, held, reserved) -> list[Violation]:
     ]
 
 
-def _check_free_queue(step: int, free_ids, ref_cnt, cached, reserved) -> list[Violation]:
+def _check_free_count(step: int, num_walked: int, snapshot: KVSnapshot) -> list[Violation]:
+    """A queue that keeps its own count (vLLM's linked list) holds that many entries."""
+    count = getattr(snapshot, "num_free_entries", None)
+    if count is None or int(count()) == num_walked:
+        return []
+    return [
+        Violation(
+            "block-pool.free-queue",
+            step,
+            f"the free queue counts {int(count())} entries but holds {num_walked}: "
+            "a block was linked in twice or unlinked unseen",
+            expected=str(num_walked),
+            found=str(int(count())),
+        )
+    ]
+
+
+def _check_free_queue(step: int, free, ref_cnt, cached, reserved) -> list[Violation]:
     out: list[Violation] = []
-    free = np.fromiter(free_ids, np.int64)
     counts = np.bincount(free, minlength=ref_cnt.size) if free.size else np.zeros_like(ref_cnt)
     for b in np.flatnonzero(counts > 1)[:1]:
         out.append(

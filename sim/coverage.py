@@ -17,6 +17,14 @@ optional `num_evicted_blocks` counter on its KV snapshot), so any engine can be 
                                    a block holds only rejected-draft KV after the step
     sliding-window-block-freed     a sliding-window KV-cache group freed blocks before a
                                    request's window (the engine's snapshot counts them)
+
+vLLM v1 scheduler options (VLLM_OPTION_PATHS: only an engine with those options reaches them):
+
+    preempt-scheduled-same-step    a request preempted by the schedule() call that had
+                                   scheduled it (priority policy; the adapter counts it)
+    async-output-placeholder       async scheduling: a chunk ran a position whose token the
+                                   engine did not know yet (the previous step's sample)
+    queue-full-rejection           refused at admission by max_num_queued_reqs / _tokens
 """
 
 from __future__ import annotations
@@ -35,6 +43,14 @@ RARE_PATHS = (
     "spec-rejected",
     "spec-rejected-cross-block",
     "sliding-window-block-freed",
+    "preempt-scheduled-same-step",
+    "async-output-placeholder",
+    "queue-full-rejection",
+)
+VLLM_OPTION_PATHS = (
+    "preempt-scheduled-same-step",
+    "async-output-placeholder",
+    "queue-full-rejection",
 )
 SPEC_PATHS = ("spec-rejected", "spec-rejected-cross-block")
 SLIDING_PATHS = ("sliding-window-block-freed",)
@@ -125,6 +141,12 @@ class Coverage:
         if num_blocks_freed is not None:
             self.counts["sliding-window-block-freed"] = int(num_blocks_freed)
 
+    def observe_engine_paths(self, counts: Mapping[str, int]) -> None:
+        """Rare paths the engine counted itself (e.g. vllm-v1's rare_path_counts())."""
+        for path, count in counts.items():
+            if path in self.counts:
+                self.counts[path] = int(count)
+
     def mid_prefill_ids(self) -> list[str]:
         return sorted(self.mid_prefill)
 
@@ -141,16 +163,21 @@ def never_reached(
     *,
     drafts: bool = True,
     prefix_caching: bool = True,
+    vllm_options: bool = True,
     spec: bool = False,
     sliding: bool = False,
 ) -> list[str]:
     """Rare paths with a zero count, of those the campaign can reach: one that never draws
-    lookahead draft tokens cannot reach drafts-cross-block, one without prefix caching none
-    of PREFIX_CACHE_PATHS, so they are not listed; SPEC_PATHS and SLIDING_PATHS only for a
-    campaign that draws scheduled drafts (`spec`) or a sliding-window group (`sliding`)."""
+    draft tokens cannot reach drafts-cross-block, one without prefix caching none of
+    PREFIX_CACHE_PATHS, one that never draws vLLM v1's scheduler options (priority, async
+    scheduling, queue limits) none of VLLM_OPTION_PATHS, so they are not listed;
+    SPEC_PATHS and SLIDING_PATHS only for a campaign that draws scheduled drafts (`spec`)
+    or a sliding-window group (`sliding`)."""
     unreachable: tuple[str, ...] = () if drafts else ("drafts-cross-block",)
     if not prefix_caching:
         unreachable += PREFIX_CACHE_PATHS
+    if not vllm_options:
+        unreachable += VLLM_OPTION_PATHS
     if not spec:
         unreachable += SPEC_PATHS
     if not sliding:

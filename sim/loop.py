@@ -26,19 +26,23 @@ import simpy
 from schedcheck.engines.capabilities import EngineRefusal
 from schedcheck.engines.metadata import build_metadata
 from schedcheck.engines.protocol import (
+    PLACEHOLDER_TOKEN_ID,
     EngineConfig,
     EngineRequest,
     FinishedRequest,
+    ScheduledRequest,
     SchedulerOutput,
     SpecDecodeEngine,
+    is_async_scheduling,
 )
 from schedcheck.engines.reference.mutants import apply_runner_mutant
 from schedcheck.engines.registry import make_engine
 from schedcheck.engines.schedule_io import Fingerprint
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.accounting import AccountingChecker
-from schedcheck.invariants.block_pool import BlockPoolChecker, check_no_leak
+from schedcheck.invariants.block_pool import check_no_leak
 from schedcheck.invariants.outputs import check_finished
+from schedcheck.invariants.pool_delta import PoolDeltaChecker
 from schedcheck.invariants.protocol import ProtocolChecker, check_not_lost
 from schedcheck.invariants.violation import Violation
 from schedcheck.sim.arrivals import Abort, Arrivals, Release
@@ -106,13 +110,14 @@ class Simulation:
         self.arrivals = Arrivals(self.env, trace, self._wake, options.vocab_size)
         self.accounting = AccountingChecker(config)
         self.protocol = ProtocolChecker(config.num_gpu_blocks)
-        self.pool = BlockPoolChecker()
+        self.pool = PoolDeltaChecker()
+        self.preempted_since_pool_check: set[str] = set()  # membership only
         self.fingerprint = Fingerprint()
         self.live: dict[str, EngineRequest] = {}
         self.num_tokens: dict[str, int] = {}
         self.sampled: dict[str, list[int]] = {}
         self.history: dict[str, deque[tuple[int, ...]]] = {}
-        self.pool_interval = options.pool_check_interval_steps or _auto_interval(config)
+        self.full_sweep_interval = options.pool_check_interval_steps  # 0: at the end only
         self.liveness_deadline_step: int | None = None
         self.fault_window_end_step: int | None = None
         self.empty_steps = 0
@@ -129,6 +134,9 @@ class Simulation:
             )
         self.spec_engine: SpecDecodeEngine | None = None  # set when drafts are scheduled
         self.drafter = self._make_drafter()
+        # async scheduling: steps executed and not yet applied to the engine, oldest first
+        self.depth = pipeline_depth(engine, self.engine, config)
+        self.in_flight: deque[tuple[SchedulerOutput, dict[str, int]]] = deque()
 
     def _make_drafter(self) -> Drafter | None:
         """The drafter of speculative decoding with acceptance, or None (K = 0)."""
@@ -143,6 +151,11 @@ class Simulation:
         if not isinstance(self.executor, SymbolicExecutor):
             raise ValueError(
                 f"num_speculative_tokens={k}: only the symbolic executor verifies drafts"
+            )
+        if is_async_scheduling(self.config):
+            raise ValueError(
+                f"num_speculative_tokens={k} with async scheduling: drafts reach vLLM through "
+                "the output (update_draft_token_ids_in_output), which is not modelled yet"
             )
         self.spec_engine = self.engine
         return Drafter(k, self.options.draft_acceptance, self.rng, self.options.vocab_size)
@@ -174,6 +187,9 @@ class Simulation:
             res.outputs.setdefault(rid, list(self.sampled.get(rid, ())))
         res.requests = len(self.arrivals.released)
         res.invariants_checked += getattr(self.executor, "num_keys_checked", 0)
+        engine_paths = getattr(self.engine, "rare_path_counts", None)
+        if engine_paths is not None:
+            self.coverage.observe_engine_paths(engine_paths())
         res.coverage = dict(self.coverage.counts)
         if self.kv_events is not None:
             res.kv_events = self.kv_events.events
@@ -192,6 +208,9 @@ class Simulation:
         while not self.done:
             try:
                 self._drain_inbox()
+                if self.in_flight and not self.engine.has_unfinished_requests():
+                    self._complete_oldest()  # async: its output is still to be applied
+                    continue
                 if not self.engine.has_unfinished_requests():
                     lost = check_not_lost(self.fingerprint.num_steps, *self._lost())
                     if lost:  # the engine dropped a request without reporting it
@@ -215,11 +234,17 @@ class Simulation:
                     return
                 if not output.scheduled:
                     self._after_empty_step(output)
+                    if self.in_flight and not self.done:  # async: step N+1 was empty
+                        self._complete_oldest()
+                        self.empty_steps = 0
                     if not self.done:
                         yield from self._sleep_or_stall()
                     continue
                 self.empty_steps = 0
-                yield from self._step(output)
+                if self.depth == 1:
+                    yield from self._step(output)
+                else:
+                    yield from self._pipelined_step(output)
             except EngineCrash as crash:
                 self._violate(
                     [
@@ -242,6 +267,7 @@ class Simulation:
 
     def _step(self, output: SchedulerOutput):
         cfg, opts = self.config, self.options
+        self.preempted_since_pool_check.update(output.preempted_req_ids)
         violations: list[Violation] = []
         if opts.check_invariants:
             violations += self.accounting.check_step(output, self.num_tokens)
@@ -319,6 +345,81 @@ class Simulation:
             propose = self.spec_engine.update_draft_token_ids
             self._call("update_draft_token_ids", propose, drafts)
 
+    def _pipelined_step(self, output: SchedulerOutput):
+        """Async scheduling (vLLM's AsyncScheduler + EngineCore.step_with_batch_queue):
+        step N+1 was scheduled while step N's output had not reached the engine. The runner
+        executes N+1 (after N, in stream order; it fills in N's samples for the
+        placeholders), then the engine gets N's output::
+
+            schedule(N)  execute(N)  schedule(N+1)  execute(N+1)  update(N)  schedule(N+2) ...
+
+        Every check follows that order: N+1's accounting and shadow-KV reads run against
+        what the runner knows (N's samples included); the outputs and the pool are
+        checked after update(N), when the engine has applied them.
+        """
+        cfg, opts = self.config, self.options
+        engine_output, output = output, self._fill_placeholders(output)
+        violations: list[Violation] = []
+        if opts.check_invariants:
+            violations += self.accounting.check_step(output, self.num_tokens)
+            self.result.invariants_checked += 3 + 7 * len(output.scheduled)
+        self._retire(output.finished_req_ids, "finished", None)
+        self._reject(output)
+        meta = build_metadata(
+            output, cfg.block_size, max_model_len=cfg.max_model_len, kv_groups=self.kv_groups
+        )
+        meta = apply_runner_mutant(meta, cfg.mutant)
+        sampled = self.executor.execute(meta)
+        violations += getattr(self.executor, "violations", [])
+        if opts.check_invariants:
+            self.result.invariants_checked += meta.num_tokens
+        self._record(output)
+        self.coverage.observe_step(output, self.live)
+        for rid, token in sampled.items():  # the runner knows them now; the engine later
+            self.num_tokens[rid] += 1
+            self.sampled[rid].append(token)
+        yield self.env.timeout(self.cost.step_time_us(meta) * 1e-6)
+        violations = self._unignored(violations)
+        self._violate(violations)
+        if self.done:  # a violation is reported before the engine sees the step
+            return
+        self.in_flight.append((engine_output, sampled))  # the engine's own object back
+        while len(self.in_flight) >= self.depth and not self.done:
+            self._complete_oldest()
+
+    def _complete_oldest(self) -> None:
+        """Apply the oldest executed step's output to the engine, then check."""
+        output, sampled = self.in_flight.popleft()
+        finished = self._call("update_from_output", self.engine.update_from_output, output, sampled)
+        violations = self.protocol.check_finished(
+            output.step, finished, self.live, self.result.outputs
+        )
+        if self.options.check_invariants:
+            violations += self._after_update(output, finished)
+        self._violate(violations)
+        self._finish_requests(finished)
+
+    def _fill_placeholders(self, output: SchedulerOutput) -> SchedulerOutput:
+        """The runner's tokens for positions the engine scheduled as placeholders."""
+        if not any(_has_placeholder(r) for r in output.scheduled):
+            return output
+        scheduled = tuple(self._filled(r) if _has_placeholder(r) else r for r in output.scheduled)
+        return dataclasses.replace(output, scheduled=scheduled)
+
+    def _filled(self, r: ScheduledRequest) -> ScheduledRequest:
+        """`r` with each placeholder replaced by the token the runner sampled there (one it
+        never sampled stays a placeholder: the accounting and the shadow KV see it)."""
+        self.coverage.counts["async-output-placeholder"] += 1
+        request = self.live.get(r.request_id)
+        sampled = self.sampled.get(r.request_id, [])
+        tokens = r.token_ids.copy()
+        for i in np.flatnonzero(tokens == PLACEHOLDER_TOKEN_ID).tolist():
+            output_index = r.num_computed_tokens + i - r.num_prompt_tokens
+            if request is not None and 0 <= output_index < len(sampled):
+                tokens[i] = sampled[output_index]
+        tokens.flags.writeable = False
+        return dataclasses.replace(r, token_ids=tokens)
+
     def _after_update(
         self, output: SchedulerOutput, finished: list[FinishedRequest]
     ) -> list[Violation]:
@@ -331,10 +432,20 @@ class Simulation:
         out = self.accounting.check_agreement(step, snapshot.num_computed_tokens())
         for f in finished:
             out += self._check_outputs(step, f)
-        if self.fingerprint.num_steps % self.pool_interval == 0:
-            live = set(self.live) - {f.request_id for f in finished}
-            out += self.pool.check(step, snapshot, live, self._block_contents)
-            self.result.invariants_checked += 3 * snapshot.num_blocks
+        out += self._check_pool(step, snapshot, finished)
+        return out
+
+    def _check_pool(self, step: int, snapshot, finished: list[FinishedRequest]) -> list[Violation]:
+        """Every step: the blocks that changed (a full sweep every Nth step if asked)."""
+        live = self.live.keys() - {f.request_id for f in finished}
+        interval = self.full_sweep_interval
+        if interval and self.fingerprint.num_steps % interval == 0:
+            out = self.pool.sweep(step, snapshot, live, self._block_contents)
+        else:
+            preempted = self.preempted_since_pool_check
+            out = self.pool.check(step, snapshot, live, self._block_contents, preempted)
+        self.preempted_since_pool_check = set()
+        self.result.invariants_checked += 3 * self.pool.num_blocks_checked
         return out
 
     def _check_outputs(self, step: int, finished: FinishedRequest) -> list[Violation]:
@@ -360,6 +471,7 @@ class Simulation:
 
     def _after_empty_step(self, output: SchedulerOutput) -> None:
         """A step that runs nothing may still preempt, finish or reject requests."""
+        self.preempted_since_pool_check.update(output.preempted_req_ids)
         self._retire(output.finished_req_ids, "finished", None)
         self._reject(output)
         if output.preempted_req_ids:
@@ -369,6 +481,9 @@ class Simulation:
                 meta = build_metadata(output, self.config.block_size, kv_groups=self.kv_groups)
                 self.executor.execute(meta)
             self.coverage.observe_step(output, self.live)
+        if output.discarded and isinstance(self.executor, SymbolicExecutor):
+            self.executor.execute(build_metadata(output, self.config.block_size))  # their KV
+            self._violate(self._unignored(self.executor.violations))
         if output.rejected_req_ids or output.finished_req_ids or output.preempted_req_ids:
             self._record(output)
             self.empty_steps = 0
@@ -562,8 +677,11 @@ class Simulation:
         threshold = self.config.long_prefill_token_threshold
         if 0 < threshold < tokens_per_step:
             tokens_per_step = threshold
+        tokens_per_step, prefill_interval = _engine_step_limits(self.config, tokens_per_step)
         work = sum(
-            -(-(self.num_tokens[rid]) // tokens_per_step) + req.max_tokens - len(self.sampled[rid])
+            prefill_interval * -(-(self.num_tokens[rid]) // tokens_per_step)
+            + req.max_tokens
+            - len(self.sampled[rid])
             for rid, req in self.live.items()
         )
         return 2 * work + 2 * len(self.live) + 1000
@@ -622,8 +740,35 @@ class Simulation:
         )
         if self.options.check_invariants:
             step = self.fingerprint.num_steps
-            violations = self.pool.check(step, snapshot, set(), self._block_contents)
+            violations = self.pool.sweep(step, snapshot, set(), self._block_contents)
             self._violate(violations + check_no_leak(step, snapshot))
+
+
+def _has_placeholder(r: ScheduledRequest) -> bool:
+    return bool(r.token_ids.size) and int(r.token_ids[-1]) == PLACEHOLDER_TOKEN_ID
+
+
+def _engine_step_limits(config: EngineConfig, tokens_per_step: int) -> tuple[int, int]:
+    """(tokens a request may run per step, steps per prefill step) under vLLM's scheduler
+    options (EngineConfig.extra: vllm:max_num_scheduled_tokens caps the step's tokens;
+    vllm:prefill_schedule_interval runs prefill once every N steps)."""
+    scheduled_max = config.extra.get("vllm:max_num_scheduled_tokens", "none")
+    if scheduled_max.lower() != "none":
+        tokens_per_step = min(tokens_per_step, int(scheduled_max))
+    return tokens_per_step, int(config.extra.get("vllm:prefill_schedule_interval", "1"))
+
+
+def pipeline_depth(name: str, engine: object, config: EngineConfig) -> int:
+    """Steps in flight: 1, or 2 under async scheduling, for an engine that models it (a
+    ValueError otherwise: the CLI's exit 2)."""
+    if not is_async_scheduling(config):
+        return 1
+    if not getattr(engine, "supports_async_scheduling", False):
+        raise ValueError(
+            f"engine {name!r} does not model async scheduling (--async-scheduling): "
+            "use --engine vllm-v1"
+        )
+    return 2
 
 
 def _make_executor(options: SimOptions, config: EngineConfig):
@@ -649,10 +794,6 @@ def _harness_crash(step: int, exc: Exception) -> Violation:
         f"the harness raised {type(exc).__name__}: {exc}",
         found="".join(traceback.format_exception(exc)),
     )
-
-
-def _auto_interval(config: EngineConfig) -> int:
-    return 1 if config.num_gpu_blocks <= 4096 else 64
 
 
 def _progress(enabled: bool):

@@ -23,7 +23,9 @@ class SimOptions:
     steps_max: int = 10_000_000
     stall_steps_max: int = 16  # consecutive steps that schedule nothing while work waits
     liveness_steps_max: int = 0  # after the last arrival; 0 = derived from the work left
-    pool_check_interval_steps: int = 0  # 0 = every step up to 4096 blocks, else every 64th
+    # the block pool is checked every step, incrementally (the blocks that changed), and in
+    # full at the end; N > 0 adds a full sweep every Nth step (1: every step, the reference)
+    pool_check_interval_steps: int = 0
     keep_going: bool = False  # go on after a violating step
     record_schedule: bool = False  # keep every SchedulerOutput (for bundles)
     record_kv_events: bool = False  # keep the engine's block events (sim/kv_events.py)

@@ -44,6 +44,11 @@ through that group's table, and nothing before (those blocks may be freed and re
 
 The identities are those of `invariants/hash_model.py`: KV of position p = hash of the
 request's tokens [0..p]; two requests with the same prefix expect the same identities.
+
+An engine that hands per-token slot lists (`ScheduledRequest.slots`, SGLang) gets metadata
+of block size 1 (`engines/metadata.py`); at its first step the executor then tracks every
+slot as a block of one (`num_blocks * block_size` blocks of size 1), and its engine's KV
+snapshot names slots too.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from schedcheck.engines.metadata import RunnerMetadata, gather_slots
-from schedcheck.engines.protocol import KVCacheGroup
+from schedcheck.engines.protocol import KVCacheGroup, ScheduledRequest
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.violation import Violation
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
@@ -114,6 +119,7 @@ class SymbolicExecutor:
         # request id -> the drafts the rejection sampler accepted in the last step (those
         # with scheduled drafts only); its sampled token is the bonus after them
         self.accepted_token_ids: dict[str, tuple[int, ...]] = {}
+        self.salt_identity: dict[str, int] = {}  # request id -> its salt's identity (salted)
 
     # -- the Executor protocol ------------------------------------------------------------
 
@@ -128,6 +134,8 @@ class SymbolicExecutor:
         ids = np.zeros(capacity, dtype=U64)
         ids[:n] = hash_model.identities(tokens[:n], hash_model.salt_identity(cache_salt))
         self.requests[request_id] = _ShadowRequest(len(self.req_names), tokens, ids, n)
+        if cache_salt is not None:  # kept past finish_request, for discarded writes
+            self.salt_identity[request_id] = hash_model.salt_identity(cache_salt)
         self.req_names.append(request_id)
 
     def finish_request(self, request_id: str) -> None:
@@ -145,6 +153,10 @@ class SymbolicExecutor:
                 self._unverify(preempted, 0)
         for src, dst in meta.output.block_copies:  # copy-on-write, before the forward: into
             self._copy_block(step, src, dst)  # blocks this step's preemptions may have freed
+        if meta.num_reqs and meta.block_size != self.block_size:
+            self._use_slot_granularity(meta.block_size)
+        if meta.output.discarded:
+            self._write_discarded(step, meta.output.discarded)
         reqs = [self.requests.get(rid) for rid in meta.req_ids]
         for rid, req in zip(meta.req_ids, reqs, strict=True):
             if req is None:
@@ -163,6 +175,52 @@ class SymbolicExecutor:
         if meta.lookahead_slot_mapping.size:
             self._write_drafts(meta, known)
         return sampled
+
+    def _use_slot_granularity(self, block_size: int) -> None:
+        """Track each slot as a block of its own (metadata from per-token slot lists)."""
+        assert block_size == 1, f"metadata of block size {block_size}, executor {self.block_size}"
+        assert not self.verifiers.any(), "block size changed after requests verified KV"
+        self.block_size = 1
+        self.num_blocks = self.num_slots
+        self.verifiers = np.zeros(self.num_slots, dtype=np.int32)
+
+    def _write_discarded(self, step: int, discarded: Sequence[ScheduledRequest]) -> None:
+        """KV writes of requests the simulator retired but the engine still runs (their
+        output is discarded): each chunk's identities chain from the KV the request wrote
+        at the position before the chunk, so a reader that later shares them (a prefix
+        hit) checks them as any other KV. A write into KV a live request verified is a
+        violation, as for any writer."""
+        for r in discarded:
+            assert r.slots is not None, r.request_id
+            lo, hi = r.num_computed_tokens, r.num_end_tokens
+            slots = np.asarray(r.slots[lo:hi], dtype=I64)
+            prev = self._identity_before(r.request_id, r.slots, lo)
+            ids = hash_model.identities(np.asarray(r.token_ids, I64), prev, lo)
+            if lo and prev == 0:  # the chain's start was never written: nothing right to write
+                ids ^= hash_model.POISON
+            ok = (slots >= 0) & (slots < self.num_slots)
+            hurt = [int(x) for x in slots[ok] if self.verifiers[x // self.block_size] > 0]
+            if hurt:
+                self._violate(
+                    "block-pool.write-into-shared-block",
+                    step,
+                    r.request_id,
+                    f"the discarded step of aborted {r.request_id} writes slot {hurt[0]}, "
+                    "which holds KV a live request verified",
+                    slot=hurt[0],
+                )
+            self.shadow[slots[ok]] = ids[ok]
+            self.writer_req[slots[ok]] = -1
+            self.writer_pos[slots[ok]] = np.arange(lo, hi, dtype=I64)[ok]
+            self.writer_step[slots[ok]] = step
+
+    def _identity_before(self, request_id: str, slots: Sequence[int], lo: int) -> int:
+        """The identity a discarded chunk starting at position `lo` chains from: the KV at
+        position lo - 1 (its slot), or the request's salt identity at position 0."""
+        if lo == 0:
+            return self.salt_identity.get(request_id, 0)
+        slot = slots[lo - 1]
+        return int(self.shadow[slot]) if 0 <= slot < self.num_slots else 0
 
     # -- step phases ------------------------------------------------------------------------
 

@@ -17,6 +17,10 @@ The queue is an OrderedDict keyed by block id (insertion order is the LRU order;
 from the middle is O(1)); decisions never depend on set or hash order. There is no null
 block: every block id is usable.
 
+`change_log` (off until a checker turns it on through the snapshot) collects the ids of the
+blocks whose ref_cnt, hash or free-queue position changed, so that the block-pool invariants
+check only those each step (invariants/pool_delta.py).
+
 When two requests compute the same block at the same time, the first to cache it owns the
 hash; the second one's copy stays an uncached private block (vLLM keeps both under one hash
 and always hits the first, which amounts to the same).
@@ -36,6 +40,7 @@ class BlockPool:
         "cache_version",
         "cached_block_hash_to_block",
         "cached_hash_of_block",
+        "change_log",
         "free_block_queue",
         "num_blocks",
         "num_evicted_blocks",
@@ -54,6 +59,7 @@ class BlockPool:
         # version would find the same hit.
         self.cache_version = 0
         self.num_evicted_blocks = 0  # cached blocks evicted for new allocations, in total
+        self.change_log: set[int] | None = None  # block ids changed since the checker looked
 
     @property
     def num_free_blocks(self) -> int:
@@ -72,6 +78,8 @@ class BlockPool:
                 self._evict(block_id)
             assert self.ref_cnt[block_id] == 0, "a free block had holders"
             self.ref_cnt[block_id] = 1
+            if self.change_log is not None:
+                self.change_log.add(block_id)
             return [block_id]
         block_ids = [queue.popitem(last=False)[0] for _ in range(num_blocks)]
         cached_hash_of_block = self.cached_hash_of_block
@@ -82,6 +90,8 @@ class BlockPool:
         if block_ids:
             assert not self.ref_cnt[block_ids].any(), "a free block had holders"
             self.ref_cnt[block_ids] = 1
+            if self.change_log is not None:
+                self.change_log.update(block_ids)
         return block_ids
 
     def touch(self, block_ids: Sequence[int]) -> None:
@@ -92,6 +102,8 @@ class BlockPool:
         for block_id in block_ids:
             queue.pop(block_id, None)
         self.ref_cnt[list(block_ids)] += 1
+        if self.change_log is not None:
+            self.change_log.update(block_ids)
 
     def free_blocks(self, ordered_block_ids: Sequence[int]) -> None:
         """Drop one reference on each block; blocks reaching 0 join the queue's tail in order.
@@ -104,6 +116,8 @@ class BlockPool:
         ref_cnt = self.ref_cnt
         ref_cnt[ids] -= 1
         assert (ref_cnt[ids] >= 0).all(), "ref_cnt went negative: double free"
+        if self.change_log is not None:
+            self.change_log.update(ordered_block_ids)
         queue = self.free_block_queue
         for block_id in ids[ref_cnt[ids] == 0].tolist():
             assert block_id not in queue
@@ -123,6 +137,8 @@ class BlockPool:
         cached_hash_of_block = self.cached_hash_of_block
         new_ids = block_ids[num_cached_blocks:num_full_blocks]
         new_hashes = block_hashes[num_cached_blocks:num_full_blocks]
+        if self.change_log is not None:
+            self.change_log.update(new_ids)
         if (
             cached_hash_of_block.keys().isdisjoint(new_ids)
             and cached.keys().isdisjoint(new_hashes)
@@ -158,6 +174,8 @@ class BlockPool:
 
     def _evict(self, block_id: int) -> None:
         block_hash = self.cached_hash_of_block.pop(block_id)
+        if self.change_log is not None:
+            self.change_log.add(block_id)
         assert self.cached_block_hash_to_block.get(block_hash) == block_id
         del self.cached_block_hash_to_block[block_hash]
         self.cache_version += 1

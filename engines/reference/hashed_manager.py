@@ -16,8 +16,11 @@ BUGS #4 cannot arise at all). A request's blocks are freed in reverse order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import cast
+
+import numpy as np
+import numpy.typing as npt
 
 from schedcheck.engines.reference.block_pool import BlockPool
 from schedcheck.engines.reference.kv_manager import EMPTY_HIT, PrefixHit, cdiv
@@ -226,3 +229,15 @@ class HashedKVSnapshot(ManagerSnapshot):
 
     def num_computed_tokens(self) -> Mapping[str, int]:
         return self._manager._num_computed_tokens
+
+    def is_free(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """For each block id: in the free queue? (one C-level pass, for the pool check)"""
+        queue = self._manager.block_pool.free_block_queue
+        return np.fromiter(map(queue.__contains__, ids.tolist()), bool, ids.size)
+
+    def take_changed_block_ids(self) -> Collection[int] | None:
+        """Blocks whose ref_cnt, hash or free-queue position changed since the last call;
+        None on the first (it turns the pool's change log on). See invariants/pool_delta.py."""
+        pool = self._manager.block_pool
+        changed, pool.change_log = pool.change_log, set()
+        return changed

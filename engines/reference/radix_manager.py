@@ -29,8 +29,7 @@ never in it.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -38,7 +37,7 @@ import numpy.typing as npt
 from schedcheck.engines.reference.kv_manager import EMPTY_HIT, PrefixHit, cdiv
 from schedcheck.engines.reference.radix_cache import RadixCache, TreeNode
 from schedcheck.engines.reference.request import Request
-from schedcheck.engines.reference.snapshot import ManagerSnapshot, readonly_view
+from schedcheck.engines.reference.snapshot import CountedDeque, ManagerSnapshot, readonly_view
 
 
 class _RequestPages:
@@ -58,7 +57,11 @@ class RadixKVManager:
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.tree = RadixCache(page_size)
-        self.free_pool: deque[int] = deque(range(num_blocks))
+        self.free_pool = CountedDeque(num_blocks)  # O(1) membership for the pool check
+        # On once a checker takes them (RadixKVSnapshot): blocks whose ref_cnt, hash or
+        # free-pool entries changed (the pool notes its own), tables rewritten in place.
+        self.change_log: set[int] | None = None
+        self.rewritten_req_ids: set[str] | None = None
         self.ref_cnt: npt.NDArray[np.int64] = np.zeros(num_blocks, dtype=np.int64)
         self._ref_cnt_view = readonly_view(self.ref_cnt)
         self._requests: dict[str, _RequestPages] = {}
@@ -211,6 +214,9 @@ class RadixKVManager:
         block_ids = pages.block_ids
         first = pages.num_tree_pages
         assert len(tree_block_ids) == num_full_pages - first
+        if self.change_log is not None:  # hashed now (or swapped for the tree's page below)
+            self.change_log.update(block_ids[first:num_full_pages])
+            self.change_log.update(tree_block_ids)
         if tree_block_ids == block_ids[first:num_full_pages]:
             tree_block_ids = []  # the common case: the tree took the request's own pages
         for offset, tree_block_id in enumerate(tree_block_ids):
@@ -220,6 +226,8 @@ class RadixKVManager:
                 self.ref_cnt[tree_block_id] += 1
                 block_ids[first + offset] = tree_block_id
                 self._table_tuples.pop(request.request_id, None)
+                if self.rewritten_req_ids is not None:
+                    self.rewritten_req_ids.add(request.request_id)
         self.tree.lock(new_node)
         self.tree.unlock(node)
         pages.last_node = new_node
@@ -297,3 +305,18 @@ class RadixKVSnapshot(ManagerSnapshot):
 
     def num_computed_tokens(self) -> Mapping[str, int]:
         return {rid: p.num_computed_tokens for rid, p in self._manager._requests.items()}
+
+    def take_changed_block_ids(self) -> Collection[int] | None:
+        """Blocks whose ref_cnt, hash or free-pool entries changed since the last call; None
+        on the first (it turns the logs on). Tree evictions reach the free pool, which
+        notes them. See invariants/pool_delta.py."""
+        manager = self._manager
+        changed = manager.change_log
+        manager.change_log = manager.free_pool.change_log = set()
+        return changed
+
+    def take_rewritten_req_ids(self) -> Collection[str]:
+        """Requests whose table had an entry replaced in place (a page the tree held)."""
+        manager = self._manager
+        rewritten, manager.rewritten_req_ids = manager.rewritten_req_ids or set(), set()
+        return rewritten

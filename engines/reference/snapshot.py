@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
@@ -73,3 +73,51 @@ class ManagerSnapshot:
     def ref_cnt(self) -> npt.NDArray[np.int64]:
         view: npt.NDArray[np.int64] = self._manager._ref_cnt_view
         return view
+
+
+class CountedDeque(deque[int]):
+    """A free pool of block ids (a deque) that counts each id's entries, so that `in` costs
+    O(1) and an id queued twice shows, and notes the ids it gains or loses in `change_log`
+    (a set, when a checker turned it on) for the incremental block-pool check.
+
+    Only the deque operations a block manager uses are counted (append, extend, popleft);
+    the others raise rather than let the counts go stale.
+    """
+
+    __slots__ = ("change_log", "counts")
+
+    def __init__(self, num_blocks: int) -> None:
+        super().__init__(range(num_blocks))
+        self.counts = [1] * num_blocks
+        self.change_log: set[int] | None = None
+
+    def append(self, block_id: int) -> None:
+        super().append(block_id)
+        self.counts[block_id] += 1
+        if self.change_log is not None:
+            self.change_log.add(block_id)
+
+    def extend(self, block_ids: Iterable[int]) -> None:
+        ids = list(block_ids)
+        super().extend(ids)
+        counts = self.counts
+        for block_id in ids:  # bounded: the ids given
+            counts[block_id] += 1
+        if self.change_log is not None:
+            self.change_log.update(ids)
+
+    def popleft(self) -> int:
+        block_id = super().popleft()
+        self.counts[block_id] -= 1
+        if self.change_log is not None:
+            self.change_log.add(block_id)
+        return block_id
+
+    def __contains__(self, block_id: object) -> bool:
+        counts = self.counts
+        return isinstance(block_id, int) and 0 <= block_id < len(counts) and counts[block_id] > 0
+
+    def _uncounted(self, *args: object) -> None:
+        raise NotImplementedError("CountedDeque counts append, extend and popleft only")
+
+    appendleft = extendleft = pop = remove = clear = insert = rotate = _uncounted  # type: ignore[assignment]

@@ -3,9 +3,10 @@
 Importable without vLLM (the adapter modules import it at their top), so the fuzzer can
 draw configs for an adapter, and tests can read its declaration, where vLLM is absent.
 
-Both adapters drive vLLM's scheduler without its drafter (no draft tokens), with no
-scheduling policy set (no priorities), and reject a prompt vLLM's frontend refuses rather
-than one that can never fit the cache; both keep a block beyond a request's own KV:
+Both adapters drive vLLM's scheduler without its drafter (no draft tokens), v0 with no
+scheduling policy set (no priorities; v1 has --policy), and reject a prompt vLLM's
+frontend refuses rather than one that can never fit the cache; both keep a block beyond
+a request's own KV:
 - v1: BlockPool keeps block 0 as its null block;
 - v0: can_append_slots (both block managers) counts every block a decode touches as a new
   allocation, so it wants a free block even when the last block has room: a request whose
@@ -23,11 +24,14 @@ from typing import Any
 from schedcheck.engines.capabilities import Capabilities, declare
 from schedcheck.engines.protocol import Engine, EngineConfig
 from schedcheck.engines.registry import EngineLoadError
-from schedcheck.engines.vllm.common import fit_config, fit_config_v0
+from schedcheck.engines.vllm.common import fit_config_v0
+from schedcheck.engines.vllm.v1_fit import fit_config_v1
 
+# v1 reads priorities under --policy priority (the swarm draws that policy for vllm-v1 with
+# its other scheduler options: sim/fuzz/swarm_vllm.py; docs/vllm-surface.md)
 V1_CAPABILITIES = Capabilities(
-    fit_config=fit_config,
-    priorities=False,
+    fit_config=fit_config_v1,
+    priorities=True,
     lookahead_tokens=False,
     rejects_oversize=False,
     spare_blocks=1,

@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from schedcheck.engines.protocol import EngineConfig
+from schedcheck.engines.protocol import EngineConfig, is_async_scheduling
 from schedcheck.engines.vllm.common import prepare_environment, write_tiny_model_dir
+from schedcheck.engines.vllm.v1_options import scheduler_kwargs
 
 prepare_environment()
 
@@ -67,7 +68,9 @@ def build_scheduler(config: EngineConfig) -> BuiltScheduler:
             for g in range(len(config.kv_cache_groups))
         ],
     )
-    scheduler = Scheduler(
+    scheduler_cls = vllm_config.scheduler_config.get_scheduler_cls()  # AsyncScheduler if async
+    assert issubclass(scheduler_cls, Scheduler), scheduler_cls
+    scheduler = scheduler_cls(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,
         structured_output_manager=StructuredOutputManager(vllm_config),
@@ -106,8 +109,9 @@ def _vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
         enable_chunked_prefill=config.enable_chunked_prefill,
         long_prefill_token_threshold=config.long_prefill_token_threshold,
         is_encoder_decoder=False,
-        async_scheduling=False,
+        async_scheduling=is_async_scheduling(config),
         policy=config.extra.get("policy", "fcfs"),
+        **scheduler_kwargs(config.extra),
     )
     cache_config = CacheConfig(
         block_size=config.block_size,

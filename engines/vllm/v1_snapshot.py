@@ -20,16 +20,25 @@ concatenation of its groups' req_to_blocks, group 0 first, without the null bloc
 sliding-window group holds where it freed blocks before the window (a reserved block is in
 no table), and a cached block's hash keeps
 vLLM's group id (BlockHashWithGroupId), since each group's KV of equal tokens differs.
+
+Point reads for the incremental pool check (invariants/pool_delta.py), each O(ids asked):
+`ref_cnt_of`, `is_free` (a block is linked into vLLM's free list iff its prev_free_block is
+set), `num_free_entries` (the list's own count), `hash_of`, `block_table_views` (tables as
+lazy id sequences over vLLM's block lists), and `take_changed_block_ids` from the
+adapter's `BlockChangeLog` (v1_changes.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
 from vllm.v1.core.kv_cache_utils import get_block_hash
 from vllm.v1.core.sched.scheduler import Scheduler
+
+from schedcheck.engines.vllm.v1_changes import BlockChangeLog
 
 NULL_BLOCK_REF_CNT = 1  # reported for vLLM's null block: held by the pool itself
 
@@ -43,8 +52,10 @@ class V1KVSnapshot:
         block_size: int,
         num_evicted_blocks: int,
         num_sliding_window_blocks_freed: int = 0,
+        change_log: BlockChangeLog | None = None,
     ) -> None:
         self._scheduler = scheduler
+        self._change_log = change_log
         self.num_evicted_blocks = num_evicted_blocks  # cached blocks evicted, in total
         # blocks a sliding-window manager freed before a request's window, in total
         self.num_sliding_window_blocks_freed = num_sliding_window_blocks_freed
@@ -75,8 +86,47 @@ class V1KVSnapshot:
         return out
 
     def free_block_ids(self) -> Sequence[int]:
-        """vLLM's free_block_queue, head first (the head is evicted / reused first)."""
-        return [b.block_id for b in self._pool.free_block_queue.get_all_free_blocks()]
+        """vLLM's free_block_queue, head first (the head is evicted / reused first).
+
+        Walked from the fake head along next_free_block, at most num_blocks links (a
+        corrupt list may hold a cycle)."""
+        queue = self._pool.free_block_queue
+        tail = queue.fake_free_list_tail
+        out: list[int] = []
+        block = queue.fake_free_list_head.next_free_block
+        for _ in range(self.num_blocks):  # bounded: a cycle must not hang the check
+            if block is None or block is tail:
+                break
+            out.append(block.block_id)
+            block = block.next_free_block
+        return out
+
+    # -- point reads for the incremental check ---------------------------------------------
+
+    def take_changed_block_ids(self) -> Collection[int] | None:
+        return None if self._change_log is None else self._change_log.take()
+
+    def ref_cnt_of(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        blocks = self._pool.blocks
+        return np.fromiter((blocks[b].ref_cnt for b in ids.tolist()), np.int64, ids.size)
+
+    def is_free(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        blocks = self._pool.blocks
+        return np.fromiter(
+            (blocks[b].prev_free_block is not None for b in ids.tolist()), bool, ids.size
+        )
+
+    def num_free_entries(self) -> int:
+        return int(self._pool.free_block_queue.num_free_blocks)
+
+    def hash_of(self, ids: npt.NDArray[np.int64]) -> list[bytes | None]:
+        blocks = self._pool.blocks
+        hashes = [blocks[b].block_hash for b in ids.tolist()]
+        return [None if h is None else bytes(get_block_hash(h)) for h in hashes]
+
+    def block_table_views(self) -> Mapping[str, Sequence[int]]:
+        """req_to_blocks as lazy id sequences (len, [i] and [i:] cost what they read)."""
+        return _TableViews(self._manager.req_to_blocks)
 
     def cached_blocks(self) -> Mapping[int, bytes]:
         """block id -> vLLM's BlockHash (bytes, group id stripped), in block-id order."""
@@ -126,3 +176,50 @@ class V1KVSnapshot:
     def num_cached_blocks(self) -> Mapping[str, int]:
         """request id -> the manager's num_cached_block: leading blocks whose hash it cached."""
         return dict(self._manager.num_cached_block)
+
+
+class _BlockIds(Sequence[int]):
+    """The block ids of one of vLLM's block lists, read on access."""
+
+    __slots__ = ("_blocks",)
+
+    def __init__(self, blocks: list[Any]) -> None:
+        self._blocks = blocks
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | Sequence[int]:
+        if isinstance(index, slice):
+            return [b.block_id for b in self._blocks[index]]
+        return int(self._blocks[index].block_id)
+
+
+class _TableViews(Mapping[str, Sequence[int]]):
+    """request id -> _BlockIds, for the requests whose list is not empty."""
+
+    __slots__ = ("_req_to_blocks",)
+
+    def __init__(self, req_to_blocks: Mapping[str, list[Any]]) -> None:
+        self._req_to_blocks = req_to_blocks
+
+    def __getitem__(self, request_id: str) -> Sequence[int]:
+        blocks = self._req_to_blocks.get(request_id, [])  # get: a defaultdict must not grow
+        if not blocks:
+            raise KeyError(request_id)
+        return _BlockIds(blocks)
+
+    def __contains__(self, request_id: object) -> bool:
+        return bool(self._req_to_blocks.get(request_id)) if isinstance(request_id, str) else False
+
+    def __iter__(self) -> Iterator[str]:
+        return (rid for rid, blocks in self._req_to_blocks.items() if blocks)
+
+    def __len__(self) -> int:
+        return sum(1 for blocks in self._req_to_blocks.values() if blocks)

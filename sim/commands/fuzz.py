@@ -121,7 +121,10 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         choices=FAMILIES,
-        help="draw this option family on in every example (a campaign per family): "
+        help="draw this option family on in every example (a campaign per family); vllm-v1: "
+        "priority (policy), async (async scheduling), budget (max_num_scheduled_tokens, "
+        "adaptive threshold, prefill_schedule_interval), admission (watermark, "
+        "scheduler_reserve_full_isl, max_num_active_seqs), queue (max_num_queued_*), "
         "spec-decode (scheduled drafts with acceptance), sliding-window (a hybrid KV "
         "cache with a sliding-window group); repeatable",
     )
@@ -329,6 +332,8 @@ def reproduce_command(args: argparse.Namespace, ignore: tuple[str, ...]) -> str:
     ]
     if args.no_faults:
         words.append("--no-faults")
+    for family in args.family:
+        words += ["--family", family]
     for name in ignore:
         words += ["--ignore", name]
     return shlex.join(words)

@@ -19,7 +19,7 @@ from schedcheck.engines.capabilities import (
     config_refusals,
     request_refusal,
 )
-from schedcheck.engines.protocol import EngineConfig, parse_kv_groups
+from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig, parse_kv_groups
 from schedcheck.engines.registry import EngineLoadError, capabilities
 from schedcheck.sim.bundles import rerun_bundle, same_violations, save_bundle
 from schedcheck.sim.commands.common import (
@@ -166,6 +166,57 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     eng.add_argument("--no-prefix-caching", action="store_true")
     eng.add_argument("--no-chunked-prefill", action="store_true")
     eng.add_argument("--mutant", default=None, help="switch on a named mutant (mutants list)")
+    add_scheduler_option_args(eng)
+
+
+def add_scheduler_option_args(eng: argparse._ArgumentGroup) -> None:
+    """--policy, --async-scheduling, --vllm-option: scheduler options in EngineConfig.extra."""
+    eng.add_argument(
+        "--policy",
+        choices=("fcfs", "priority"),
+        default=None,
+        help="scheduling policy (reference, vllm-v1): priority runs lower trace `priority` "
+        "values first, ties by arrival (default fcfs)",
+    )
+    eng.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="vllm-v1: vLLM's AsyncScheduler; step N+1 is scheduled before step N's output "
+        "reaches the engine (pipeline depth 2, output placeholders)",
+    )
+    eng.add_argument(
+        "--vllm-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="vllm-v1: a SchedulerConfig field, e.g. watermark=0.1, "
+        "max_num_scheduled_tokens=512, prefill_schedule_interval=2, max_num_queued_reqs=64 "
+        "(repeatable; an unknown KEY is refused with the known ones)",
+    )
+
+
+def scheduler_option_extra(args: argparse.Namespace) -> dict[str, str]:
+    """EngineConfig.extra for --policy, --async-scheduling and --vllm-option (UsageError on a
+    bad option, or one the engine has no use for)."""
+    extra: dict[str, str] = {}
+    if args.policy is not None:
+        extra["policy"] = args.policy
+    if args.async_scheduling:
+        extra[ASYNC_SCHEDULING_KEY] = "true"
+    if args.vllm_option:
+        if args.engine != "vllm-v1":
+            raise UsageError(f"--vllm-option is for --engine vllm-v1, not {args.engine!r}")
+        try:
+            from schedcheck.engines.vllm.v1_options import options_extra, parse_option
+
+            extra.update(options_extra(parse_option(text) for text in args.vllm_option))
+        except ImportError as exc:
+            raise UsageError(
+                f"--vllm-option needs vLLM installed (tox -e vllm-v1): {exc}"
+            ) from None
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return extra
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -184,6 +235,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         enable_chunked_prefill=not args.no_chunked_prefill,
         block_manager=args.block_manager or "hashed",
         mutant=args.mutant,
+        extra=scheduler_option_extra(args) or None,
     )
 
 

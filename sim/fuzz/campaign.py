@@ -38,6 +38,7 @@ from schedcheck.sim.fuzz.swarm import (
     draws_lookahead,
     draws_sliding_window,
     draws_spec_decode,
+    draws_vllm_options,
     fixed_block_manager,
 )
 from schedcheck.sim.fuzz.worker import WorkerJob, run_worker
@@ -113,6 +114,7 @@ class CampaignResult:
             self.coverage,
             drafts=draws_lookahead(spec),
             prefix_caching=prefix_caching,
+            vllm_options=draws_vllm_options(spec),
             spec=draws_spec_decode(spec),
             sliding=draws_sliding_window(spec),
         )

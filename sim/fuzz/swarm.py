@@ -26,6 +26,9 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
                                  reference: chunk_align, policy); chunk_align "block"
                                  raises the budget and threshold to one block at least (a
                                  chunk cut to a block boundary is empty below that)
+    vLLM scheduler options       vllm-v1 (sim/fuzz/swarm_vllm.py): policy, async scheduling,
+                                 max_num_scheduled_tokens, watermark, queue limits, ...,
+                                 by family, each on in half the examples (--family: all)
     num_gpu_blocks               the least that lets every request run alone, plus a slack
                                  drawn from (0, 1, 2, 4, 8, 16, 64): slack 0 forces
                                  preemption and eviction, and is what shrinking moves
@@ -70,6 +73,7 @@ from schedcheck.sim.fuzz.strategies import (
     draw_features,
     pick,
 )
+from schedcheck.sim.fuzz.swarm_vllm import VLLM_FAMILIES, draw_vllm_v1_extra
 from schedcheck.traces.schema import TraceRequest
 
 BLOCK_SIZES = (4, 2, 8, 16, 1)
@@ -81,7 +85,9 @@ LOOKAHEAD_TOKENS = (1, 2, 3, 5)
 BLOCK_MANAGERS = ("hashed", "radix")
 SPEC_TOKENS = (1, 2, 3, 5)
 DRAFT_ACCEPTANCES = (0.7, 0.0, 0.3, 0.9, 1.0)
-FAMILIES = ("spec-decode", "sliding-window")  # --family: a campaign per option family
+# --family: a campaign per option family (vLLM's scheduler options, drafts, sliding windows)
+FAMILIES = (*VLLM_FAMILIES, "spec-decode", "sliding-window")
+VLLM_OPTION_ENGINES = frozenset({"vllm-v1"})  # engines drawing vLLM v1's scheduler options
 SPEC_ENGINES = frozenset({"vllm-v1", "reference"})  # engines that schedule draft tokens
 HYBRID_ENGINES = frozenset({"vllm-v1"})  # engines with sliding-window KV-cache groups
 
@@ -162,6 +168,8 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
     if dict(extra).get("chunk_align") == "block":  # a chunk cut to a block boundary
         budget_tokens = max(budget_tokens, block_size)  # needs room for one block
         threshold = max(threshold, block_size) if threshold else 0
+    if draws_vllm_options(spec):
+        extra += draw_vllm_v1_extra(draw, spec.families, block_size, blocks_max)
     # draw order matters (a seed replays the same examples): as the fields below
     max_num_seqs = pick(draw, MAX_NUM_SEQS)
     enable_prefix_caching = draw_flag(draw, caps.enable_prefix_caching, shrinks_to=False)
@@ -232,6 +240,11 @@ def draw_flag(draw: st.DrawFn, accepted: tuple[bool, ...], shrinks_to: bool) -> 
     if len(set(accepted)) == 1:
         return accepted[0]
     return draw(st.booleans()) != shrinks_to
+
+
+def draws_vllm_options(spec: SwarmSpec) -> bool:
+    """vLLM v1's scheduler options (sim/fuzz/swarm_vllm.py) are drawn for vllm-v1."""
+    return spec.engine in VLLM_OPTION_ENGINES
 
 
 def draws_lookahead(spec: SwarmSpec) -> bool:

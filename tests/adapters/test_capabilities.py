@@ -119,7 +119,7 @@ def test_replay_refuses_a_salted_request_the_engine_cannot_keep_apart(tmp_path, 
 
 
 def test_paths_an_engine_without_prefix_caching_cannot_reach_are_not_listed():
-    assert never_reached({}, drafts=False, prefix_caching=False) == [
+    assert never_reached({}, drafts=False, prefix_caching=False, vllm_options=False) == [
         "same-prefix-same-step",
         "abort-mid-chunk",
     ]

@@ -1,0 +1,359 @@
+"""Engine under test: SGLang 0.5.23's real scheduler, radix cache and KV allocator, no model.
+
+The adapter owns no scheduling logic. SGLang's `Scheduler` is built with `__new__` (as
+SGLang's own CPU tests do; `sglang_rt/build.py` says what it holds) and driven through its
+own methods, in the order of `Scheduler.event_loop_normal` (overlap off):
+
+    add_request():         Req(...) -> Scheduler.init_req_max_new_tokens -> _add_request_to_queue
+    schedule():            Scheduler.get_next_batch_to_run(running_batch, last_batch):
+                             merge of the last prefill batch, PrefillAdder (add_chunked_req,
+                             add_one_req: radix prefix match, chunking, admission),
+                             ScheduleBatch.init_new + prepare_for_extend, or else
+                             update_running_batch: check_decode_mem / retract_decode /
+                             prepare_for_decode
+                           mapped here, per request of the batch (batch order):
+                             extend: num_computed = prefix_lens[i], chunk = extend_lens[i]
+                             decode: num_computed = seq_lens[i] - 1, chunk = 1
+                             token_ids = the batch's own prefill_input_ids_cpu; for a
+                             decode, the last output token, which SGLang's forward relays
+                             through its future map (`overlap_utils.resolve_forward_inputs`)
+                             slots = req_to_token[req_pool_idx, :num_end] (what the
+                             attention backends gather); the chunk's slots must be the
+                             batch's out_cache_loc (checked: a mismatch raises)
+                             preempted = requests SGLang retracted back to its waiting queue
+    update_from_output():  the sampled tokens as a GenerationBatchResult (next_token_ids,
+                           no logits) -> SchedulerBatchResultProcessor
+                           .process_batch_result_prefill / _decode (SGLang's own finish
+                           checks, checkpoint_kv_cache, release_kv_cache) -> last_batch
+    abort_request():       Scheduler.abort_request(AbortReq(rid)): a waiting request leaves
+                           at once; a running one is marked and runs one more step, whose
+                           output SGLang discards ("abort method 3"): that step's KV write
+                           goes to SchedulerOutput.discarded (the simulator has retired the
+                           request; the shadow KV still sees the write, which the tree may
+                           keep and share)
+    kv_snapshot():         SGLang's allocator, tree and rows (`sglang_rt/snapshot.py`)
+
+Glue written here instead of SGLang code: `Scheduler.run_batch`'s counters (forward_ct,
+forward_iter) and the stand-in model output; nothing else.
+
+Request ids: SGLang aborts by rid *prefix* (`req.rid.startswith(recv_req.rid)`), so the
+adapter gives SGLang prefix-free rids (`000000000042`), not the trace's ids.
+
+An exception raised inside SGLang propagates unchanged; the simulator turns it into an
+`engine-crash` finding.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from schedcheck.engines.protocol import (
+    EngineConfig,
+    EngineRequest,
+    FinishedRequest,
+    KVSnapshot,
+    ScheduledRequest,
+    SchedulerOutput,
+)
+from schedcheck.engines.sglang_rt import stubs
+
+stubs.install()  # before the first sglang import (here or in the helpers below)
+
+from schedcheck.engines.sglang_rt import faults  # noqa: E402
+from schedcheck.engines.sglang_rt.build import SglangOptions, build_scheduler  # noqa: E402
+from schedcheck.engines.sglang_rt.rows import RowReader, page_table  # noqa: E402
+from schedcheck.engines.sglang_rt.snapshot import SglangKVSnapshot  # noqa: E402
+from schedcheck.engines.vllm.common import frontend_rejection, read_only_prompt  # noqa: E402
+
+import torch  # noqa: E402  # isort: skip
+from sglang.srt.managers.io_struct import AbortReq  # noqa: E402  # isort: skip
+from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch  # noqa: E402  # isort: skip
+from sglang.srt.managers.utils import GenerationBatchResult  # noqa: E402  # isort: skip
+from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402  # isort: skip
+
+ENGINE_NAME = "sglang"
+VOCAB_SIZE = 1 << 30  # above every hash-model token id
+
+
+@dataclass
+class _Tracked:
+    """One of our requests inside SGLang."""
+
+    request_id: str
+    req: Req
+    reported: bool = False  # finished, aborted or rejected: reported to the simulator
+    admitted: bool = False  # scheduled since its last (re)admission
+
+
+class SglangEngine:
+    """The Engine protocol over one SGLang Scheduler (built without a model worker)."""
+
+    name = ENGINE_NAME
+
+    def __init__(self, config: EngineConfig) -> None:
+        assert config.block_manager in ("hashed", "radix"), (
+            f"sglang has one KV-cache manager (its radix tree); "
+            f"block_manager={config.block_manager!r}"
+        )
+        if config.num_lookahead_tokens:
+            raise ValueError("the sglang adapter does not model speculative decoding")
+        self.config = config
+        self.options = SglangOptions.from_extra(config.extra)
+        self.scheduler = build_scheduler(config, self.options)
+        self.rows = RowReader(self.scheduler.req_to_token_pool.req_to_token)
+        self._by_rid: dict[str, _Tracked] = {}  # SGLang rid -> ours, until SGLang is done
+        self._rid_of: dict[str, str] = {}  # our id -> SGLang rid, while live
+        self._num_added = 0
+        self._step = 0
+        self._last: tuple[SchedulerOutput, ScheduleBatch] | None = None
+        self._pending_finished: list[FinishedRequest] = []
+        self._rejected: list[tuple[str, str]] = []
+        self._force_retract = False  # fault point "preempt": until a decode step ran
+
+    # ------------------------------------------------------------------ requests --
+    def add_request(self, request: EngineRequest) -> None:
+        rid = request.request_id
+        assert rid not in self._rid_of, f"duplicate id {rid}"
+        reason = frontend_rejection(request, self.config.max_model_len)
+        prompt = read_only_prompt(request.prompt_token_ids)
+        params = SamplingParams(max_new_tokens=request.max_tokens, ignore_eos=True)
+        params.normalize(None)
+        sgl_rid = f"{self._num_added:012d}"
+        self._num_added += 1
+        req = Req(
+            sgl_rid,
+            "",
+            array("q", prompt.tolist()),
+            params,
+            vocab_size=VOCAB_SIZE,
+            cache_salt=request.cache_salt,
+        )
+        if reason is None:
+            self.scheduler.init_req_max_new_tokens(req)
+            granted = req.sampling_params.max_new_tokens
+            if granted != request.max_tokens or req.to_finish is not None:
+                reason = (
+                    f"SGLang grants max_new_tokens {granted} of {request.max_tokens} "
+                    f"(init_req_max_new_tokens: max_req_len {self.config.max_model_len} - "
+                    f"prompt {request.num_prompt_tokens} - 1, or the KV memory budget)"
+                )
+        if reason is not None:
+            self._rejected.append((rid, reason))
+            return
+        self.scheduler._add_request_to_queue(req)
+        self._by_rid[sgl_rid] = _Tracked(rid, req)
+        self._rid_of[rid] = sgl_rid
+
+    def abort_request(self, request_id: str) -> None:
+        sgl_rid = self._rid_of.get(request_id)
+        if sgl_rid is None:
+            return
+        tracked = self._by_rid[sgl_rid]
+        self.scheduler.abort_request(AbortReq(rid=sgl_rid))
+        self._report(tracked, "abort")
+
+    # ---------------------------------------------------------------------- step --
+    def schedule(self) -> SchedulerOutput:
+        assert self._last is None, "schedule() twice without update_from_output()"
+        s = self.scheduler
+        self._step += 1
+        with faults.forced_retraction(self._force_retract):
+            plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
+        s.running_batch = plan.running_batch
+        batch = plan.batch_to_run
+        if batch is not None and batch.forward_mode.is_decode():
+            self._force_retract = False
+        preempted = self._retracted()
+        scheduled, discarded = self._map_batch(batch) if batch is not None else ((), ())
+        rejected, self._rejected = self._rejected, []
+        for rid, reason in rejected:
+            self._pending_finished.append(FinishedRequest(rid, (), f"rejected: {reason}"))
+        output = SchedulerOutput(
+            step=self._step,
+            scheduled=scheduled,
+            preempted_req_ids=preempted,
+            rejected_req_ids=tuple(rid for rid, _ in rejected),
+            rejected_reasons=tuple(reason for _, reason in rejected),
+            discarded=discarded,
+        )
+        if batch is None:
+            s.last_batch = None  # event_loop_normal: last_batch = batch
+        elif scheduled:
+            self._last = (output, batch)
+        else:  # only requests we aborted: SGLang still runs them once, then frees them
+            self._run(batch, {})
+        self._forget_done()
+        return output
+
+    def update_from_output(
+        self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
+    ) -> list[FinishedRequest]:
+        assert self._last is not None and self._last[0] is output, "not the last step"
+        batch = self._last[1]
+        self._last = None
+        for r in output.scheduled:
+            assert (r.request_id in sampled_token_ids) == r.samples, (
+                f"{r.request_id}: a token iff its chunk reaches num_tokens"
+            )
+        self._run(batch, sampled_token_ids)
+        self._forget_done()
+        finished, self._pending_finished = self._pending_finished, []
+        return finished
+
+    def _run(self, batch: ScheduleBatch, sampled: Mapping[str, int]) -> None:
+        """The forward's results through SGLang's own result processing."""
+        s = self.scheduler
+        s.forward_ct += 1  # Scheduler.run_batch
+        batch.forward_iter = s.forward_ct
+        tokens = [sampled.get(self._by_rid[r.rid].request_id, 0) for r in batch.reqs]
+        result = GenerationBatchResult(next_token_ids=torch.tensor(tokens, dtype=torch.int64))
+        if batch.forward_mode.is_extend():
+            s.batch_result_processor.process_batch_result_prefill(batch, result)
+        else:
+            assert batch.forward_mode.is_decode(), f"forward mode {batch.forward_mode}"
+            s.batch_result_processor.process_batch_result_decode(batch, result)
+        s.tree_cache.flush_pending_backups()
+        s.last_batch = batch
+        for req in batch.reqs:
+            tracked = self._by_rid[req.rid]
+            if req.finished() and not tracked.reported:
+                reason = "length" if isinstance(req.finished_reason, FINISH_LENGTH) else "abort"
+                self._report(tracked, reason)
+
+    # ------------------------------------------------------------------- mapping --
+    def _map_batch(
+        self, batch: ScheduleBatch
+    ) -> tuple[tuple[ScheduledRequest, ...], tuple[ScheduledRequest, ...]]:
+        """(scheduled, discarded): requests we aborted that SGLang runs once more go to
+        `discarded` (their KV is written; the simulator retired them)."""
+        extend = batch.forward_mode.is_extend()
+        reqs = batch.reqs
+        if extend:
+            starts, counts = list(batch.prefix_lens), list(batch.extend_lens)
+        else:
+            starts = [int(n) - 1 for n in batch.seq_lens.tolist()]
+            counts = [1] * len(reqs)
+        if extend:
+            input_ids = batch.prefill_input_ids_cpu.numpy().astype(np.int64)
+        else:  # relayed by the forward's future map: each request's last sampled token
+            input_ids = np.fromiter((r.output_ids[-1] for r in reqs), np.int64, len(reqs))
+        written = batch.out_cache_loc.numpy().astype(np.int64)
+        assert input_ids.size == written.size == sum(counts), "batch sizes disagree"
+        out: list[ScheduledRequest] = []
+        discarded: list[ScheduledRequest] = []
+        offset = 0
+        for req, start, count in zip(reqs, starts, counts, strict=True):
+            tracked = self._by_rid[req.rid]
+            rows = slice(offset, offset + count)
+            offset += count
+            mapped = self._scheduled(tracked, start, count, input_ids[rows], written[rows])
+            (discarded if tracked.reported else out).append(mapped)
+        return tuple(out), tuple(discarded)
+
+    def _scheduled(
+        self,
+        tracked: _Tracked,
+        start: int,
+        count: int,
+        token_ids: np.ndarray,
+        written: np.ndarray,
+    ) -> ScheduledRequest:
+        req, rid = tracked.req, tracked.request_id
+        end = start + count
+        slots = () if tracked.reported else self.rows.slots(rid, req.kv.req_pool_idx, end)
+        if tracked.reported:  # aborted: no row cache, it runs this once more
+            slots = tuple(self.rows.read(req.kv.req_pool_idx, end).tolist())
+        if list(slots[start:end]) != written.tolist():
+            raise AssertionError(
+                f"{rid}: out_cache_loc {written.tolist()[:8]}... (where the kernel writes) "
+                f"differs from req_to_token[{req.kv.req_pool_idx}, {start}:{end}] "
+                f"{list(slots[start:end])[:8]}... (where attention reads)"
+            )
+        token_ids.flags.writeable = False
+        cached = 0 if tracked.admitted else start
+        tracked.admitted = tracked.admitted or not tracked.reported
+        return ScheduledRequest(
+            rid,
+            start,
+            count,
+            len(req.origin_input_ids) + len(req.output_ids),
+            len(req.origin_input_ids),
+            token_ids,
+            page_table(slots, self.config.block_size),
+            cached,
+            slots=slots,
+        )
+
+    def _retracted(self) -> tuple[str, ...]:
+        """Admitted requests SGLang put back in its waiting queue (retract_decode)."""
+        waiting = {id(r) for r in self.scheduler.waiting_queue}
+        out = []
+        for tracked in self._by_rid.values():
+            if tracked.admitted and not tracked.reported and id(tracked.req) in waiting:
+                tracked.admitted = False
+                self.rows.forget(tracked.request_id)
+                out.append(tracked.request_id)
+        return tuple(sorted(out))
+
+    def _report(self, tracked: _Tracked, reason: str) -> None:
+        tracked.reported = True
+        self._rid_of.pop(tracked.request_id, None)
+        self.rows.forget(tracked.request_id)
+        outputs = tuple(int(t) for t in tracked.req.output_ids)
+        self._pending_finished.append(FinishedRequest(tracked.request_id, outputs, reason))
+
+    def _forget_done(self) -> None:
+        """Drop reported requests SGLang holds no more (no row, not queued, not chunked)."""
+        s = self.scheduler
+        queued = {id(r) for r in s.waiting_queue}
+        if s.chunked_req is not None:
+            queued.add(id(s.chunked_req))
+        done = [
+            rid
+            for rid, t in self._by_rid.items()
+            if t.reported and not t.req.kv.holds_kv and id(t.req) not in queued
+        ]
+        for rid in done:
+            del self._by_rid[rid]
+
+    def inject_fault(self, kind: str, rng: np.random.Generator) -> str | None:
+        """Fault points of sim/faults.py through SGLang's own hooks (sglang_rt/faults.py)."""
+        if kind == "preempt":
+            self._force_retract = True
+            return "SGLANG_TEST_RETRACT until the next decode step"
+        if kind == "evict":
+            return faults.evict(self.scheduler.tree_cache, self.config.block_size, rng)
+        return None
+
+    # ----------------------------------------------------------------- inspection --
+    def kv_snapshot(self) -> KVSnapshot:
+        live = {t.request_id: t.req for t in self._by_rid.values() if not t.reported}
+        hidden = [t.req for t in self._by_rid.values() if t.reported]
+        return SglangKVSnapshot(self.scheduler, self.config, live, hidden)
+
+    def has_unfinished_requests(self) -> bool:
+        """Our live requests, rejections to report, and requests we aborted that SGLang
+        still holds (their KV is freed by the step that finishes them)."""
+        return bool(self._by_rid) or bool(self._rejected)
+
+    def waiting_reasons(self) -> Mapping[str, str]:
+        s = self.scheduler
+        running = {id(r) for r in s.running_batch.reqs}
+        free = s.token_to_kv_pool_allocator.available_size()
+        evictable = s.tree_cache.evictable_size()
+        return {
+            t.request_id: (
+                f"waiting: {len(running)} running, {free} free slots, {evictable} evictable"
+            )
+            for t in self._by_rid.values()
+            if not t.reported and id(t.req) not in running
+        }
+
+
+def make_engine(config: EngineConfig) -> SglangEngine:
+    """Factory named in the engine registry ("sglang")."""
+    return SglangEngine(config)

@@ -1,0 +1,121 @@
+"""A KVSnapshot of SGLang's KV state at slot granularity (block size 1), read when asked.
+
+SGLang has no per-block reference count: a KV slot (page_size P: a page of P slots) is
+either in the allocator's free lists, in the radix tree (evictable when no request locks
+its node, else protected), or in a request's req_to_token row only (KV it computed and has
+not yet checkpointed into the tree). This snapshot names slots, as the shadow KV does for
+an engine that hands slot lists (`engines/metadata.py`):
+
+- block_tables: live request -> its row [0, kv_allocated_len), plus the rest of its last
+  page when P > 1 (the allocator hands out whole pages);
+- ref_cnt: how many live rows hold each slot;
+- free_block_ids: the allocator's free pages (free, released or staged), as slots;
+- reserved_block_ids: page 0 (SGLang's padding page), the tree's slots
+  (`all_values_flatten()`: held by the cache, not by a request; the tree keeps token keys,
+  not block hashes, so `cached_blocks()` is empty and a tree slot's content is checked
+  when a prefix hit reads it), and the rows of requests we aborted that SGLang still runs
+  for one step ("abort method 3").
+
+So the block-pool invariants read: a free slot is held by no live row and listed once
+(double free), and every slot is free, in the tree, or held (leak). SGLang's own checks
+(`sglang_rt/self_check.py`) add the tree-vs-free and idle (available + evictable == total)
+properties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from schedcheck.engines.protocol import EngineConfig
+
+IntArray = npt.NDArray[np.int64]
+
+
+class SglangKVSnapshot:
+    def __init__(
+        self,
+        scheduler: Any,
+        config: EngineConfig,
+        live: Mapping[str, Any],
+        hidden: Iterable[Any],
+    ) -> None:
+        self._s = scheduler
+        self._page = config.block_size
+        self._num_slots = config.num_gpu_blocks * config.block_size
+        self._live = live  # our request id -> SGLang Req
+        self._hidden = list(hidden)
+        self._rows = scheduler.req_to_token_pool.req_to_token.numpy()
+        self._tables: dict[str, IntArray] | None = None
+
+    @property
+    def block_size(self) -> int:
+        return 1
+
+    @property
+    def num_blocks(self) -> int:
+        return self._num_slots
+
+    def _held(self, req: Any) -> IntArray:
+        kv = req.kv
+        if kv.req_pool_idx is None or kv.kv_allocated_len == 0:
+            return np.zeros(0, np.int64)
+        row = self._rows[kv.req_pool_idx, : kv.kv_allocated_len].astype(np.int64)
+        rest = (-row.size) % self._page
+        if rest and row.size:  # the rest of the last page is the request's too
+            row = np.concatenate([row, row[-1] + 1 + np.arange(rest, dtype=np.int64)])
+        return row
+
+    def block_tables(self) -> Mapping[str, Sequence[int]]:
+        if self._tables is None:
+            tables = {rid: self._held(req) for rid, req in self._live.items()}
+            self._tables = {rid: t for rid, t in tables.items() if t.size}
+        return {rid: t.tolist() for rid, t in self._tables.items()}
+
+    def ref_cnt(self) -> IntArray:
+        self.block_tables()
+        assert self._tables is not None
+        if not self._tables:
+            return np.zeros(self._num_slots, np.int64)
+        flat = np.concatenate(list(self._tables.values()))
+        flat = flat[(flat >= 0) & (flat < self._num_slots)]
+        return np.bincount(flat, minlength=self._num_slots).astype(np.int64)
+
+    def free_block_ids(self) -> Sequence[int]:
+        return free_slots(self._s.token_to_kv_pool_allocator, self._page).tolist()
+
+    @property
+    def reserved_block_ids(self) -> IntArray:
+        parts = [np.arange(self._page, dtype=np.int64), tree_slots(self._s.tree_cache)]
+        parts += [self._held(req) for req in self._hidden]
+        return np.concatenate(parts)
+
+    def cached_blocks(self) -> Mapping[int, bytes]:
+        return {}
+
+    def num_computed_tokens(self) -> Mapping[str, int]:
+        """request id -> SGLang's kv_committed_len (KV content committed), per row holder."""
+        return {
+            rid: int(req.kv.kv_committed_len)
+            for rid, req in self._live.items()
+            if req.kv.req_pool_idx is not None
+        }
+
+
+def free_slots(allocator: Any, page_size: int) -> IntArray:
+    """Every free slot of the allocator, free pages first, then released / staged ones."""
+    if page_size == 1:
+        parts = [allocator.free_pages, allocator.release_pages]
+    else:
+        parts = [allocator.free_pages, *allocator.staged_pages]
+    pages = np.concatenate([p.numpy().astype(np.int64) for p in parts])
+    if page_size == 1:
+        return pages
+    return (pages[:, None] * page_size + np.arange(page_size, dtype=np.int64)).ravel()
+
+
+def tree_slots(tree_cache: Any) -> IntArray:
+    return tree_cache.all_values_flatten().numpy().astype(np.int64)

@@ -1,0 +1,30 @@
+"""vLLM's API-server admission check (`AsyncLLM.check_admission`, 0.33), which refuses a
+request before it reaches the engine core when a queue limit of `SchedulerConfig` is hit:
+
+    max_num_queued_reqs    unfinished requests + 1 > limit            -> QueueOverflowError
+    max_num_queued_tokens  prompt tokens of requests with no output
+                           yet >= limit                               -> MaxQueuedTokensError
+
+Both answer HTTP 503; for the simulator the request is rejected for good (an expected
+outcome, counted as the `queue-full-rejection` rare path, never a finding).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def queue_rejection(scheduler_config: Any, queued: tuple[int, int]) -> str | None:
+    """The 503 reason for a new request, or None; `queued` is (unfinished requests, prompt
+    tokens of the unfinished requests that have produced no output yet)."""
+    num_requests, num_prompt_tokens = queued
+    max_reqs = scheduler_config.max_num_queued_reqs
+    if max_reqs is not None and num_requests + 1 > max_reqs:
+        return f"queue full: {num_requests} unfinished requests, max_num_queued_reqs {max_reqs}"
+    max_tokens = scheduler_config.max_num_queued_tokens
+    if max_tokens is not None and num_prompt_tokens >= max_tokens:
+        return (
+            f"queue full: {num_prompt_tokens} prompt tokens waiting for output, "
+            f"max_num_queued_tokens {max_tokens}"
+        )
+    return None

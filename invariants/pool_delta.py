@@ -1,0 +1,315 @@
+"""Block pool, incrementally: each step, check exactly the blocks that changed.
+
+The properties of block_pool.py (ref-cnt, free-queue, leak, owners, cached-content), at a
+cost that grows with the step's change, not with the pool::
+
+    changed = blocks that entered or left a block table since the last check
+              (each live table against the copy kept here: an append costs its new blocks)
+            | blocks the engine logged: ref_cnt, hash or free-queue position changed
+              (snapshot.take_changed_block_ids())
+
+Kept here for every block id: `held` (how many tables hold it, from the tables as last seen)
+and `free` (in the free queue when last checked). For each changed block b::
+
+    ref_cnt[b] == held[b]                          (ref-cnt)
+    b in the free queue  =>  ref_cnt[b] == 0       (free-queue)
+    ref_cnt[b] == 0      =>  b free or cached      (leak)
+    b newly cached       =>  written, and its hash names the content it named before
+
+and for the queue as a whole, len(free queue) == blocks seen free: a block queued twice
+shows as one entry too many at the step it happens.
+
+An engine that has no change log (no `take_changed_block_ids`, or it answers None: the
+first call, which turns the log on) is swept in full that step. When the changed blocks
+break a property, the full sweep of block_pool.py runs and is the authority: a finding
+reads exactly as the full check words it, and every later step is swept in full too (the
+pool is corrupt already). Should the sweep find nothing (this checker's copy of a table
+went stale: an engine rewrote a table entry in place), its state is rebuilt and the run
+goes on incrementally; `num_unconfirmed` counts such steps. The caller runs the full sweep
+at the end of the run.
+
+What the incremental path needs to be cheap: `ref_cnt_of(ids)` (else `ref_cnt()` must be
+an array view), `is_free(ids)` / `num_free_entries()` (else the free queue's `in` and
+`len` must be O(1)), `hash_of(ids)` (else `cached_blocks().get`), `block_table_views()`
+(else `block_tables()`) whose tables answer len, [i] and [i:] cheaply. A table is assumed
+to change by growing at its end or by being dropped; its first and last old entries are
+compared. Compared whole are the tables of requests preempted since the last check (one
+can be admitted again in the same step, in a table of equal length) and of those the
+engine says it rewrote in place (`take_rewritten_req_ids()`: the radix manager switching a
+request to the tree's copy of a page).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Collection, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from schedcheck.engines.protocol import KVSnapshot
+from schedcheck.invariants.block_pool import BlockContents, BlockPoolChecker, with_holder
+from schedcheck.invariants.violation import Violation
+
+IntArray = npt.NDArray[np.int64]
+_LAST = operator.itemgetter(-1)
+
+
+class PoolDeltaChecker:
+    """The block-pool check of one run: incremental each step, a full sweep when needed."""
+
+    def __init__(self) -> None:
+        self.full = BlockPoolChecker()  # also holds the hash -> content memory
+        self.tables: dict[str, list[int]] = {}  # each request's block table, as last seen
+        self.held: list[int] = []  # how many tables hold each block id
+        self.free = bytearray()  # 1: the block was in the free queue when last checked
+        self.num_free = 0  # blocks marked in `free`
+        self.synced = False  # the state above mirrors the engine as of the last check
+        # the tables' request ids, lengths and last blocks as of the last check (fast path)
+        self._rids: list[str] = []
+        self._lens: list[int] = []
+        self._lasts: list[int] = []
+        self.sweep_always = False  # after a violation
+        self.num_blocks_checked = 0  # blocks checked by the last call (a full sweep: all)
+        self.num_sweeps = 0  # full sweeps so far
+        self.num_unconfirmed = 0  # incremental findings the full sweep did not confirm
+        self.changed: list[int] = []  # the blocks of the current check, sorted
+
+    def check(
+        self,
+        step: int,
+        snapshot: KVSnapshot,
+        live_request_ids: Collection[str],
+        block_contents: BlockContents,
+        preempted_req_ids: Collection[str] = (),
+    ) -> list[Violation]:
+        """Check the step; `preempted_req_ids`: preempted since the previous check."""
+        take = getattr(snapshot, "take_changed_block_ids", None)
+        logged = take() if take is not None else None
+        take_rewritten = getattr(snapshot, "take_rewritten_req_ids", None)
+        if take_rewritten is not None:  # tables an engine rewrote in place: compared whole
+            preempted_req_ids = {*preempted_req_ids, *take_rewritten()}
+        if logged is None or not self.synced or self.sweep_always:
+            return self.sweep(step, snapshot, live_request_ids, block_contents)
+        if self._suspect(snapshot, live_request_ids, logged, preempted_req_ids):
+            swept = self.sweep(step, snapshot, live_request_ids, block_contents)  # confirms, words
+            self.num_unconfirmed += not swept
+            return swept
+        out = self._check_cached(step, snapshot, block_contents)
+        if out:
+            self.sweep_always = True
+            return with_holder(out, snapshot)
+        return out
+
+    def sweep(
+        self,
+        step: int,
+        snapshot: KVSnapshot,
+        live_request_ids: Collection[str],
+        block_contents: BlockContents,
+    ) -> list[Violation]:
+        """The full check of block_pool.py, then this checker's state rebuilt from the pool."""
+        out = self.full.check(step, snapshot, live_request_ids, block_contents)
+        self._sync(snapshot)
+        self.num_blocks_checked = snapshot.num_blocks
+        self.num_sweeps += 1
+        self.sweep_always |= bool(out)
+        self.changed = []
+        return out
+
+    # -- the incremental step -------------------------------------------------------------
+
+    def _suspect(
+        self,
+        snapshot: KVSnapshot,
+        live: Collection[str],
+        logged: Collection[int],
+        preempted: Collection[str],
+    ) -> bool:
+        """Bring the kept state up to date; True if a changed block, or the free queue's
+        count, breaks a property (the full sweep then says which). Plain lists: a step
+        changes a few blocks, where numpy's per-call cost would dominate."""
+        suspect, removed, added = self._diff_tables(snapshot, live, preempted)
+        held, free = self.held, self.free
+        for b in removed:  # bounded: the blocks that left a table
+            held[b] -= 1
+        for b in added:
+            held[b] += 1
+        changed = self._changed_ids(snapshot, removed, added, logged)
+        self.changed = changed
+        self.num_blocks_checked = len(changed)
+        if changed:
+            ids = np.array(changed, np.int64)
+            ref_cnt = _ref_cnt_of(snapshot, ids).tolist()
+            is_free = _is_free(snapshot, ids).tolist()
+            suspect |= ref_cnt != [held[b] for b in changed]  # ref-cnt
+            self.num_free += sum(is_free) - sum([free[b] for b in changed])
+            for b, f in zip(changed, is_free, strict=True):
+                free[b] = f
+            suspect |= any([f and r > 0 for f, r in zip(is_free, ref_cnt, strict=True)])
+            lost = [b for b, r, f in zip(changed, ref_cnt, is_free, strict=True) if not (r or f)]
+            if lost:  # free-queue: referenced yet free; leak: unreferenced, not free, not cached
+                suspect |= None in _hash_of(snapshot, np.array(lost, np.int64))
+        return suspect or _num_free_entries(snapshot) != self.num_free
+
+    def _changed_ids(
+        self, snapshot: KVSnapshot, removed: list[int], added: list[int], logged: Collection[int]
+    ) -> list[int]:
+        """Sorted, in range, not reserved: the blocks to check this step."""
+        changed = sorted({*removed, *added, *logged})
+        if changed and (changed[0] < 0 or changed[-1] >= len(self.held)):
+            changed = [b for b in changed if 0 <= b < len(self.held)]
+        reserved = getattr(snapshot, "reserved_block_ids", ())
+        if len(reserved):
+            skip = set(reserved)
+            changed = [b for b in changed if b not in skip]
+        return changed
+
+    def _diff_tables(
+        self, snapshot: KVSnapshot, live: Collection[str], preempted: Collection[str]
+    ) -> tuple[bool, list[int], list[int]]:
+        """Bring `tables` and `held` up to date; the blocks that entered or left a table.
+
+        Fast path (most steps): the same requests in the same order as last time, so only
+        the tables whose length or last block moved are looked at; lengths and last blocks
+        of all are read in C (map)."""
+        tables = _tables(snapshot)
+        rids = list(tables)
+        lens = list(map(len, tables.values()))
+        try:
+            lasts: list[int] | None = list(map(_LAST, tables.values()))
+        except IndexError:  # an empty table: the general path
+            lasts = None
+        live = live if isinstance(live, set | frozenset) else set(live)
+        stale_owner = not live.issuperset(rids) and any(
+            len(tables[rid]) for rid in rids if rid not in live
+        )  # owners: only live requests hold blocks
+        if lasts is not None and not preempted and rids == self._rids:
+            old_lens, old_lasts = self._lens, self._lasts
+            moved = [
+                rids[i]
+                for i, (n, m, a, b) in enumerate(zip(lens, old_lens, lasts, old_lasts, strict=True))
+                if n != m or a != b
+            ]
+            removed, added = self._diff_some(tables, moved, ())
+        else:
+            removed, added = self._diff_all(tables, preempted)
+        self._rids, self._lens, self._lasts = rids, lens, lasts or []
+        num_blocks = len(self.held)
+        if any([not 0 <= b < num_blocks for b in removed + added]):
+            removed = [b for b in removed if 0 <= b < num_blocks]
+            added = [b for b in added if 0 <= b < num_blocks]
+        return stale_owner, removed, added
+
+    def _diff_all(
+        self, tables: Mapping[str, Sequence[int]], preempted: Collection[str]
+    ) -> tuple[list[int], list[int]]:
+        """Every table against the kept copies: dropped, new, grown or rewritten."""
+        kept = self.tables
+        removed: list[int] = []
+        for rid in [rid for rid in kept if rid not in tables or not len(tables[rid])]:
+            removed.extend(kept.pop(rid))  # dropped (finished, aborted, preempted)
+        rids = [rid for rid, table in tables.items() if len(table)]
+        more_removed, added = self._diff_some(tables, rids, preempted)
+        return removed + more_removed, added
+
+    def _diff_some(
+        self, tables: Mapping[str, Sequence[int]], rids: list[str], preempted: Collection[str]
+    ) -> tuple[list[int], list[int]]:
+        kept = self.tables
+        removed: list[int] = []
+        added: list[int] = []
+        for rid in rids:  # bounded: the requests holding blocks
+            table = tables[rid]
+            n = len(table)
+            old = kept.get(rid)
+            if old is None:
+                added.extend(kept.setdefault(rid, list(table)))
+            elif not _grew_at_end(old, table, n, rid in preempted):
+                removed.extend(old)
+                kept[rid] = list(table)
+                added.extend(kept[rid])
+            elif n > len(old):
+                new = list(table[len(old) :])
+                old.extend(new)
+                added.extend(new)
+        return removed, added
+
+    def _check_cached(
+        self, step: int, snapshot: KVSnapshot, block_contents: BlockContents
+    ) -> list[Violation]:
+        """The changed blocks cached under a hash they were not checked with."""
+        id_list = self.changed
+        if not id_list:
+            return []
+        hashes = _hash_of(snapshot, np.array(id_list, np.int64))
+        checked = self.full.checked_hash_of_block
+        before = list(map(checked.get, id_list))  # in C: most changed blocks kept their hash
+        moved = [i for i, (h, o) in enumerate(zip(hashes, before, strict=True)) if h != o]
+        fresh: list[int] = []
+        hash_of: dict[int, bytes] = {}
+        for i in moved:  # bounded: the changed blocks
+            b, h = id_list[i], hashes[i]
+            if h is None:
+                del checked[b]
+            else:
+                checked[b] = hash_of[b] = h
+                fresh.append(b)
+        return self.full.check_fresh(step, fresh, hash_of, block_contents)
+
+    def _sync(self, snapshot: KVSnapshot) -> None:
+        """Rebuild tables, held and free from the whole pool (after a full sweep)."""
+        num_blocks = snapshot.num_blocks
+        self.tables = {rid: list(t) for rid, t in _tables(snapshot).items() if len(t)}
+        self._rids = []  # the next check diffs every table
+        flat = np.fromiter((b for t in self.tables.values() for b in t), np.int64)
+        flat = flat[(flat >= 0) & (flat < num_blocks)]
+        self.held = np.bincount(flat, minlength=num_blocks).tolist()
+        free = np.zeros(num_blocks, np.uint8)
+        free_ids = np.fromiter(snapshot.free_block_ids(), np.int64)
+        free[free_ids[(free_ids >= 0) & (free_ids < num_blocks)]] = 1
+        self.free = bytearray(free.tobytes())
+        self.num_free = int(free.sum())
+        self.synced = True
+
+
+def _grew_at_end(old: list[int], table: Sequence[int], n: int, preempted: bool) -> bool:
+    """True if `table` is `old` with blocks appended (or unchanged)."""
+    m = len(old)
+    if n < m:
+        return False
+    if preempted:
+        return list(table[:m]) == old
+    return m == 0 or (table[0] == old[0] and table[m - 1] == old[m - 1])
+
+
+def _tables(snapshot: KVSnapshot) -> Mapping[str, Sequence[int]]:
+    views = getattr(snapshot, "block_table_views", None)
+    return views() if views is not None else snapshot.block_tables()
+
+
+def _ref_cnt_of(snapshot: KVSnapshot, ids: IntArray) -> IntArray:
+    point = getattr(snapshot, "ref_cnt_of", None)
+    if point is not None:
+        return np.asarray(point(ids), np.int64)
+    return np.asarray(snapshot.ref_cnt(), np.int64)[ids]
+
+
+def _is_free(snapshot: KVSnapshot, ids: IntArray) -> npt.NDArray[np.bool_]:
+    point = getattr(snapshot, "is_free", None)
+    if point is not None:
+        return np.asarray(point(ids), bool)
+    contains = snapshot.free_block_ids().__contains__
+    return np.fromiter(map(contains, ids.tolist()), bool, ids.size)
+
+
+def _num_free_entries(snapshot: KVSnapshot) -> int:
+    count = getattr(snapshot, "num_free_entries", None)
+    return int(count()) if count is not None else len(snapshot.free_block_ids())
+
+
+def _hash_of(snapshot: KVSnapshot, ids: IntArray) -> list[bytes | None]:
+    point = getattr(snapshot, "hash_of", None)
+    if point is not None:
+        return list(point(ids))
+    return list(map(snapshot.cached_blocks().get, ids.tolist()))

@@ -1,0 +1,132 @@
+"""vLLM v1's scheduler options without vLLM: the swarm's families, fit_config_v1, the rare
+paths' never_reached rule, the loop's pipeline-depth refusal and the replay flags' exit 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedcheck.engines.protocol import EngineConfig, is_async_scheduling
+from schedcheck.engines.registry import fit_config
+from schedcheck.sim.coverage import never_reached
+from schedcheck.sim.fuzz.swarm import SwarmSpec, draw_knobs
+from schedcheck.sim.fuzz.swarm_vllm import VLLM_FAMILIES
+from schedcheck.sim.loop import pipeline_depth
+
+
+def test_fit_caps_max_num_active_seqs_at_max_num_seqs():
+    config = EngineConfig(
+        max_num_batched_tokens=4, max_num_seqs=6, extra={"vllm:max_num_active_seqs": "5"}
+    )
+    fitted = fit_config("vllm-v1", config)
+    assert fitted.max_num_seqs == 4
+    assert dict(fitted.extra) == {"vllm:max_num_active_seqs": "4"}
+
+
+def test_fit_raises_max_num_scheduled_tokens_to_max_model_len_without_chunked_prefill():
+    config = EngineConfig(
+        max_num_batched_tokens=8,
+        enable_chunked_prefill=False,
+        extra={"vllm:max_num_scheduled_tokens": "1", "policy": "priority"},
+    )
+    fitted = fit_config("vllm-v1", config)
+    assert fitted.max_model_len == 8
+    assert dict(fitted.extra) == {"vllm:max_num_scheduled_tokens": "8", "policy": "priority"}
+
+
+def test_fit_leaves_max_num_scheduled_tokens_alone_with_chunked_prefill():
+    config = EngineConfig(
+        max_num_batched_tokens=8, max_num_seqs=4, extra={"vllm:max_num_scheduled_tokens": "1"}
+    )
+    assert fit_config("vllm-v1", config) == config
+
+
+@settings(max_examples=50, deadline=None, database=None)
+@given(st.data())
+def test_a_named_family_is_drawn_in_every_example(data):
+    spec = SwarmSpec(engine="vllm-v1", families=("priority", "async"))
+    extra = dict(data.draw(st.composite(lambda draw: draw_knobs(draw, spec))()).extra)
+    assert extra["policy"] == "priority"
+    assert extra["async_scheduling"] == "true"
+    assert set(extra) <= {
+        "policy",
+        "async_scheduling",
+        "vllm:max_num_scheduled_tokens",
+        "vllm:long_prefill_token_threshold_adaptive",
+        "vllm:prefill_schedule_interval",
+        "vllm:watermark",
+        "vllm:scheduler_reserve_full_isl",
+        "vllm:max_num_active_seqs",
+        "vllm:max_num_queued_reqs",
+        "vllm:max_num_queued_tokens",
+    }
+
+
+@settings(max_examples=30, deadline=None, database=None)
+@given(st.data())
+def test_the_reference_engine_draws_no_vllm_option(data):
+    spec = SwarmSpec(engine="reference", families=VLLM_FAMILIES)
+    extra = dict(data.draw(st.composite(lambda draw: draw_knobs(draw, spec))()).extra)
+    assert set(extra) == {"chunk_align", "policy"}
+
+
+def test_never_reached_lists_the_vllm_option_paths_only_where_they_are_drawn():
+    counts = {"preempt-scheduled-same-step": 3}
+    missed = never_reached(counts, drafts=False)
+    assert [p for p in missed if p in ("async-output-placeholder", "queue-full-rejection")] == [
+        "async-output-placeholder",
+        "queue-full-rejection",
+    ]
+    assert "preempt-scheduled-same-step" not in missed
+    without = never_reached({}, drafts=False, vllm_options=False)
+    assert not {"preempt-scheduled-same-step", "async-output-placeholder"} & set(without)
+
+
+def test_the_pipeline_depth_is_2_only_for_an_engine_that_models_async_scheduling():
+    sync = EngineConfig()
+    asynchronous = dataclasses.replace(sync, extra={"async_scheduling": "true"})
+    assert is_async_scheduling(asynchronous) and not is_async_scheduling(sync)
+
+    class Modelled:
+        supports_async_scheduling = True
+
+    assert pipeline_depth("x", object(), sync) == 1
+    assert pipeline_depth("x", Modelled(), asynchronous) == 2
+    with pytest.raises(ValueError, match="engine 'reference' does not model async scheduling"):
+        pipeline_depth("reference", object(), asynchronous)
+
+
+def _replay(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "schedcheck.sim", "replay", "--max-requests", "2", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_replay_refuses_async_scheduling_on_the_reference_engine():
+    done = _replay("--async-scheduling")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "schedcheck: error: engine 'reference' does not model async scheduling "
+        "(--async-scheduling): use --engine vllm-v1"
+    )
+
+
+def test_replay_refuses_a_vllm_option_on_another_engine():
+    done = _replay("--vllm-option", "watermark=0.1")
+    assert (done.returncode, done.stderr.strip()) == (
+        2,
+        "schedcheck: error: --vllm-option is for --engine vllm-v1, not 'reference'",
+    )
+
+
+def test_replay_runs_the_reference_engine_with_the_priority_policy():
+    done = _replay("--policy", "priority", "--json")
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,203 @@
+"""vLLM 0.33's scheduler options behind the vllm-v1 adapter (tox -e vllm-v1): async
+scheduling's placeholders, the API server's queue limits, priority preemption of a request
+scheduled in the same step, --vllm-option validation.
+
+Block size 4; block 0 is vLLM's null block. Stand-in tokens as in test_vllm_v1.py.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from vllm_driver import request, summary
+
+from schedcheck.engines.protocol import EngineConfig, EngineRequest
+
+
+def _vllm_version() -> str | None:
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(_vllm_version() != "0.33.0", reason="needs vllm==0.33.0 (tox -e vllm-v1)"),
+]
+
+PROMPT = tuple(range(10, 20))  # 10 tokens: blocks [10..13][14..17][18 19 . .]
+
+
+def _engine(extra=None, **overrides):
+    from schedcheck.engines.registry import make_engine
+
+    base = dict(
+        block_size=4, num_gpu_blocks=16, max_num_batched_tokens=16, max_num_seqs=4, max_model_len=64
+    )
+    base.update(overrides)
+    return make_engine("vllm-v1", EngineConfig(**base, extra=extra or {}))
+
+
+def test_async_scheduling_schedules_a_step_before_the_previous_one_is_applied():
+    """Step 2 is scheduled before step 1's token reaches vLLM: a's decode runs position 10
+    as a placeholder (-1); the step after max_tokens is known to be reached is empty."""
+    engine = _engine({"async_scheduling": "true"})
+    assert type(engine.scheduler).__name__ == "AsyncScheduler"
+    engine.add_request(request("a", PROMPT, 3))
+    s1 = engine.schedule()
+    assert [summary(r) for r in s1.scheduled] == [("a", 0, 10, 10, 10, list(PROMPT), (1, 2, 3), 0)]
+    s2 = engine.schedule()
+    assert [summary(r) for r in s2.scheduled] == [("a", 10, 1, 11, 10, [-1], (1, 2, 3), 0)]
+    assert engine.update_from_output(s1, {"a": 7001}) == []
+    s3 = engine.schedule()
+    assert [summary(r) for r in s3.scheduled] == [("a", 11, 1, 12, 10, [-1], (1, 2, 3), 0)]
+    assert engine.update_from_output(s2, {"a": 7002}) == []
+    s4 = engine.schedule()
+    assert s4.scheduled == ()  # a's third token is in flight: nothing left to run
+    (done,) = engine.update_from_output(s3, {"a": 7003})
+    assert (done.request_id, done.output_token_ids) == ("a", (7001, 7002, 7003))
+    assert done.reason == "length"
+    assert not engine.has_unfinished_requests()
+
+
+def test_a_request_over_max_num_queued_reqs_is_rejected_as_the_api_server_does():
+    engine = _engine({"vllm:max_num_queued_reqs": "1"})
+    engine.add_request(request("a", PROMPT, 1))
+    engine.add_request(request("b", PROMPT, 1))
+    out = engine.schedule()
+    assert [r.request_id for r in out.scheduled] == ["a"]
+    assert out.rejected_req_ids == ("b",)
+    assert out.rejected_reasons == ("queue full: 1 unfinished requests, max_num_queued_reqs 1",)
+    assert engine.rare_path_counts()["queue-full-rejection"] == 1
+
+
+def test_a_request_over_max_num_queued_tokens_is_rejected():
+    """a's 10 prompt tokens have no output yet: 10 >= 10 refuses b."""
+    engine = _engine({"vllm:max_num_queued_tokens": "10"})
+    engine.add_request(request("a", PROMPT, 1))
+    engine.add_request(request("b", PROMPT[:2], 1))
+    out = engine.schedule()
+    assert out.rejected_reasons == (
+        "queue full: 10 prompt tokens waiting for output, max_num_queued_tokens 10",
+    )
+
+
+def _prioritized(rid: str, prompt, priority: int) -> EngineRequest:
+    arr = np.asarray(prompt, dtype=np.int64)
+    arr.flags.writeable = False
+    return EngineRequest(request_id=rid, prompt_token_ids=arr, max_tokens=4, priority=priority)
+
+
+def test_priority_preempts_the_request_it_scheduled_earlier_in_the_same_step():
+    """3 usable blocks. low (priority 1) is admitted first, alone: block 1. Step 2: low's
+    decode takes block 2, high (priority 0) is admitted into block 3. Step 3: low, first in
+    the running queue, is scheduled (position 5 fits block 2); high's decode needs a block,
+    none is free, and the priority policy preempts the lowest-priority running request:
+    low, which this very schedule() call had scheduled."""
+    engine = _engine({"policy": "priority"}, num_gpu_blocks=4, max_num_batched_tokens=8)
+    engine.add_request(_prioritized("low", range(100, 104), priority=1))
+    s1 = engine.schedule()
+    engine.update_from_output(s1, {"low": 7001})
+    engine.add_request(_prioritized("high", range(200, 204), priority=0))
+    s2 = engine.schedule()
+    assert [(r.request_id, r.block_table) for r in s2.scheduled] == [
+        ("low", (1, 2)),
+        ("high", (3,)),
+    ]
+    engine.update_from_output(s2, {"low": 7002, "high": 7003})
+    assert engine.rare_path_counts()["preempt-scheduled-same-step"] == 0
+    s3 = engine.schedule()
+    assert [summary(r)[:4] for r in s3.scheduled] == [("high", 4, 1, 5)]
+    assert s3.preempted_req_ids == ("low",)
+    assert engine.rare_path_counts()["preempt-scheduled-same-step"] == 1
+
+
+def test_vllm_options_reach_the_scheduler_config():
+    engine = _engine(
+        {
+            "vllm:watermark": "0.25",
+            "vllm:max_num_scheduled_tokens": "12",
+            "vllm:scheduler_reserve_full_isl": "false",
+            "vllm:max_num_queued_reqs": "none",
+        }
+    )
+    cfg = engine.scheduler.scheduler_config
+    assert (cfg.watermark, cfg.max_num_scheduled_tokens, cfg.scheduler_reserve_full_isl) == (
+        0.25,
+        12,
+        False,
+    )
+    assert cfg.max_num_queued_reqs is None
+    assert engine.scheduler.max_num_scheduled_tokens == 12
+    assert engine.scheduler.kv_cache_manager.watermark_blocks == 4  # int(0.25 * 16)
+
+
+def _replay(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "schedcheck.sim", "replay", "--engine", "vllm-v1", *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_an_unknown_vllm_option_is_exit_2_naming_the_known_ones():
+    done = _replay("--vllm-option", "bogus=1")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "schedcheck: error: --vllm-option bogus: not a SchedulerConfig field; known: "
+        "disable_hybrid_kv_cache_manager, long_prefill_token_threshold_adaptive, "
+        "max_num_active_seqs, max_num_queued_reqs, max_num_queued_tokens, "
+        "max_num_scheduled_tokens, prefill_schedule_interval, scheduler_reserve_full_isl, "
+        "stream_interval, watermark"
+    )
+
+
+def test_a_vllm_option_of_the_wrong_type_or_owned_by_a_flag_is_exit_2():
+    done = _replay("--vllm-option", "watermark=high")
+    assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (
+        2,
+        "schedcheck: error: --vllm-option watermark=high: not a float",
+    )
+    done = _replay("--vllm-option", "max_num_seqs=3")
+    assert done.stderr.strip().splitlines()[-1] == (
+        "schedcheck: error: --vllm-option max_num_seqs: set it with --max-num-seqs"
+    )
+
+
+def test_replay_with_async_scheduling_reports_placeholders(tmp_path):
+    done = _replay("--max-requests", "8", "--async-scheduling", "--json")
+    assert done.returncode == 0, done.stderr
+    summary_json = json.loads(done.stdout)
+    assert summary_json["finished"] == 8
+    assert summary_json["coverage"]["async-output-placeholder"] > 0
+
+
+def test_requests_added_at_one_simulated_time_get_increasing_arrival_times():
+    """vLLM stamps time.time(): the adapter never hands it two equal arrival times."""
+    engine = _engine({"policy": "priority"})
+    for rid in ("b", "a", "c"):
+        engine.add_request(request(rid, PROMPT, 1))
+    stamps = [engine.scheduler.requests[rid].arrival_time for rid in ("b", "a", "c")]
+    assert stamps == [0.0, 1e-6, 2e-6]
+
+
+def test_the_tied_arrivals_liveness_was_a_harness_false_positive():
+    """The first priority campaign's liveness finding: r7 and r9 arrived in one tick with
+    one priority, so max((priority, arrival_time)) picked the head of the running queue
+    as victim every time and the two preempted each other for ever. With vLLM's distinct
+    arrival stamps the newest is preempted and every request finishes."""
+    from pathlib import Path
+
+    from schedcheck.sim.bundles import rerun_bundle
+
+    bundle = Path(__file__).parent / "false_positives" / "0.33.0-v1-priority-tied-arrivals-liveness"
+    result, recorded = rerun_bundle(bundle)
+    assert recorded.summary["stuck"]  # it was recorded as a liveness failure
+    assert (result.exit_code, result.finished, result.steps) == (0, 5, 27)
