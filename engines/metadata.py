@@ -39,6 +39,21 @@ hand one slot per token instead of one block id per block: a slot list is a bloc
 block size 1, so the metadata of such a step has `block_size` 1 and `block_tables` are the
 slot lists. The kernels then write `slots[num_computed:num_end]` and read
 `slots[0:seq_len]`, exactly the indices SGLang's attention backends gather.
+Scheduled draft tokens (speculative decoding with acceptance) are rows like any other:
+their positions follow the request's tokens and their KV is written through the block
+table; `num_draft_tokens[i]` says how many of request i's last rows are drafts, and every
+one of its last 1 + num_draft_tokens[i] rows is sampled (`spec_rows`)::
+
+    request D, num_tokens 9, num_computed 8, drafts (d1, d2):  rows 6 7 8
+    positions                                                  8  9  10
+    input_ids                                                  t8 d1 d2
+    sampled rows (target + bonus)                              6  7  8
+
+Hybrid KV cache (several KV-cache groups, EngineConfig.kv_groups): each group has its own
+block table per request, and each row writes its K/V once per group, at the slot of its
+position through that group's table (`group_slot_mappings[g]`; group 0's is
+`slot_mapping`). A sliding-window group's table may hold vLLM's null block (0) or a block
+already freed for positions before the window; the kernel never reads them.
 """
 
 from __future__ import annotations
@@ -46,14 +61,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+from schedcheck.engines.protocol import KVCacheGroup, ScheduledRequest, SchedulerOutput
 
 IntArray = npt.NDArray[np.int64]
 _EMPTY: IntArray = np.zeros(0, dtype=np.int64)
+FULL_ONLY = (KVCacheGroup("full"),)
 
 
 @dataclass(frozen=True)
@@ -78,6 +95,12 @@ class RunnerMetadata:
     lookahead_positions: IntArray = field(default_factory=lambda: _EMPTY)
     lookahead_slot_mapping: IntArray = field(default_factory=lambda: _EMPTY)
     lookahead_req: IntArray = field(default_factory=lambda: _EMPTY)
+    # (B,) draft tokens scheduled per request (its last rows); empty: none in this step
+    num_draft_tokens: IntArray = field(default_factory=lambda: _EMPTY)
+    # the KV-cache groups; per group g >= 1: its (B,) block tables and (T,) slot mapping
+    kv_groups: tuple[KVCacheGroup, ...] = FULL_ONLY
+    group_block_tables: tuple[tuple[tuple[int, ...], ...], ...] = ()
+    group_slot_mappings: tuple[IntArray, ...] = ()
     # False / True only for metadata derived otherwise than documented above (a runner bug,
     # re-created on purpose by the reference engine's catalog)
     slot_mapping_from_block_table: bool = True
@@ -106,6 +129,27 @@ class RunnerMetadata:
     def query_lens(self) -> IntArray:
         return np.diff(self.query_start_loc)
 
+    def tables_of_group(self, group: int) -> tuple[tuple[int, ...], ...]:
+        """(B,) the block tables of KV-cache group `group` (0: block_tables)."""
+        return self.block_tables if group == 0 else self.group_block_tables[group - 1]
+
+    def slots_of_group(self, group: int) -> IntArray:
+        """(T,) where each row's K/V of KV-cache group `group` is written."""
+        return self.slot_mapping if group == 0 else self.group_slot_mappings[group - 1]
+
+    @property
+    def spec_rows(self) -> IntArray:
+        """(S',) every sampled row of the requests with drafts: their last 1 + K rows."""
+        if self.num_draft_tokens.size == 0:
+            return _EMPTY
+        counts = np.where(
+            self.num_draft_tokens > 0, np.minimum(self.num_draft_tokens + 1, self.query_lens), 0
+        )
+        ends = self.query_start_loc[1:]
+        req = np.repeat(np.arange(self.num_reqs, dtype=np.int64), counts)
+        row_start = np.repeat(np.cumsum(counts) - counts, counts)
+        return ends[req] - counts[req] + (np.arange(req.size, dtype=np.int64) - row_start)
+
     @functools.cached_property
     def row_req(self) -> IntArray:
         """(T,) the batch index of the request each flattened row belongs to."""
@@ -128,12 +172,12 @@ def build_metadata(
     *,
     num_lookahead_tokens: int = 0,
     max_model_len: int | None = None,
+    kv_groups: tuple[KVCacheGroup, ...] = FULL_ONLY,
 ) -> RunnerMetadata:
     """Derive the runner metadata of one step, as documented in the module docstring.
 
     `num_lookahead_tokens` draft positions follow each sampling request's tokens, capped at
-    `max_model_len` (as vLLM's drafter pads positions past it).
-    """
+    `max_model_len` (as vLLM's drafter pads positions past it); `kv_groups`: the engine's."""
     assert block_size >= 1 and num_lookahead_tokens >= 0
     reqs = output.scheduled
     num_reqs = len(reqs)
@@ -168,9 +212,32 @@ def build_metadata(
         lookahead_positions=lookahead[0],
         lookahead_slot_mapping=lookahead[1],
         lookahead_req=lookahead[2],
+        **_drafts_and_groups(reqs, kv_groups, slot_starts, query_lens, block_size),
     )
     meta.__dict__["row_req"] = row_req  # computed already: seed the cached property
     return meta
+
+
+def _drafts_and_groups(
+    reqs: Sequence[ScheduledRequest],
+    kv_groups: tuple[KVCacheGroup, ...],
+    slot_starts: list[int],
+    query_lens: IntArray,
+    block_size: int,
+) -> dict[str, Any]:
+    """The draft counts, and per KV-cache group g >= 1 the (B,) block tables and the (T,)
+    slot mapping of the rows through that group's tables (empty with one group)."""
+    drafts = np.fromiter((len(r.spec_token_ids) for r in reqs), np.int64, len(reqs))
+    tables = tuple(tuple(r.group_table(g) for r in reqs) for g in range(1, len(kv_groups)))
+    counts = query_lens.tolist()
+    return {
+        "num_draft_tokens": drafts if drafts.any() else _EMPTY,
+        "kv_groups": kv_groups,
+        "group_block_tables": tables,
+        "group_slot_mappings": tuple(
+            gather_slots(t, slot_starts, counts, block_size) for t in tables
+        ),
+    }
 
 
 def _lookahead(

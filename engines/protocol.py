@@ -72,6 +72,12 @@ class ScheduledRequest:
     # slots (a block table of block size 1: see metadata.py); block_table then holds the
     # pages those slots lie in, for the token accounting.
     slots: tuple[int, ...] | None = None
+    # speculative decoding (vLLM: scheduled_spec_decode_tokens): the draft tokens run this
+    # step, the chunk's last len(spec_token_ids) tokens, at positions num_tokens, ...
+    spec_token_ids: tuple[int, ...] = ()
+    # hybrid KV cache: the block table of every KV-cache group, in EngineConfig.kv_groups
+    # order (group 0's is block_table); () with one group
+    group_block_tables: tuple[tuple[int, ...], ...] = ()
 
     @property
     def num_end_tokens(self) -> int:
@@ -79,9 +85,18 @@ class ScheduledRequest:
         return self.num_computed_tokens + self.num_scheduled_tokens
 
     @property
+    def num_draft_tokens(self) -> int:
+        return len(self.spec_token_ids)
+
+    @property
     def samples(self) -> bool:
-        """True iff this step produces a token for the request (its chunk reaches num_tokens)."""
-        return self.num_end_tokens == self.num_tokens
+        """True iff this step produces a token for the request: its chunk reaches num_tokens
+        (and then runs its drafts, if any, past it)."""
+        return self.num_end_tokens - len(self.spec_token_ids) == self.num_tokens
+
+    def group_table(self, group: int) -> tuple[int, ...]:
+        """The block table of KV-cache group `group` (0: block_table)."""
+        return self.group_block_tables[group] if self.group_block_tables else self.block_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +184,11 @@ class Engine(Protocol):
     def update_from_output(
         self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
     ) -> list[FinishedRequest]:
-        """Apply a step's results; `sampled_token_ids` has one token per sampling request."""
+        """Apply a step's results; `sampled_token_ids` has one token per sampling request.
+
+        An engine that schedules draft tokens (`SpecDecodeEngine`) also takes
+        `accepted_token_ids`: per request with drafts, the drafts the rejection sampler
+        accepted, which come before its sampled (bonus) token."""
         ...
 
     def kv_snapshot(self) -> KVSnapshot: ...
@@ -179,6 +198,80 @@ class Engine(Protocol):
     def waiting_reasons(self) -> Mapping[str, str]:
         """request id -> why it is not running now (for liveness reports)."""
         ...
+
+
+@runtime_checkable
+class SpecDecodeEngine(Engine, Protocol):
+    """An engine that schedules draft tokens (speculative decoding with acceptance).
+
+    After each step the simulator's drafter proposes up to num_speculative_tokens drafts for
+    every request that sampled (vLLM: EngineCore passes the runner's draft ids to
+    `Scheduler.update_draft_token_ids`); the engine may schedule them next step
+    (`ScheduledRequest.spec_token_ids`). The executor writes KV for every draft position,
+    and accepts the longest prefix of drafts equal to what it samples at the rows before
+    them, plus one bonus token; the engine rolls back num_computed_tokens by the drafts
+    rejected::
+
+        tokens:  | ... known ... t | d1 d2 d3 |      one step with K = 3 drafts
+        rows:                  r0  r1 r2 r3        every row samples: s0 s1 s2 s3
+        accept:  d1 == s0, d2 == s1, d3 != s2  ->  accepted (d1, d2), bonus s2
+        after:   num_tokens += 3, num_computed_tokens = end - 1 (d3's KV is rejected)
+    """
+
+    def update_from_output(
+        self,
+        output: SchedulerOutput,
+        sampled_token_ids: Mapping[str, int],
+        accepted_token_ids: Mapping[str, tuple[int, ...]] = ...,
+    ) -> list[FinishedRequest]: ...
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
+        """The drafts proposed for the next step, per request that just sampled."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheGroup:
+    """One KV-cache group: its layers' attention kind and, for a sliding window, W.
+
+    A full-attention layer at position p reads keys [0, p]; a sliding-window layer reads
+    exactly keys [p - W + 1, p] (vLLM's SlidingWindowSpec), so its manager frees blocks
+    that fall wholly before every request's window."""
+
+    kind: str  # "full" | "sliding"
+    sliding_window: int = 0  # W (tokens), sliding only
+
+    def __post_init__(self) -> None:
+        assert self.kind in KV_GROUP_KINDS, self.kind
+        assert (self.kind == "sliding") == (self.sliding_window >= 1), self
+
+    @property
+    def label(self) -> str:
+        return "full" if self.kind == "full" else f"sliding:{self.sliding_window}"
+
+
+KV_GROUP_KINDS = ("full", "sliding")
+
+
+def parse_kv_groups(spec: str) -> tuple[KVCacheGroup, ...]:
+    """`full`, `full,sliding:128`, ... -> groups; ValueError saying what is wrong.
+
+    Group 0 is full attention (its table is ScheduledRequest.block_table); every later one
+    is a sliding window of W >= 1 tokens."""
+    groups: list[KVCacheGroup] = []
+    for i, item in enumerate(spec.split(",")):
+        kind, _, window = item.strip().partition(":")
+        if kind == "full" and not window:
+            groups.append(KVCacheGroup("full"))
+        elif kind == "sliding" and window.isdigit() and int(window) >= 1:
+            groups.append(KVCacheGroup("sliding", int(window)))
+        else:
+            raise ValueError(
+                f"kv group {i} {item!r}: use 'full' or 'sliding:W' with an integer W >= 1"
+            )
+    if groups[0].kind != "full" or any(g.kind == "full" for g in groups[1:]):
+        raise ValueError(f"kv groups {spec!r}: group 0 is 'full' and every later group sliding")
+    return tuple(groups)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +290,11 @@ class EngineConfig:
     # draft KV (vLLM v1's Scheduler.num_lookahead_tokens = num_speculative_tokens); the
     # runner writes a draft entry into each after a request samples (BUGS #10)
     num_lookahead_tokens: int = 0
+    # draft tokens scheduled per decoding request (vLLM's num_speculative_tokens), proposed
+    # by the simulator's drafter and verified with acceptance (SpecDecodeEngine)
+    num_speculative_tokens: int = 0
+    # KV-cache groups (parse_kv_groups): "full", or "full,sliding:W" for a hybrid model
+    kv_groups: str = "full"
     block_manager: str = "hashed"  # reference engine: hashed | radix; vLLM v0: v1 | v2
     mutant: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -209,6 +307,11 @@ class EngineConfig:
         assert self.max_model_len >= 1
         assert self.long_prefill_token_threshold >= 0
         assert self.num_lookahead_tokens >= 0
+        assert self.num_speculative_tokens >= 0
+
+    @property
+    def kv_cache_groups(self) -> tuple[KVCacheGroup, ...]:
+        return parse_kv_groups(self.kv_groups)
 
 
 # Async scheduling (vLLM's AsyncScheduler): a step is scheduled before the previous step's

@@ -62,6 +62,8 @@ class Fingerprint:
                 )
             )
             ints.extend(table[keep:])
+            if req.spec_token_ids or req.group_block_tables:  # absent: the encoding of old
+                ints.extend(_extension_ints(req))
             parts.append(raw_id)
             parts.append(req.token_ids.astype("<i8", copy=False).tobytes())
         copies = output.block_copies
@@ -82,22 +84,42 @@ class Fingerprint:
         return self._sha.hexdigest()
 
 
+_EXTENSION_MARK = -(1 << 62)  # never a count or a block id: starts the extension
+
+
+def _extension_ints(req: ScheduledRequest) -> list[int]:
+    """Drafts and per-group tables of a request, only when it has any (so the schedules
+    of runs without them keep their fingerprints)."""
+    out = [_EXTENSION_MARK, len(req.spec_token_ids), *req.spec_token_ids]
+    out.append(len(req.group_block_tables))
+    for table in req.group_block_tables:
+        out.append(len(table))
+        out.extend(table)
+    return out
+
+
+def _request_to_json(r: ScheduledRequest) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "request_id": r.request_id,
+        "num_computed_tokens": r.num_computed_tokens,
+        "num_scheduled_tokens": r.num_scheduled_tokens,
+        "num_tokens": r.num_tokens,
+        "num_prompt_tokens": r.num_prompt_tokens,
+        "num_cached_tokens": r.num_cached_tokens,
+        "token_ids": r.token_ids.tolist(),
+        "block_table": list(r.block_table),
+    }
+    if r.spec_token_ids:
+        obj["spec_token_ids"] = list(r.spec_token_ids)
+    if r.group_block_tables:
+        obj["group_block_tables"] = [list(t) for t in r.group_block_tables]
+    return obj
+
+
 def output_to_json(output: SchedulerOutput) -> dict[str, Any]:
     return {
         "step": output.step,
-        "scheduled": [
-            {
-                "request_id": r.request_id,
-                "num_computed_tokens": r.num_computed_tokens,
-                "num_scheduled_tokens": r.num_scheduled_tokens,
-                "num_tokens": r.num_tokens,
-                "num_prompt_tokens": r.num_prompt_tokens,
-                "num_cached_tokens": r.num_cached_tokens,
-                "token_ids": r.token_ids.tolist(),
-                "block_table": list(r.block_table),
-            }
-            for r in output.scheduled
-        ],
+        "scheduled": [_request_to_json(r) for r in output.scheduled],
         "preempted_req_ids": list(output.preempted_req_ids),
         "finished_req_ids": list(output.finished_req_ids),
         "rejected_req_ids": list(output.rejected_req_ids),
@@ -117,6 +139,10 @@ def output_from_json(obj: dict[str, Any]) -> SchedulerOutput:
             num_cached_tokens=int(r.get("num_cached_tokens", 0)),
             token_ids=_readonly(np.asarray(r["token_ids"], dtype=np.int64)),
             block_table=tuple(int(b) for b in r["block_table"]),
+            spec_token_ids=tuple(int(t) for t in r.get("spec_token_ids", ())),
+            group_block_tables=tuple(
+                tuple(int(b) for b in t) for t in r.get("group_block_tables", ())
+            ),
         )
         for r in obj["scheduled"]
     )

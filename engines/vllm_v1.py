@@ -9,12 +9,20 @@ The adapter owns no scheduling logic. Each step:
                                                         new_block_ids[0]; running: appended
                              num_scheduled_tokens    -> batch order and chunk sizes
                              num_computed_tokens     -> the chunk's first position
+                             scheduled_spec_decode_tokens -> the chunk's last tokens
+                             block_ids[g]            -> the table of KV-cache group g
                              finished_req_ids        -> runner forgets the request
                            an empty step is updated at once with vLLM's empty runner
                            output, as EngineCore.step() does
     update_from_output():  our sampled tokens -> a ModelRunnerOutput (one token for each
                            request whose chunk reaches num_tokens, none for a partial
-                           prefill chunk) -> Scheduler.update_from_output()
+                           prefill chunk; with drafts: the accepted drafts + the bonus
+                           token, as the rejection sampler returns them; vLLM rolls
+                           num_computed_tokens back by the rejected ones)
+                           -> Scheduler.update_from_output()
+    update_draft_token_ids(): the drafter's proposals -> DraftTokenIds ->
+                           Scheduler.update_draft_token_ids(), as EngineCore.post_step
+                           does after a step that ran the model (synchronous scheduling)
     abort_request():       Scheduler.finish_requests(id, RequestStatus.FINISHED_ABORTED)
     kv_snapshot():         vLLM's own BlockPool / manager state (see vllm/v1_snapshot.py,
                            which also says how the null block, block 0, is reported)
@@ -63,7 +71,8 @@ from schedcheck.engines.vllm.v1_snapshot import V1KVSnapshot
 
 from vllm.sampling_params import SamplingParams  # isort: skip
 from vllm.v1.core.sched.output import SchedulerOutput as VllmSchedulerOutput  # isort: skip
-from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput  # isort: skip
+from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager  # isort: skip
+from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, ModelRunnerOutput  # isort: skip
 from vllm.v1.request import Request, RequestStatus  # isort: skip
 
 ENGINE_NAME = "vllm-v1"
@@ -93,11 +102,18 @@ class VllmV1Engine:
         self._evictions = CallCounter(  # True: a cached block lost its hash for reuse
             self.scheduler.kv_cache_manager.block_pool, "_maybe_evict_cached_block"
         )
+        self._window_frees = [  # calls that freed blocks before a sliding window
+            _count_window_frees(m)
+            for m in self.scheduler.kv_cache_manager.coordinator.single_type_managers
+            if isinstance(m, SlidingWindowManager)
+        ]
         # the blocks vLLM's pool changed, for the incremental pool check
         self._changes = BlockChangeLog(self.scheduler.kv_cache_manager.block_pool)
         self._tokens: dict[str, TokenBuffer] = {}  # request id -> prompt + outputs
         self._live: dict[str, Request] = {}  # ids added and not yet reported finished
-        self._tables = RunnerBlockTables()
+        self._num_groups = len(config.kv_cache_groups)
+        self._group_tables = [RunnerBlockTables() for _ in range(self._num_groups)]
+        self._tables = self._group_tables[0]
         self._step = 0
         # steps scheduled and not yet updated, oldest first, as EngineCore's batch queue
         # (depth 1: synchronous; 2: async scheduling, step_with_batch_queue)
@@ -167,18 +183,29 @@ class VllmV1Engine:
         return output
 
     def update_from_output(
-        self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
+        self,
+        output: SchedulerOutput,
+        sampled_token_ids: Mapping[str, int],
+        accepted_token_ids: Mapping[str, tuple[int, ...]] | None = None,
     ) -> list[FinishedRequest]:
         in_flight = self._in_flight
         while in_flight and not in_flight[0][0].scheduled:  # empty steps queued before it
             self._apply(in_flight.popleft()[1], EMPTY_MODEL_RUNNER_OUTPUT)
         assert in_flight and in_flight[0][0] is output, "not the oldest step in flight"
         vllm_output = in_flight.popleft()[1]
-        self._apply(vllm_output, self._runner_output(output, sampled_token_ids))
+        accepted = accepted_token_ids or {}
+        self._apply(vllm_output, self._runner_output(output, sampled_token_ids, accepted))
         for rid, token in sampled_token_ids.items():
-            self._append_token(rid, int(token))
+            self._append_tokens(rid, (*accepted.get(rid, ()), int(token)))
         finished, self._pending_finished = self._pending_finished, []
         return finished
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
+        """The drafter's proposals, as EngineCore.post_step hands the runner's to vLLM."""
+        req_ids = list(draft_token_ids)
+        self.scheduler.update_draft_token_ids(
+            DraftTokenIds(req_ids, [list(draft_token_ids[rid]) for rid in req_ids])
+        )
 
     def _apply(self, vllm_output: VllmSchedulerOutput, runner_output: ModelRunnerOutput) -> None:
         """vLLM's update_from_output; the requests it finishes are reported next update."""
@@ -191,7 +218,11 @@ class VllmV1Engine:
     # ----------------------------------------------------------------- inspection --
     def kv_snapshot(self) -> KVSnapshot:
         return V1KVSnapshot(
-            self.scheduler, self.config.block_size, self._evictions.num_calls, self._changes
+            self.scheduler,
+            self.config.block_size,
+            self._evictions.num_calls,
+            sum(c[0] for c in self._window_frees),
+            self._changes,
         )
 
     def has_unfinished_requests(self) -> bool:
@@ -225,10 +256,12 @@ class VllmV1Engine:
     def _map_output(self, so: VllmSchedulerOutput) -> SchedulerOutput:
         """Our SchedulerOutput from vLLM's, in vLLM's batch order (num_scheduled_tokens)."""
         self._step += 1
-        self._tables.drop(so.finished_req_ids)
+        for tables in self._group_tables:
+            tables.drop(so.finished_req_ids)
         computed, admitted = self._update_tables(so)
+        spec = so.scheduled_spec_decode_tokens
         scheduled = tuple(
-            self._scheduled_request(rid, n, computed[rid], rid in admitted)
+            self._scheduled_request(rid, n, computed[rid], rid in admitted, spec.get(rid))
             for rid, n in so.num_scheduled_tokens.items()
         )
         rejected, self._rejected = self._rejected, []
@@ -253,30 +286,43 @@ class VllmV1Engine:
         this step (new or resumed), whose num_computed_tokens is their prefix-cache hit.
         """
         computed: dict[str, int] = {}
+        groups = self._group_tables
         for new in so.scheduled_new_reqs:
-            self._tables.set(new.req_id, new.block_ids[0])
+            for tables, block_ids in zip(groups, new.block_ids, strict=True):
+                tables.set(new.req_id, block_ids)
             computed[new.req_id] = new.num_computed_tokens
         admitted = set(computed)
         cached = so.scheduled_cached_reqs
         for i, rid in enumerate(cached.req_ids):
-            block_ids = cached.new_block_ids[i]
+            new_block_ids = cached.new_block_ids[i]
             if rid in cached.resumed_req_ids:
-                assert block_ids is not None, f"resumed {rid} without a block table"
-                self._tables.set(rid, block_ids[0])
+                assert new_block_ids is not None, f"resumed {rid} without a block table"
+                for tables, block_ids in zip(groups, new_block_ids, strict=True):
+                    tables.set(rid, block_ids)
                 admitted.add(rid)
-            elif block_ids is not None:
-                self._tables.extend(rid, block_ids[0])
+            elif new_block_ids is not None:
+                for tables, block_ids in zip(groups, new_block_ids, strict=True):
+                    tables.extend(rid, block_ids)
             computed[rid] = cached.num_computed_tokens[i]
         return computed, admitted
 
     def _scheduled_request(
-        self, rid: str, num_scheduled: int, num_computed: int, admitted: bool
+        self,
+        rid: str,
+        num_scheduled: int,
+        num_computed: int,
+        admitted: bool,
+        spec_token_ids: list[int] | None,
     ) -> ScheduledRequest:
         request, tokens = self._live[rid], self._tokens[rid]
         end = num_computed + num_scheduled
         # schedule() has already advanced the request by this step's tokens
         assert request.num_computed_tokens == end, rid
-        if self._depth > 1 and end > tokens.num_tokens:  # async: runs in-flight samples
+        if spec_token_ids:  # the runner appends the drafts after the known tokens
+            known = tokens.chunk(num_computed, end - len(spec_token_ids))
+            num_tokens = tokens.num_tokens
+            chunk = np.concatenate([known, np.asarray(spec_token_ids, dtype=np.int64)])
+        elif self._depth > 1 and end > tokens.num_tokens:  # async: runs in-flight samples
             num_tokens, chunk = end, _chunk_with_placeholders(tokens, num_computed, end)
         else:
             num_tokens, chunk = tokens.num_tokens, tokens.chunk(num_computed, end)
@@ -289,12 +335,19 @@ class VllmV1Engine:
             chunk,
             self._tables.table(rid),
             num_computed if admitted else 0,
+            None,  # slots: vLLM addresses KV per block
+            tuple(spec_token_ids or ()),
+            tuple(t.table(rid) for t in self._group_tables) if self._num_groups > 1 else (),
         )
 
     def _runner_output(
-        self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
+        self,
+        output: SchedulerOutput,
+        sampled_token_ids: Mapping[str, int],
+        accepted_token_ids: Mapping[str, tuple[int, ...]],
     ) -> ModelRunnerOutput:
-        """One token for each sampling request, none for a partial prefill chunk."""
+        """One token for each sampling request, none for a partial prefill chunk; a request
+        with drafts gets its accepted drafts, then its sampled (bonus) token."""
         req_ids = [r.request_id for r in output.scheduled]
         sampled: list[list[int]] = []
         for r in output.scheduled:
@@ -303,22 +356,26 @@ class VllmV1Engine:
             assert token is not None or not r.samples or r.request_id not in self._live, (
                 f"{r.request_id}: its chunk reaches num_tokens but no token was sampled"
             )
-            sampled.append([] if token is None else [int(token)])
+            accepted = list(accepted_token_ids.get(r.request_id, ()))
+            assert len(accepted) <= r.num_draft_tokens, f"{r.request_id}: accepted > drafts"
+            sampled.append([] if token is None else [*accepted, int(token)])
         return ModelRunnerOutput(
             req_ids=req_ids,
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             sampled_token_ids=sampled,
         )
 
-    def _append_token(self, rid: str, token_id: int) -> None:
-        """Mirror the token vLLM appended (none if the request was aborted mid-step)."""
+    def _append_tokens(self, rid: str, token_ids: tuple[int, ...]) -> None:
+        """Mirror the tokens vLLM appended: the first ones up to its stop (max_tokens), none
+        if the request was aborted mid-step."""
         request = self._live.get(rid)
         if request is None:
             return
         buf = self._tokens[rid]
-        if request.num_tokens == buf.num_tokens + 1:
+        num_appended = request.num_tokens - buf.num_tokens
+        assert 0 <= num_appended <= len(token_ids), f"{rid}: token counts diverged"
+        for token_id in token_ids[:num_appended]:
             buf.append(token_id)
-        assert request.num_tokens == buf.num_tokens, f"{rid}: token counts diverged"
 
     def _report_finished(self, request: Request, reason: str) -> None:
         rid = request.request_id
@@ -327,6 +384,27 @@ class VllmV1Engine:
         self._pending_finished.append(
             FinishedRequest(rid, tuple(int(t) for t in request.output_token_ids), reason)
         )
+
+
+def _count_window_frees(manager: object) -> list[int]:
+    """Wrap a SlidingWindowManager's `_remove_blocks_in_range` (called by
+    remove_skipped_blocks) to count the calls that free at least one block; returns the
+    one-element counter. It frees backwards from the range's last block and stops at the
+    first null block, so a call frees something iff that last block is not null."""
+    counter = [0]
+    original = manager._remove_blocks_in_range  # type: ignore[attr-defined]
+    null_block = manager._null_block  # type: ignore[attr-defined]
+    req_to_blocks = manager.req_to_blocks  # type: ignore[attr-defined]
+
+    def counted(request_id: str, first_block: int, last_block: int) -> None:
+        blocks = req_to_blocks.get(request_id, ())
+        last = min(last_block, len(blocks))
+        if first_block < last and blocks[last - 1] is not null_block:
+            counter[0] += 1
+        original(request_id, first_block, last_block)
+
+    manager._remove_blocks_in_range = counted  # type: ignore[attr-defined]
+    return counter
 
 
 def _chunk_with_placeholders(tokens: TokenBuffer, start: int, stop: int) -> TokenArray:

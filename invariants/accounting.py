@@ -17,7 +17,10 @@ Properties (each checked every step):
   blocks (vllm#7380: off by one at exact multiples);
 - knowledge: num_tokens equals the tokens the request really has (prompt + outputs);
 - agreement: after the update, the KV manager's num_computed_tokens equals the
-  scheduler's (vllm#11186).
+  scheduler's (vllm#11186);
+- drafts (speculative decoding): a chunk may run past num_tokens only by its scheduled
+  draft tokens, and then its next chunk starts after the last accepted draft
+  (`roll_back`): the rejected drafts' KV is recomputed, never kept.
 """
 
 from __future__ import annotations
@@ -69,11 +72,13 @@ class AccountingChecker:
             rid = req.request_id
             ncomp, nsched, ntok = req.num_computed_tokens, req.num_scheduled_tokens, req.num_tokens
             end = ncomp + nsched
+            ndraft = len(req.spec_token_ids)
             start = next_start.get(rid)
             if (  # the common case, all properties at once; the detail only on a failure
                 rid not in seen
                 and 0 <= ncomp < ntok
-                and 1 <= nsched <= ntok - ncomp
+                and 1 <= nsched <= ntok + ndraft - ncomp
+                and (ndraft == 0 or end - ndraft == ntok)
                 and req.token_ids.size == nsched
                 and known_num_tokens.get(rid, ntok) == ntok
                 and len(req.block_table) * bs >= end
@@ -105,11 +110,19 @@ class AccountingChecker:
 
         if ncomp < 0 or nsched < 1:
             bad("accounting.range", f"num_computed_tokens {ncomp}, num_scheduled_tokens {nsched}")
-        if end > req.num_tokens:
+        ndraft = len(req.spec_token_ids)
+        if end > req.num_tokens + ndraft:
             bad(
                 "accounting.range",
                 f"runs tokens up to {end}, the request has {req.num_tokens} (num_computed_tokens "
-                f"{ncomp} + num_scheduled_tokens {nsched})",
+                f"{ncomp} + num_scheduled_tokens {nsched}) and {ndraft} drafts",
+                position=req.num_tokens,
+            )
+        elif ndraft and end - ndraft != req.num_tokens:
+            bad(
+                "accounting.draft-position",
+                f"its {ndraft} drafts end the chunk at {end}, but they must follow its "
+                f"{req.num_tokens} known tokens (end {req.num_tokens + ndraft})",
                 position=req.num_tokens,
             )
         if ncomp >= req.num_tokens:
@@ -180,6 +193,12 @@ class AccountingChecker:
                     )
                 )
         return out
+
+    def roll_back(self, request_id: str, num_rejected: int) -> None:
+        """The step's rejected drafts: the request's next chunk starts that much earlier."""
+        assert num_rejected >= 0
+        if num_rejected and request_id in self.next_start:
+            self.next_start[request_id] -= num_rejected
 
     def forget(self, request_id: str) -> None:
         self.next_start.pop(request_id, None)

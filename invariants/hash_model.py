@@ -32,6 +32,17 @@ SAMPLE_SALT = np.uint64(0x5DEECE66D1B2C3A5)
 POISON = np.uint64(0xA5A5_0000_5A5A_FFFF)  # xor-ed into entries computed from a wrong token
 READ_POISON = np.uint64(0x0F0F_1234_F0F0_4321)  # xor-ed into samples after wrong reads
 DRAFT = np.uint64(0xD2AF_7D2A_F7D2_AF7D)  # a drafter's KV entry: tokens not known yet
+GROUP_SALT = np.uint64(0x6B76_6772_6F75_7000)  # "kvgroup": tags a KV-cache group's entries
+
+
+def group_tag(group: int) -> np.uint64:
+    """xor-ed into the identities group `group` writes: each KV-cache group has its own
+    layers, so the KV of one position differs per group (group 0's tag is 0: a one-group
+    engine writes plain identities)."""
+    assert group >= 0
+    if group == 0:
+        return np.uint64(0)
+    return np.uint64(mix64(np.asarray([GROUP_SALT + np.uint64(group)], dtype=np.uint64))[0])
 
 
 def salt_identity(cache_salt: str | None) -> int:

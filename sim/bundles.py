@@ -34,6 +34,7 @@ _SIM_FIELDS = (
     "context_steps",
     "faults",
     "ignore",
+    "draft_acceptance",
 )
 
 

@@ -11,6 +11,12 @@ optional `num_evicted_blocks` counter on its KV snapshot), so any engine can be 
     evict-cached-block             cached blocks were evicted for new allocations
     drafts-cross-block             a sampling request's draft tokens (speculative decoding)
                                    do not fit the free slots of its last block (vllm#16370)
+    spec-rejected                  a scheduled draft token was rejected (the request's
+                                   num_computed_tokens rolls back over draft KV)
+    spec-rejected-cross-block      the rejected drafts' positions span a block boundary:
+                                   a block holds only rejected-draft KV after the step
+    sliding-window-block-freed     a sliding-window KV-cache group freed blocks before a
+                                   request's window (the engine's snapshot counts them)
 
 vLLM v1 scheduler options (VLLM_OPTION_PATHS: only an engine with those options reaches them):
 
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from schedcheck.engines.protocol import EngineRequest, SchedulerOutput
+from schedcheck.engines.protocol import EngineRequest, ScheduledRequest, SchedulerOutput
 
 RARE_PATHS = (
     "fully-cached-prompt",
@@ -34,6 +40,9 @@ RARE_PATHS = (
     "abort-mid-chunk",
     "evict-cached-block",
     "drafts-cross-block",
+    "spec-rejected",
+    "spec-rejected-cross-block",
+    "sliding-window-block-freed",
     "preempt-scheduled-same-step",
     "async-output-placeholder",
     "queue-full-rejection",
@@ -43,6 +52,8 @@ VLLM_OPTION_PATHS = (
     "async-output-placeholder",
     "queue-full-rejection",
 )
+SPEC_PATHS = ("spec-rejected", "spec-rejected-cross-block")
+SLIDING_PATHS = ("sliding-window-block-freed",)
 
 
 class Coverage:
@@ -111,6 +122,25 @@ class Coverage:
         if num_evicted_blocks is not None:
             self.counts["evict-cached-block"] = int(num_evicted_blocks)
 
+    def observe_acceptance(self, scheduled: ScheduledRequest, num_accepted: int) -> None:
+        """A step's rejection sampling of one request with drafts::
+
+        positions   n-1 | n ... n+a-1 | n+a ... n+K-1     n = num_tokens
+                         accepted       rejected           a = num_accepted
+        """
+        num_drafts = scheduled.num_draft_tokens
+        if num_accepted >= num_drafts:
+            return
+        self.counts["spec-rejected"] += 1
+        first_rejected = scheduled.num_tokens + num_accepted
+        last = scheduled.num_end_tokens - 1
+        if first_rejected // self.block_size != last // self.block_size:
+            self.counts["spec-rejected-cross-block"] += 1
+
+    def observe_window_frees(self, num_blocks_freed: int | None) -> None:
+        if num_blocks_freed is not None:
+            self.counts["sliding-window-block-freed"] = int(num_blocks_freed)
+
     def observe_engine_paths(self, counts: Mapping[str, int]) -> None:
         """Rare paths the engine counted itself (e.g. vllm-v1's rare_path_counts())."""
         for path, count in counts.items():
@@ -134,16 +164,24 @@ def never_reached(
     drafts: bool = True,
     prefix_caching: bool = True,
     vllm_options: bool = True,
+    spec: bool = False,
+    sliding: bool = False,
 ) -> list[str]:
     """Rare paths with a zero count, of those the campaign can reach: one that never draws
     draft tokens cannot reach drafts-cross-block, one without prefix caching none of
     PREFIX_CACHE_PATHS, one that never draws vLLM v1's scheduler options (priority, async
-    scheduling, queue limits) none of VLLM_OPTION_PATHS, so they are not listed."""
+    scheduling, queue limits) none of VLLM_OPTION_PATHS, so they are not listed;
+    SPEC_PATHS and SLIDING_PATHS only for a campaign that draws scheduled drafts (`spec`)
+    or a sliding-window group (`sliding`)."""
     unreachable: tuple[str, ...] = () if drafts else ("drafts-cross-block",)
     if not prefix_caching:
         unreachable += PREFIX_CACHE_PATHS
     if not vllm_options:
         unreachable += VLLM_OPTION_PATHS
+    if not spec:
+        unreachable += SPEC_PATHS
+    if not sliding:
+        unreachable += SLIDING_PATHS
     paths = (p for p in RARE_PATHS if p not in unreachable)
     return [path for path in paths if counts.get(path, 0) == 0]
 

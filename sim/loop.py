@@ -32,6 +32,7 @@ from schedcheck.engines.protocol import (
     FinishedRequest,
     ScheduledRequest,
     SchedulerOutput,
+    SpecDecodeEngine,
     is_async_scheduling,
 )
 from schedcheck.engines.reference.mutants import apply_runner_mutant
@@ -47,6 +48,7 @@ from schedcheck.invariants.violation import Violation
 from schedcheck.sim.arrivals import Abort, Arrivals, Release
 from schedcheck.sim.cost_model import StepCostModel, profile
 from schedcheck.sim.coverage import Coverage
+from schedcheck.sim.drafter import Drafter
 from schedcheck.sim.faults import draw_faults
 from schedcheck.sim.hash_executor import HashModelExecutor
 from schedcheck.sim.kv_events import KVEventRecorder
@@ -124,9 +126,39 @@ class Simulation:
         self.rng = np.random.default_rng(options.seed)  # the run's one generator (faults)
         self.coverage = Coverage(config.block_size, config.num_lookahead_tokens)
         self.kv_events = KVEventRecorder() if options.record_kv_events else None
+        self.kv_groups = config.kv_cache_groups
+        if len(self.kv_groups) > 1 and not isinstance(self.executor, SymbolicExecutor):
+            raise ValueError(
+                f"kv_groups {config.kv_groups!r}: only the symbolic executor reads "
+                "several KV-cache groups"
+            )
+        self.spec_engine: SpecDecodeEngine | None = None  # set when drafts are scheduled
+        self.drafter = self._make_drafter()
         # async scheduling: steps executed and not yet applied to the engine, oldest first
         self.depth = pipeline_depth(engine, self.engine, config)
         self.in_flight: deque[tuple[SchedulerOutput, dict[str, int]]] = deque()
+
+    def _make_drafter(self) -> Drafter | None:
+        """The drafter of speculative decoding with acceptance, or None (K = 0)."""
+        k = self.config.num_speculative_tokens
+        if k == 0:
+            return None
+        if not isinstance(self.engine, SpecDecodeEngine):
+            raise ValueError(
+                f"num_speculative_tokens={k}: engine {self.engine.name!r} does not schedule "
+                "draft tokens (no update_draft_token_ids)"
+            )
+        if not isinstance(self.executor, SymbolicExecutor):
+            raise ValueError(
+                f"num_speculative_tokens={k}: only the symbolic executor verifies drafts"
+            )
+        if is_async_scheduling(self.config):
+            raise ValueError(
+                f"num_speculative_tokens={k} with async scheduling: drafts reach vLLM through "
+                "the output (update_draft_token_ids_in_output), which is not modelled yet"
+            )
+        self.spec_engine = self.engine
+        return Drafter(k, self.options.draft_acceptance, self.rng, self.options.vocab_size)
 
     # -- running ----------------------------------------------------------------------------
 
@@ -247,9 +279,11 @@ class Simulation:
             cfg.block_size,
             num_lookahead_tokens=cfg.num_lookahead_tokens,
             max_model_len=cfg.max_model_len,
+            kv_groups=self.kv_groups,
         )
         meta = apply_runner_mutant(meta, cfg.mutant)
         sampled = self.executor.execute(meta)
+        accepted: dict[str, tuple[int, ...]] = getattr(self.executor, "accepted_token_ids", {})
         violations += getattr(self.executor, "violations", [])
         if opts.check_invariants:
             self.result.invariants_checked += meta.num_tokens  # causal alignment of every row
@@ -260,17 +294,56 @@ class Simulation:
         if violations and not opts.keep_going:  # report before the engine sees the step
             self._violate(violations)
             return
-        finished = self._call("update_from_output", self.engine.update_from_output, output, sampled)
+        if self.spec_engine is None:
+            update = self.engine.update_from_output
+            finished = self._call("update_from_output", update, output, sampled)
+        else:
+            update = self.spec_engine.update_from_output
+            finished = self._call("update_from_output", update, output, sampled, accepted)
+            self._roll_back_rejected(output, accepted)
         violations += self.protocol.check_finished(
             output.step, finished, self.live, self.result.outputs
         )
         for rid, token in sampled.items():
-            self.num_tokens[rid] += 1
-            self.sampled[rid].append(token)
+            self._append_generated(rid, (*accepted.get(rid, ()), token))
         if opts.check_invariants:
             violations += self._after_update(output, finished)
         self._violate(violations)
         self._finish_requests(finished)
+        if self.drafter is not None and not self.done:
+            self._propose_drafts(sampled)
+
+    def _append_generated(self, rid: str, tokens: tuple[int, ...]) -> None:
+        """The tokens a request gained this step, up to its max_tokens (an engine stops
+        there and drops the rest of a step's accepted drafts, as vLLM does)."""
+        if rid not in self.live:
+            return
+        tokens = tokens[: max(self.live[rid].max_tokens - len(self.sampled[rid]), 0)]
+        self.num_tokens[rid] += len(tokens)
+        self.sampled[rid].extend(tokens)
+        if self.drafter is not None and tokens:
+            self.drafter.append(rid, tokens)
+
+    def _roll_back_rejected(
+        self, output: SchedulerOutput, accepted: dict[str, tuple[int, ...]]
+    ) -> None:
+        """Each request's next chunk starts after its last accepted draft; coverage."""
+        for r in output.scheduled:
+            if r.spec_token_ids and r.request_id in self.live:
+                num_accepted = len(accepted.get(r.request_id, ()))
+                self.accounting.roll_back(r.request_id, r.num_draft_tokens - num_accepted)
+                self.coverage.observe_acceptance(r, num_accepted)
+
+    def _propose_drafts(self, sampled: dict[str, int]) -> None:
+        """The drafter's proposals for every request that sampled and still runs, handed to
+        the engine (vLLM: EngineCore.post_step -> update_draft_token_ids)."""
+        assert self.drafter is not None
+        running = [rid for rid in sampled if rid in self.live]
+        if running:
+            drafts = self.drafter.propose(running)
+            assert self.spec_engine is not None
+            propose = self.spec_engine.update_draft_token_ids
+            self._call("update_draft_token_ids", propose, drafts)
 
     def _pipelined_step(self, output: SchedulerOutput):
         """Async scheduling (vLLM's AsyncScheduler + EngineCore.step_with_batch_queue):
@@ -292,7 +365,9 @@ class Simulation:
             self.result.invariants_checked += 3 + 7 * len(output.scheduled)
         self._retire(output.finished_req_ids, "finished", None)
         self._reject(output)
-        meta = build_metadata(output, cfg.block_size, max_model_len=cfg.max_model_len)
+        meta = build_metadata(
+            output, cfg.block_size, max_model_len=cfg.max_model_len, kv_groups=self.kv_groups
+        )
         meta = apply_runner_mutant(meta, cfg.mutant)
         sampled = self.executor.execute(meta)
         violations += getattr(self.executor, "violations", [])
@@ -403,7 +478,8 @@ class Simulation:
             if self.options.check_invariants:
                 self._violate(self.accounting.check_step(output, self.num_tokens))
             if isinstance(self.executor, SymbolicExecutor):  # it drops what they verified
-                self.executor.execute(build_metadata(output, self.config.block_size))
+                meta = build_metadata(output, self.config.block_size, kv_groups=self.kv_groups)
+                self.executor.execute(meta)
             self.coverage.observe_step(output, self.live)
         if output.discarded and isinstance(self.executor, SymbolicExecutor):
             self.executor.execute(build_metadata(output, self.config.block_size))  # their KV
@@ -470,6 +546,9 @@ class Simulation:
         self.live[request.request_id] = request
         self.num_tokens[request.request_id] = request.num_prompt_tokens
         self.sampled[request.request_id] = []
+        if self.drafter is not None:
+            salt = hash_model.salt_identity(request.cache_salt)
+            self.drafter.add_request(request.request_id, request.prompt_token_ids, salt)
         if request.cache_salt is None:
             self.executor.add_request(request.request_id, request.prompt_token_ids)
         else:
@@ -500,6 +579,8 @@ class Simulation:
             else:
                 self.result.rejected += 1
             self.executor.finish_request(rid)
+            if self.drafter is not None:
+                self.drafter.forget(rid)
             self.accounting.forget(rid)
             self.protocol.forget(rid)
             self.coverage.forget(rid)
@@ -654,6 +735,9 @@ class Simulation:
         self.done = True
         snapshot = self._call("kv_snapshot", self.engine.kv_snapshot)
         self.coverage.observe_evictions(getattr(snapshot, "num_evicted_blocks", None))
+        self.coverage.observe_window_frees(
+            getattr(snapshot, "num_sliding_window_blocks_freed", None)
+        )
         if self.options.check_invariants:
             step = self.fingerprint.num_steps
             violations = self.pool.sweep(step, snapshot, set(), self._block_contents)

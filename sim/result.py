@@ -37,11 +37,15 @@ class SimOptions:
     faults: Mapping[str, float] = field(default_factory=dict)  # kind -> probability per step
     ignore: tuple[str, ...] = ()  # invariants of known behaviours: counted, not violations
     progress: bool = False
+    # speculative decoding (EngineConfig.num_speculative_tokens > 0): the probability that
+    # the drafter proposes the true next token (sim/drafter.py)
+    draft_acceptance: float = 0.7
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ignore", tuple(self.ignore))  # a list from a bundle's JSON
         check_faults(self.faults)
         assert self.steps_max >= 1 and self.stall_steps_max >= 1 and self.context_steps >= 0
+        assert 0.0 <= self.draft_acceptance <= 1.0, "draft_acceptance is a probability"
 
 
 @dataclass

@@ -22,6 +22,26 @@ Each step, for the metadata of that step (as a model runner would pass it to the
    a slot past the block table is an out-of-bounds write (BUGS #10), and a draft written
    into KV another request verified is caught like any other overwrite.
 
+Scheduled draft tokens (speculative decoding with acceptance, `spec_token_ids`): for the
+step, the request's tokens are extended by its drafts, so a draft row writes and reads the
+identities of the drafted sequence (the KV a model computes for a draft is that of the
+draft's prefix). Every row from the last known token on is sampled, and the rejection
+sampler accepts the longest prefix of drafts equal to the samples before them, plus the
+sample after the last accepted one (the bonus)::
+
+    positions      n-1   n    n+1   n+2          n = num_tokens, drafts d1 d2 d3
+    input          t     d1   d2    d3
+    samples        s0    s1   s2    s3           d1 == s0, d2 == s1, d3 != s2
+    generated      s0 s1 s2 (accepted d1, d2; bonus s2); KV of n+2 holds d3's: rejected
+
+The request then knows n + 3 tokens; only keys [0, n + 2) keep verified KV, and slot
+n + 2 (d3's KV) must be overwritten by the true KV of s2 before anyone reads it.
+
+Hybrid KV cache: each KV-cache group writes `identity ^ group_tag(g)` through its own slot
+mapping; a full group is read as above; a sliding-window group of W tokens is read, every
+step, at exactly the keys of its rows' windows, [first position - W + 1, last position],
+through that group's table, and nothing before (those blocks may be freed and reused).
+
 The identities are those of `invariants/hash_model.py`: KV of position p = hash of the
 request's tokens [0..p]; two requests with the same prefix expect the same identities.
 
@@ -39,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from schedcheck.engines.metadata import RunnerMetadata, gather_slots
-from schedcheck.engines.protocol import ScheduledRequest
+from schedcheck.engines.protocol import KVCacheGroup, ScheduledRequest
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.violation import Violation
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
@@ -96,6 +116,9 @@ class SymbolicExecutor:
         # request id -> its block table in the engine now (set by the loop; rare path only)
         self.current_table: Callable[[str], Sequence[int] | None] | None = None
         self.num_keys_checked = 0
+        # request id -> the drafts the rejection sampler accepted in the last step (those
+        # with scheduled drafts only); its sampled token is the bonus after them
+        self.accepted_token_ids: dict[str, tuple[int, ...]] = {}
         self.salt_identity: dict[str, int] = {}  # request id -> its salt's identity (salted)
 
     # -- the Executor protocol ------------------------------------------------------------
@@ -122,6 +145,7 @@ class SymbolicExecutor:
 
     def execute(self, meta: RunnerMetadata) -> dict[str, int]:
         self.violations = []
+        self.accepted_token_ids = {}
         step = meta.output.step
         for rid in meta.output.preempted_req_ids:  # its blocks are gone: verify again later
             preempted = self.requests.get(rid)
@@ -140,9 +164,14 @@ class SymbolicExecutor:
         if any(r is None for r in reqs) or meta.num_reqs == 0:
             return {}
         known = [r for r in reqs if r is not None]
+        num_known = self._extend_with_drafts(meta, known)
         written, true_ids = self._write(meta, known)
         bad_reqs = self._check_alignment(meta) | self._read(meta, known, true_ids)
-        sampled = self._sample(meta, known, written, bad_reqs)
+        for group in range(1, len(meta.kv_groups)):
+            bad_reqs |= self._read_group(meta, known, group)
+        sampled = self._sample(meta, known, written, bad_reqs, num_known)
+        if num_known:
+            sampled.update(self._accept(meta, known, written, bad_reqs, num_known))
         if meta.lookahead_slot_mapping.size:
             self._write_drafts(meta, known)
         return sampled
@@ -223,6 +252,10 @@ class SymbolicExecutor:
             reqs,
             slots_of_positions=meta.slot_mapping_from_block_table,
         )
+        for group in range(1, len(meta.kv_groups)):
+            tagged = np.where(written != 0, written ^ hash_model.group_tag(group), written)
+            slots = meta.slots_of_group(group)
+            self._store(step, slots, meta.positions, row_req, tagged, reqs, False)
         return written, true_ids
 
     def _write_drafts(self, meta: RunnerMetadata, reqs: list[_ShadowRequest]) -> None:
@@ -416,9 +449,14 @@ class SymbolicExecutor:
         reqs: list[_ShadowRequest],
         written: np.ndarray,
         bad_reqs: set[int],
+        num_known: dict[int, int],
     ) -> dict[str, int]:
-        """One token per sampling row: the sample of the identity that row computed."""
+        """One token per sampling row: the sample of the identity that row computed.
+        Requests with drafts (`num_known`: batch index -> tokens known before the drafts)
+        are left to `_accept`."""
         rows = meta.logits_indices
+        if num_known and rows.size:
+            rows = rows[~np.isin(meta.row_req[rows], np.fromiter(num_known, I64, len(num_known)))]
         if rows.size == 0:
             return {}
         batch = meta.row_req[rows]
@@ -448,6 +486,106 @@ class SymbolicExecutor:
             req.append(token, term)
             out[meta.req_ids[i]] = token
         return out
+
+    # -- speculative decoding with acceptance ------------------------------------------------
+
+    def _extend_with_drafts(
+        self, meta: RunnerMetadata, reqs: list[_ShadowRequest]
+    ) -> dict[int, int]:
+        """Append each request's scheduled drafts to its tokens for this step; returns batch
+        index -> num_tokens before its drafts (empty: no drafts in the step)."""
+        if meta.num_draft_tokens.size == 0:
+            return {}
+        num_known: dict[int, int] = {}
+        for i in np.flatnonzero(meta.num_draft_tokens).tolist():
+            req, sched = reqs[i], meta.output.scheduled[i]
+            num_known[i] = n = req.num_tokens
+            drafts = np.asarray(sched.spec_token_ids, dtype=I64)
+            if sched.num_end_tokens - drafts.size != n:  # drafts not after the known tokens
+                self._violate(
+                    "accounting.draft-position",
+                    meta.output.step,
+                    meta.req_ids[i],
+                    f"{drafts.size} drafts end its chunk at {sched.num_end_tokens}, but the "
+                    f"request knows {n} tokens: drafts must follow them",
+                    position=n,
+                )
+            terms = hash_model.terms(np.arange(n, n + drafts.size, dtype=I64), drafts)
+            for token, term in zip(drafts.tolist(), terms.tolist(), strict=True):
+                req.append(token, term)
+        return num_known
+
+    def _accept(
+        self,
+        meta: RunnerMetadata,
+        reqs: list[_ShadowRequest],
+        written: np.ndarray,
+        bad_reqs: set[int],
+        num_known: dict[int, int],
+    ) -> dict[str, int]:
+        """The rejection sampler: per request with drafts, sample every row from its last
+        known token on, accept the longest prefix of drafts equal to the samples before them
+        and add the bonus; the request keeps verified KV only before its first rejected
+        draft."""
+        rows = meta.spec_rows
+        identity = written[rows].copy()
+        batch = meta.row_req[rows]
+        if bad_reqs:
+            poisoned = np.isin(batch, np.fromiter(bad_reqs, I64, len(bad_reqs)))
+            identity[poisoned] ^= hash_model.READ_POISON
+        samples = hash_model.sample_tokens(identity, self.vocab_size)
+        out: dict[str, int] = {}
+        for i, n in num_known.items():
+            req, rid = reqs[i], meta.req_ids[i]
+            mine = samples[batch == i]
+            drafts = req.tokens[n : req.num_tokens].copy()
+            req.num_tokens = n  # drop the drafts; append what was generated instead
+            if meta.positions[rows[batch == i][0]] != n - 1:
+                continue  # reported by _extend_with_drafts
+            rejected = np.flatnonzero(drafts != mine[: drafts.size])
+            num_accepted = int(rejected[0]) if rejected.size else int(drafts.size)
+            generated = mine[: num_accepted + 1]
+            terms = hash_model.terms(np.arange(n, n + generated.size, dtype=I64), generated)
+            for token, term in zip(generated.tolist(), terms.tolist(), strict=True):
+                req.append(token, term)
+            self._unverify(req, n + num_accepted)  # KV of n + num_accepted on: rejected
+            self.accepted_token_ids[rid] = tuple(generated[:-1].tolist())
+            out[rid] = int(generated[-1])
+        return out
+
+    # -- hybrid KV cache: sliding-window groups ----------------------------------------------
+
+    def _read_group(self, meta: RunnerMetadata, reqs: list[_ShadowRequest], group: int) -> set[int]:
+        """Read, through group `group`'s tables, exactly the keys in its rows' windows::
+
+        window of the row at position p:  keys [max(0, p - W + 1), p]
+        keys read for request i:          [first row's window start, seq_lens[i])
+        """
+        kv_group = meta.kv_groups[group]
+        assert kv_group.kind == "sliding", f"group {group}: only sliding groups follow group 0"
+        first_pos = meta.positions[meta.query_start_loc[:-1]]
+        highs = meta.seq_lens.astype(I64)
+        lows = np.minimum(np.maximum(first_pos - kv_group.sliding_window + 1, 0), highs)
+        todo = np.flatnonzero(highs > lows)
+        if todo.size == 0:
+            return set()
+        tables = list(meta.tables_of_group(group))
+        key_req, keys, slots, expected = self._gather_keys(reqs, tables, todo, lows, highs)
+        tag = hash_model.group_tag(group)
+        expected = np.where(expected != 0, expected ^ tag, expected)
+        in_cache = (slots >= 0) & (slots < self.num_slots)
+        found = np.where(in_cache, self.shadow[np.where(in_cache, slots, 0)], U64(0))
+        bad_keys = np.flatnonzero((found != expected) | ~in_cache | (expected == 0))
+        self.num_keys_checked += int(keys.size)
+        bad: set[int] = set()
+        for k in bad_keys.tolist():
+            i = int(key_req[k])
+            if i not in bad:
+                bad.add(i)
+                self._report_read(
+                    meta, reqs[i], int(keys[k]), int(slots[k]), found[k], expected[k], kv_group
+                )
+        return bad
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -566,11 +704,14 @@ class SymbolicExecutor:
         slot: int,
         found: np.uint64,
         expected: np.uint64,
+        kv_group: KVCacheGroup | None = None,
     ) -> None:
         name = self.req_names[req.index]
         step = meta.output.step
         block = slot // self.block_size if slot >= 0 else -1
         want = f"the KV of {name} position {key}"
+        if kv_group is not None:
+            want += f" (KV-cache group {kv_group.label})"
         if slot < 0 or slot >= self.num_slots:
             msg = f"reads key {key} past the end of its block table (an illegal memory access)"
             self._violate(

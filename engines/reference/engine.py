@@ -57,6 +57,11 @@ class ReferenceEngine:
     name = "reference"
 
     def __init__(self, config: EngineConfig) -> None:
+        if len(config.kv_cache_groups) > 1:
+            raise ValueError(
+                f"kv_groups {config.kv_groups!r}: the reference engine has one full-attention "
+                "KV-cache group (it does not model sliding-window managers; use vllm-v1)"
+            )
         self.config = config
         parts = engine_parts(config.mutant, config.block_manager)  # clean classes if None
         hasher = parts.hasher(config.block_size)
@@ -79,9 +84,16 @@ class ReferenceEngine:
         return self.scheduler.schedule()
 
     def update_from_output(
-        self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
+        self,
+        output: SchedulerOutput,
+        sampled_token_ids: Mapping[str, int],
+        accepted_token_ids: Mapping[str, tuple[int, ...]] | None = None,
     ) -> list[FinishedRequest]:
-        return self.scheduler.update_from_output(output, sampled_token_ids)
+        return self.scheduler.update_from_output(output, sampled_token_ids, accepted_token_ids)
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
+        """Speculative decoding: the drafter's proposals for the next step."""
+        self.scheduler.update_draft_token_ids(draft_token_ids)
 
     def kv_snapshot(self) -> KVSnapshot:
         return self.kv_manager.kv_snapshot()

@@ -28,6 +28,8 @@ _FIELDS = (
     "block_table",
     "num_cached_tokens",
     "slots",  # per-token slot lists (SGLang); the reference engine hands block tables: None
+    "spec_token_ids",  # set to their defaults: () (the reference engine passes drafts
+    "group_block_tables",  # through the normal constructor)
 )
 
 MakeScheduledRequest = Callable[
@@ -62,7 +64,7 @@ def _build_fast() -> MakeScheduledRequest | None:
     if names != _FIELDS or hasattr(ScheduledRequest, "__post_init__"):
         return None
     setters = [getattr(ScheduledRequest, name).__set__ for name in _FIELDS]
-    set0, set1, set2, set3, set4, set5, set6, set7, set8 = setters
+    set0, set1, set2, set3, set4, set5, set6, set7, set8, set9, set10 = setters
     new = object.__new__
 
     def make(
@@ -85,6 +87,8 @@ def _build_fast() -> MakeScheduledRequest | None:
         set6(obj, block_table)
         set7(obj, num_cached_tokens)
         set8(obj, None)
+        set9(obj, ())
+        set10(obj, ())
         return obj
 
     return make

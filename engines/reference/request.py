@@ -67,6 +67,7 @@ class Request:
         "priority",
         "readonly_tokens",
         "request_id",
+        "spec_token_ids",
         "status",
     )
 
@@ -95,6 +96,8 @@ class Request:
         self.num_cached_tokens = -1  # set at the first admission (vLLM's convention)
         self.num_preemptions = 0
         self.status = RequestStatus.WAITING
+        # speculative decoding: the drafts proposed for the next step (vLLM's spec_token_ids)
+        self.spec_token_ids: tuple[int, ...] = ()
         self._hasher = hasher
         self._extra_key = salt_extra_key(self.cache_salt)
         self._block_hashes: list[bytes] = []

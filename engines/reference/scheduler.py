@@ -19,6 +19,18 @@ One step::
     Every allocation also covers num_lookahead_tokens slots past the chunk (capped at
     max_model_len), where speculative decoding's drafter writes its draft KV (BUGS #10).
 
+Speculative decoding with acceptance (num_speculative_tokens K > 0): after a step the
+drafter's proposals reach `update_draft_token_ids`; a decoding request (its last chunk
+reached num_tokens) then runs its last token and its drafts in one chunk, capped by the
+budget, the threshold and max_model_len - 1, as vLLM v1 does::
+
+    | computed ............ | t | d1 d2 d3 |     chunk = 1 + drafts that fit
+    0          num_computed_tokens        num_tokens + 3
+
+`update_from_output` appends the accepted drafts and the bonus token, rolls
+num_computed_tokens back by the rejected drafts, and only then caches full blocks: a block
+holding rejected-draft KV is never cached.
+
     request:   | prefix hit (cached) | chunk (num_scheduled_tokens)  | rest, later steps |
                0               num_computed_tokens           +num_scheduled       num_tokens
 
@@ -38,6 +50,8 @@ arrival) under both policies (vLLM's FCFS pops the last running request).
 from __future__ import annotations
 
 from collections.abc import Mapping
+
+import numpy as np
 
 from schedcheck.engines.protocol import (
     EngineConfig,
@@ -78,6 +92,7 @@ class Scheduler:
         self.long_prefill_token_threshold = config.long_prefill_token_threshold
         self.max_model_len = config.max_model_len
         self.num_lookahead_tokens = config.num_lookahead_tokens  # draft KV slots (BUGS #10)
+        self.num_speculative_tokens = config.num_speculative_tokens  # scheduled drafts
         self.enable_chunked_prefill = config.enable_chunked_prefill
         self.chunk_align = chunk_align if config.enable_prefix_caching else "none"
         _check_block_alignment(self.chunk_align, config)
@@ -140,7 +155,8 @@ class Scheduler:
         """More KV blocks than the whole cache has: it would block the waiting queue forever."""
         config = self.config
         num_kv_tokens = request.num_prompt_tokens + request.max_tokens - 1  # the last: no KV
-        num_slots = min(num_kv_tokens + config.num_lookahead_tokens, config.max_model_len)
+        num_drafts_max = config.num_lookahead_tokens + config.num_speculative_tokens
+        num_slots = min(num_kv_tokens + num_drafts_max, config.max_model_len)
         num_blocks = cdiv(num_slots, self.block_size)
         if num_blocks <= config.num_gpu_blocks:
             return None
@@ -257,7 +273,9 @@ class Scheduler:
         index = 0
         while index < len(running) and token_budget > 0:  # bounded: index grows or len shrinks
             request = running[index]
-            if inline_chunks:  # _chunk_running, inlined for the common case
+            if request.spec_token_ids:
+                num_new_tokens = self._chunk_with_drafts(request, token_budget)
+            elif inline_chunks:  # _chunk_running, inlined for the common case
                 num_new_tokens = request.num_tokens - request.num_computed_tokens
                 if 0 < threshold < num_new_tokens:
                     num_new_tokens = threshold
@@ -284,6 +302,15 @@ class Scheduler:
             token_budget -= num_new_tokens
             index += 1
         return token_budget
+
+    def _chunk_with_drafts(self, request: Request, token_budget: int) -> int:
+        """A decode with its proposed drafts: 1 + K tokens, capped by the threshold, the
+        budget and max_model_len - 1 (vLLM: positions stay below max_model_len); the drafts
+        that fit are the ones scheduled (`_scheduled_request`)."""
+        num_new_tokens = request.num_tokens + len(request.spec_token_ids)
+        num_new_tokens = self._cap_long_prefill(num_new_tokens - request.num_computed_tokens)
+        cap = self.max_model_len - 1 - request.num_computed_tokens
+        return max(0, min(num_new_tokens, token_budget, cap))
 
     def _chunk_running(self, request: Request, token_budget: int) -> int:
         """The next chunk of a running request: its decode token or its prefill's next part."""
@@ -462,6 +489,7 @@ class Scheduler:
         self.kv_manager.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
+        request.spec_token_ids = ()
         request.num_preemptions += 1
         self.waiting.prepend(request)
 
@@ -469,7 +497,7 @@ class Scheduler:
 
     def _scheduled_requests(self, batch: _Batch) -> tuple[ScheduledRequest, ...]:
         steps = zip(batch.requests, batch.num_scheduled, batch.num_hit_tokens, strict=True)
-        if not self._inline_steps:
+        if not self._inline_steps or self.num_speculative_tokens:
             return tuple(self._scheduled_request(r, n, h) for r, n, h in steps)
         block_table = self.kv_manager.block_table
         make = make_scheduled_request
@@ -496,23 +524,52 @@ class Scheduler:
         self, request: Request, num_new_tokens: int, num_hit_tokens: int
     ) -> ScheduledRequest:
         num_computed_tokens = request.num_computed_tokens
+        num_tokens = self._num_target_tokens(request)
+        num_drafts = num_computed_tokens + num_new_tokens - num_tokens
+        if request.spec_token_ids and num_drafts > 0:
+            return self._scheduled_with_drafts(request, num_new_tokens, num_drafts)
+        request.spec_token_ids = ()  # vLLM: new drafts come with the next proposal
         return make_scheduled_request(
             request.request_id,
             num_computed_tokens,
             num_new_tokens,
-            self._num_target_tokens(request),
+            num_tokens,
             request.num_prompt_tokens,
             request.token_view(num_computed_tokens, num_computed_tokens + num_new_tokens),
             self.kv_manager.block_table(request.request_id),
             num_hit_tokens,
         )
 
+    def _scheduled_with_drafts(
+        self, request: Request, num_new_tokens: int, num_drafts: int
+    ) -> ScheduledRequest:
+        """The request's last known tokens, then the `num_drafts` first drafts."""
+        drafts, request.spec_token_ids = request.spec_token_ids[:num_drafts], ()
+        start = request.num_computed_tokens
+        known = request.token_view(start, request.num_tokens)
+        token_ids = np.concatenate([known, np.asarray(drafts, dtype=np.int64)])
+        token_ids.flags.writeable = False
+        return ScheduledRequest(
+            request_id=request.request_id,
+            num_computed_tokens=start,
+            num_scheduled_tokens=num_new_tokens,
+            num_tokens=request.num_tokens,
+            num_prompt_tokens=request.num_prompt_tokens,
+            token_ids=token_ids,
+            block_table=self.kv_manager.block_table(request.request_id),
+            spec_token_ids=drafts,
+        )
+
     # -- update ----------------------------------------------------------------------------
 
     def update_from_output(
-        self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
+        self,
+        output: SchedulerOutput,
+        sampled_token_ids: Mapping[str, int],
+        accepted_token_ids: Mapping[str, tuple[int, ...]] | None = None,
     ) -> list[FinishedRequest]:
         """Apply one step; returns the requests finished since the previous update.
+        `accepted_token_ids`: per request with drafts, the drafts the sampler accepted.
 
         A request's num_computed_tokens becomes the block manager's count once the step's
         blocks are cached (SGLang: len(prefix_indices)); a clean manager counts every token
@@ -529,6 +586,13 @@ class Scheduler:
                 continue  # aborted (or preempted) after this step was scheduled
             start = scheduled.num_computed_tokens
             assert request.num_computed_tokens == start
+            if scheduled.spec_token_ids:
+                if self._update_with_drafts(
+                    request, scheduled, sampled_token_ids, accepted_token_ids or {}
+                ):
+                    finished.append(self._finish_length(request))
+                    num_finished_running += 1
+                continue
             num_end_tokens = start + scheduled.num_scheduled_tokens
             num_computed_tokens = cache_blocks(request, num_end_tokens)
             assert num_computed_tokens <= num_end_tokens, "a manager counts only what ran"
@@ -543,13 +607,73 @@ class Scheduler:
                 )
             request.append_output_token(int(token_id))
             if request.num_tokens - request.num_prompt_tokens >= request.max_tokens:
-                request.status = RequestStatus.FINISHED_LENGTH
-                self.kv_manager.free(request)
-                finished.append(self._finish(request, "length"))
+                finished.append(self._finish_length(request))
                 num_finished_running += 1
         if num_finished_running:
             self.running = [r for r in self.running if r.status is _RUNNING]
         return finished
+
+    def _finish_length(self, request: Request) -> FinishedRequest:
+        request.status = RequestStatus.FINISHED_LENGTH
+        self.kv_manager.free(request)
+        return self._finish(request, "length")
+
+    # -- speculative decoding --------------------------------------------------------------
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
+        """The drafter's proposals; kept for running requests whose last chunk reached
+        num_tokens (vLLM ignores drafts of a request mid-prefill), at most
+        num_speculative_tokens each."""
+        k = self.num_speculative_tokens
+        for rid, drafts in draft_token_ids.items():
+            request = self.requests.get(rid)
+            if request is None or request.status is not _RUNNING:
+                continue
+            if request.num_computed_tokens >= request.num_tokens - 1:
+                request.spec_token_ids = tuple(int(t) for t in drafts[:k])
+
+    def _update_with_drafts(
+        self,
+        request: Request,
+        scheduled: ScheduledRequest,
+        sampled_token_ids: Mapping[str, int],
+        accepted_token_ids: Mapping[str, tuple[int, ...]],
+    ) -> bool:
+        """A step that ran drafts: append the accepted drafts and the bonus token (up to
+        max_tokens), roll num_computed_tokens back by the rejected drafts, then cache the
+        full blocks of what is computed. Returns True when the request reached max_tokens::
+
+            before    | computed | t | d1 d2 d3 |   num_end_tokens = n + 3 (n = num_tokens)
+            accepted  d1              rejected d2 d3 (2)
+            after     num_tokens n + 2 (d1, bonus), num_computed_tokens n + 1
+        """
+        rid = request.request_id
+        token_id = sampled_token_ids.get(rid)
+        if token_id is None:
+            raise ValueError(f"request {rid!r} ran drafts but sampled_token_ids has no token")
+        accepted = tuple(accepted_token_ids.get(rid, ()))
+        num_rejected = len(scheduled.spec_token_ids) - len(accepted)
+        assert num_rejected >= 0, f"{rid}: more accepted than drafted"
+        room = request.max_tokens - request.num_output_tokens
+        for token in (*accepted, int(token_id))[:room]:
+            request.append_output_token(int(token))
+        num_end_tokens = scheduled.num_end_tokens
+        num_computed_tokens = self._rolled_back(request, num_end_tokens, num_rejected)
+        request.num_computed_tokens = self._cache_after_drafts(
+            request, num_end_tokens, num_computed_tokens
+        )
+        return request.num_output_tokens >= request.max_tokens
+
+    def _rolled_back(self, request: Request, num_end_tokens: int, num_rejected: int) -> int:
+        """num_computed_tokens after rejection sampling: the rejected drafts' KV is not
+        computed (capped at num_tokens: drafts accepted past max_tokens were dropped)."""
+        return min(num_end_tokens - num_rejected, request.num_tokens)
+
+    def _cache_after_drafts(
+        self, request: Request, num_end_tokens: int, num_computed_tokens: int
+    ) -> int:
+        """Cache the full blocks of [0, num_computed_tokens), after the rollback."""
+        return self.kv_manager.cache_blocks(request, num_computed_tokens)
 
     # -- liveness --------------------------------------------------------------------------
 

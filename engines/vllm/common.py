@@ -45,8 +45,9 @@ def fit_config(config: EngineConfig) -> EngineConfig:
         long_prefill_token_threshold > max_model_len
 
     so max_num_seqs is capped at the budget, and with chunked prefill off max_model_len is
-    the budget (a longer prompt is then refused by the frontend, as vLLM does). Speculative
-    decoding is off (`refuse_lookahead`).
+    the budget (a longer prompt is then refused by the frontend, as vLLM does). Lookahead
+    slots are off (`refuse_lookahead`); scheduled drafts (num_speculative_tokens, vLLM's
+    n-gram config) and KV-cache groups are kept as drawn.
     """
     max_model_len = config.max_model_len
     if not config.enable_chunked_prefill:

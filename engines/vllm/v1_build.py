@@ -19,21 +19,26 @@ from vllm.config import (  # noqa: E402
     CacheConfig,
     DeviceConfig,
     ModelConfig,
+    ParallelConfig,
     SchedulerConfig,
+    SpeculativeConfig,
     VllmConfig,
 )
 from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
+    AttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    SlidingWindowSpec,
 )
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 HASH_ALGO = "sha256"  # vLLM's default prefix_caching_hash_algo; cryptographic, seeded fixed
-LAYER_NAME = "model.layers.0.self_attn.attn"
+LAYER_NAME = "model.layers.{}.self_attn.attn"  # KV-cache group g holds layer g
+NGRAM_LOOKUP_TOKENS = 1  # the n-gram proposer's window: unused (our drafter proposes)
 
 
 @dataclass(frozen=True)
@@ -46,15 +51,22 @@ class BuiltScheduler:
 def build_scheduler(config: EngineConfig) -> BuiltScheduler:
     """The scheduler, and the block hasher every Request must carry (as EngineCore passes).
 
-    One KV-cache group (FullAttentionSpec) with `config.num_gpu_blocks` blocks, of which
-    vLLM itself takes block 0 as its null block.
+    One KV-cache group per `config.kv_cache_groups` entry (FullAttentionSpec, then
+    SlidingWindowSpec(sliding_window=W): vLLM's hybrid coordinator), one layer each,
+    sharing `config.num_gpu_blocks` blocks, of which vLLM itself takes block 0 as its
+    null block. With num_speculative_tokens K > 0, vLLM's n-gram speculative config: the
+    scheduler schedules up to K drafts per decoding request (no draft model, no lookahead
+    slots), which the simulator's drafter proposes.
     """
     model_dir = write_tiny_model_dir(config.max_model_len)
     vllm_config = _vllm_config(config, model_dir)
     kv_cache_config = KVCacheConfig(
         num_blocks=config.num_gpu_blocks,
         kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec([LAYER_NAME], _attention_spec(config.block_size))],
+        kv_cache_groups=[
+            KVCacheGroupSpec([LAYER_NAME.format(g)], _attention_spec(config, g))
+            for g in range(len(config.kv_cache_groups))
+        ],
     )
     scheduler_cls = vllm_config.scheduler_config.get_scheduler_cls()  # AsyncScheduler if async
     assert issubclass(scheduler_cls, Scheduler), scheduler_cls
@@ -72,10 +84,14 @@ def build_scheduler(config: EngineConfig) -> BuiltScheduler:
     return BuiltScheduler(scheduler=scheduler, block_hasher=hasher, model_dir=model_dir)
 
 
-def _attention_spec(block_size: int) -> FullAttentionSpec:
-    return FullAttentionSpec(
-        block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
-    )
+def _attention_spec(config: EngineConfig, group: int) -> AttentionSpec:
+    kv_group = config.kv_cache_groups[group]
+    shape = {"block_size": config.block_size, "num_kv_heads": 1, "head_size": 1}
+    if kv_group.kind == "sliding":
+        return SlidingWindowSpec(
+            **shape, dtype=torch.float32, sliding_window=kv_group.sliding_window
+        )
+    return FullAttentionSpec(**shape, dtype=torch.float32)
 
 
 def _vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
@@ -103,11 +119,30 @@ def _vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
         prefix_caching_hash_algo=HASH_ALGO,
         cache_dtype="auto",
     )
+    parallel_config = ParallelConfig()
     vllm_config = VllmConfig(
         model_config=model_config,
         scheduler_config=scheduler_config,
         cache_config=cache_config,
         device_config=DeviceConfig(device="cpu"),
+        parallel_config=parallel_config,
+        speculative_config=_speculative_config(config, model_config, parallel_config),
     )
     vllm_config.cache_config.num_gpu_blocks = config.num_gpu_blocks
     return vllm_config
+
+
+def _speculative_config(
+    config: EngineConfig, model_config: ModelConfig, parallel_config: ParallelConfig
+) -> SpeculativeConfig | None:
+    """vLLM's model-free n-gram method with K drafts (None: no speculative decoding)."""
+    if not config.num_speculative_tokens:
+        return None
+    return SpeculativeConfig(
+        method="ngram",
+        num_speculative_tokens=config.num_speculative_tokens,
+        prompt_lookup_min=NGRAM_LOOKUP_TOKENS,
+        prompt_lookup_max=NGRAM_LOOKUP_TOKENS,
+        target_model_config=model_config,
+        target_parallel_config=parallel_config,
+    )

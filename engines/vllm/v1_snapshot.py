@@ -15,6 +15,12 @@ should therefore check
     free + used == num_blocks, with used = {b : ref_cnt[b] > 0}, and
     ref_cnt[b] == count of b over block_tables()  for every b not in reserved_block_ids.
 
+Hybrid KV cache (several KV-cache groups sharing the pool): a request's table is the
+concatenation of its groups' req_to_blocks, group 0 first, without the null block a
+sliding-window group holds where it freed blocks before the window (a reserved block is in
+no table), and a cached block's hash keeps
+vLLM's group id (BlockHashWithGroupId), since each group's KV of equal tokens differs.
+
 Point reads for the incremental pool check (invariants/pool_delta.py), each O(ids asked):
 `ref_cnt_of`, `is_free` (a block is linked into vLLM's free list iff its prev_free_block is
 set), `num_free_entries` (the list's own count), `hash_of`, `block_table_views` (tables as
@@ -38,20 +44,24 @@ NULL_BLOCK_REF_CNT = 1  # reported for vLLM's null block: held by the pool itsel
 
 
 class V1KVSnapshot:
-    """KVSnapshot over one vLLM v1 scheduler (group 0, the only KV-cache group)."""
+    """KVSnapshot over one vLLM v1 scheduler (every KV-cache group; group 0 first)."""
 
     def __init__(
         self,
         scheduler: Scheduler,
         block_size: int,
         num_evicted_blocks: int,
+        num_sliding_window_blocks_freed: int = 0,
         change_log: BlockChangeLog | None = None,
     ) -> None:
         self._scheduler = scheduler
         self._change_log = change_log
         self.num_evicted_blocks = num_evicted_blocks  # cached blocks evicted, in total
+        # blocks a sliding-window manager freed before a request's window, in total
+        self.num_sliding_window_blocks_freed = num_sliding_window_blocks_freed
         self._pool = scheduler.kv_cache_manager.block_pool
-        self._manager = scheduler.kv_cache_manager.coordinator.single_type_managers[0]
+        self._managers = scheduler.kv_cache_manager.coordinator.single_type_managers
+        self._manager = self._managers[0]
         self._block_size = block_size
 
     @property
@@ -120,6 +130,8 @@ class V1KVSnapshot:
 
     def cached_blocks(self) -> Mapping[int, bytes]:
         """block id -> vLLM's BlockHash (bytes, group id stripped), in block-id order."""
+        if len(self._managers) > 1:  # the group id stays: groups hold different KV
+            return {b.block_id: bytes(b.block_hash) for b in self._pool.blocks if b.block_hash}
         return {
             b.block_id: bytes(get_block_hash(b.block_hash))
             for b in self._pool.blocks
@@ -127,12 +139,25 @@ class V1KVSnapshot:
         }
 
     def block_tables(self) -> Mapping[str, Sequence[int]]:
-        """The manager's own req_to_blocks (not the runner's copy), in its dict order."""
+        """The manager's own req_to_blocks (not the runner's copy), in its dict order;
+        with several groups, each request's groups concatenated, group 0 first."""
+        if len(self._managers) > 1:
+            return self._hybrid_block_tables()
         return {
             req_id: [b.block_id for b in blocks]
             for req_id, blocks in self._manager.req_to_blocks.items()
             if blocks
         }
+
+    def _hybrid_block_tables(self) -> Mapping[str, Sequence[int]]:
+        out: dict[str, list[int]] = {}
+        null_block = self._pool.null_block
+        for manager in self._managers:
+            for req_id, blocks in manager.req_to_blocks.items():
+                if blocks:
+                    held = (b.block_id for b in blocks if b is not null_block)
+                    out.setdefault(req_id, []).extend(held)
+        return out
 
     def num_computed_tokens(self) -> Mapping[str, int]:
         """request id -> Request.num_computed_tokens, for every request holding blocks.

@@ -124,8 +124,9 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         help="draw this option family on in every example (a campaign per family); vllm-v1: "
         "priority (policy), async (async scheduling), budget (max_num_scheduled_tokens, "
         "adaptive threshold, prefill_schedule_interval), admission (watermark, "
-        "scheduler_reserve_full_isl, max_num_active_seqs), queue (max_num_queued_*); "
-        "repeatable",
+        "scheduler_reserve_full_isl, max_num_active_seqs), queue (max_num_queued_*), "
+        "spec-decode (scheduled drafts with acceptance), sliding-window (a hybrid KV "
+        "cache with a sliding-window group); repeatable",
     )
 
 

@@ -19,7 +19,7 @@ from schedcheck.engines.capabilities import (
     config_refusals,
     request_refusal,
 )
-from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig
+from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig, parse_kv_groups
 from schedcheck.engines.registry import EngineLoadError, capabilities
 from schedcheck.sim.bundles import rerun_bundle, same_violations, save_bundle
 from schedcheck.sim.commands.common import (
@@ -138,6 +138,31 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         help="speculative decoding: K draft tokens per sampling request, whose KV the "
         "drafter writes past the request's tokens (default 0: off)",
     )
+    eng.add_argument(
+        "--num-speculative-tokens",
+        type=non_negative_int,
+        default=None,
+        metavar="K",
+        help="speculative decoding with acceptance: a drafter proposes K draft tokens per "
+        "decoding request, the engine schedules them, the executor accepts the longest "
+        "prefix the model agrees with plus a bonus token (default 0: off)",
+    )
+    eng.add_argument(
+        "--draft-acceptance",
+        type=_probability,
+        default=0.7,
+        metavar="P",
+        help="with --num-speculative-tokens: the probability that each draft is the true "
+        "next token (default 0.7)",
+    )
+    eng.add_argument(
+        "--kv-groups",
+        type=_kv_groups,
+        default=None,
+        metavar="full[,sliding:W...]",
+        help="KV-cache groups: full (default), or a hybrid model such as full,sliding:128 "
+        "(a sliding-window group of W tokens beside the full-attention one)",
+    )
     eng.add_argument("--no-prefix-caching", action="store_true")
     eng.add_argument("--no-chunked-prefill", action="store_true")
     eng.add_argument("--mutant", default=None, help="switch on a named mutant (mutants list)")
@@ -204,12 +229,32 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_model_len=args.max_model_len,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
         num_lookahead_tokens=args.num_lookahead_tokens,
+        num_speculative_tokens=args.num_speculative_tokens,
+        kv_groups=args.kv_groups,
         enable_prefix_caching=not args.no_prefix_caching,
         enable_chunked_prefill=not args.no_chunked_prefill,
         block_manager=args.block_manager or "hashed",
         mutant=args.mutant,
         extra=scheduler_option_extra(args) or None,
     )
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a probability in [0, 1]")
+    return value
+
+
+def _kv_groups(text: str) -> str:
+    try:
+        parse_kv_groups(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def cost_model(args: argparse.Namespace):
@@ -236,6 +281,7 @@ def _run(args: argparse.Namespace) -> int:
         executor=args.executor,
         executor_options=_executor_options(args),
         progress=show_progress,
+        draft_acceptance=args.draft_acceptance,
     )
     try:
         config = engine_config(args)

@@ -36,6 +36,8 @@ from schedcheck.sim.fuzz.swarm import (
     SwarmSpec,
     block_sizes,
     draws_lookahead,
+    draws_sliding_window,
+    draws_spec_decode,
     draws_vllm_options,
     fixed_block_manager,
 )
@@ -113,6 +115,8 @@ class CampaignResult:
             drafts=draws_lookahead(spec),
             prefix_caching=prefix_caching,
             vllm_options=draws_vllm_options(spec),
+            spec=draws_spec_decode(spec),
+            sliding=draws_sliding_window(spec),
         )
 
 

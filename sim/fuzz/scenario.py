@@ -45,6 +45,7 @@ class Scenario:
     faults: tuple[tuple[str, float], ...] = ()  # (kind, probability), FAULT_KINDS order
     seed: int = 0  # the run's SimOptions.seed (its fault generator)
     ignore: tuple[str, ...] = ()  # SimOptions.ignore: invariants of known behaviours
+    draft_acceptance: float = 0.7  # SimOptions.draft_acceptance (with scheduled drafts)
 
     def __post_init__(self) -> None:
         assert self.requests, "a scenario has at least one request"
@@ -69,6 +70,7 @@ class Scenario:
             faults=dict(self.faults),
             record_schedule=record_schedule,
             ignore=self.ignore,
+            draft_acceptance=self.draft_acceptance,
         )
 
     def run(self, record_schedule: bool = False) -> RunResult:
@@ -92,6 +94,8 @@ class Scenario:
         }
         if self.ignore:  # absent when empty: older scenarios keep their bytes
             obj["ignore"] = list(self.ignore)
+        if self.config.num_speculative_tokens:  # likewise
+            obj["draft_acceptance"] = self.draft_acceptance
         return obj
 
     def dumps(self) -> str:
@@ -113,6 +117,7 @@ class Scenario:
             faults=tuple((str(k), float(p)) for k, p in obj["faults"]),
             seed=int(obj["seed"]),
             ignore=tuple(str(name) for name in obj.get("ignore", ())),
+            draft_acceptance=float(obj.get("draft_acceptance", 0.7)),
         )
 
 
@@ -134,4 +139,5 @@ def scenarios(draw: st.DrawFn, spec: SwarmSpec) -> Scenario:
         faults=draw_faults(draw, spec),
         seed=draw(st.integers(0, SIM_SEED_MAX)),
         ignore=spec.ignore,
+        draft_acceptance=knob.draft_acceptance,
     )

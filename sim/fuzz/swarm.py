@@ -13,6 +13,14 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
     long_prefill_token_threshold 0 (off) or a boundary length
     num_lookahead_tokens         engines with draft tokens: half the examples 0 (shrinks
                                  there), else 1, 2, 3 or 5 (speculative decoding, BUGS #10)
+    num_speculative_tokens,      engines that schedule drafts (SPEC_ENGINES): half the
+    draft_acceptance             examples 0 (shrinks there), else K in 1, 2, 3, 5 with an
+                                 acceptance probability P in 0.7, 0, 0.3, 0.9, 1; every
+                                 example under --family spec-decode or a draft mutant
+    kv_groups                    engines with hybrid KV-cache groups (HYBRID_ENGINES): half
+                                 the examples "full", else "full,sliding:W" with W a
+                                 boundary length (a window shorter than, equal to or just
+                                 past a block, or several blocks)
     block_manager                one the engine declares, unless fixed by the spec/mutant
     extra options                each EngineConfig.extra key the engine declares (the
                                  reference: chunk_align, policy); chunk_align "block"
@@ -75,8 +83,13 @@ SLACK_BLOCKS = (0, 1, 2, 4, 8, 16, 64)
 FAULT_PROBABILITIES = (0.0, 0.02, 0.1, 0.25)
 LOOKAHEAD_TOKENS = (1, 2, 3, 5)
 BLOCK_MANAGERS = ("hashed", "radix")
-FAMILIES = VLLM_FAMILIES  # --family: a campaign per option family
+SPEC_TOKENS = (1, 2, 3, 5)
+DRAFT_ACCEPTANCES = (0.7, 0.0, 0.3, 0.9, 1.0)
+# --family: a campaign per option family (vLLM's scheduler options, drafts, sliding windows)
+FAMILIES = (*VLLM_FAMILIES, "spec-decode", "sliding-window")
 VLLM_OPTION_ENGINES = frozenset({"vllm-v1"})  # engines drawing vLLM v1's scheduler options
+SPEC_ENGINES = frozenset({"vllm-v1", "reference"})  # engines that schedule draft tokens
+HYBRID_ENGINES = frozenset({"vllm-v1"})  # engines with sliding-window KV-cache groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +132,13 @@ class Knobs:
     block_manager: str
     extra: tuple[tuple[str, str], ...]
     num_lookahead_tokens: int = 0
+    num_speculative_tokens: int = 0
+    draft_acceptance: float = 0.7
+    kv_groups: str = "full"
+
+    @property
+    def num_kv_groups(self) -> int:
+        return self.kv_groups.count(",") + 1
 
 
 def fixed_block_manager(spec: SwarmSpec) -> str | None:
@@ -150,17 +170,63 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
         threshold = max(threshold, block_size) if threshold else 0
     if draws_vllm_options(spec):
         extra += draw_vllm_v1_extra(draw, spec.families, block_size, blocks_max)
+    # draw order matters (a seed replays the same examples): as the fields below
+    max_num_seqs = pick(draw, MAX_NUM_SEQS)
+    enable_prefix_caching = draw_flag(draw, caps.enable_prefix_caching, shrinks_to=False)
+    enable_chunked_prefill = draw_flag(draw, caps.enable_chunked_prefill, shrinks_to=True)
+    num_lookahead_tokens = draw_lookahead(draw, spec)
+    num_spec_tokens, acceptance = draw_spec_decode(draw, spec)
     return Knobs(
         block_size=block_size,
         max_num_batched_tokens=budget_tokens,
-        max_num_seqs=pick(draw, MAX_NUM_SEQS),
-        enable_prefix_caching=draw_flag(draw, caps.enable_prefix_caching, shrinks_to=False),
-        enable_chunked_prefill=draw_flag(draw, caps.enable_chunked_prefill, shrinks_to=True),
+        max_num_seqs=max_num_seqs,
+        enable_prefix_caching=enable_prefix_caching,
+        enable_chunked_prefill=enable_chunked_prefill,
         long_prefill_token_threshold=threshold,
         block_manager=manager,
         extra=extra,
-        num_lookahead_tokens=draw_lookahead(draw, spec),
+        num_lookahead_tokens=num_lookahead_tokens,
+        num_speculative_tokens=num_spec_tokens,
+        draft_acceptance=acceptance,
+        kv_groups=draw_kv_groups(draw, spec, block_size, blocks_max),
     )
+
+
+def draws_spec_decode(spec: SwarmSpec) -> bool:
+    """Scheduled drafts with acceptance are drawn for the engines that schedule them."""
+    return spec.engine in SPEC_ENGINES
+
+
+def always_spec_decode(spec: SwarmSpec) -> bool:
+    """Drafts in every example: asked for (--family), or a mutant that acts on drafts."""
+    if "spec-decode" in spec.families:
+        return True
+    if spec.is_reference and spec.mutant is not None:
+        from schedcheck.engines.reference.mutants import SPEC_DECODE_MUTANTS
+
+        return spec.mutant in SPEC_DECODE_MUTANTS
+    return False
+
+
+def draws_sliding_window(spec: SwarmSpec) -> bool:
+    return spec.engine in HYBRID_ENGINES
+
+
+def draw_spec_decode(draw: st.DrawFn, spec: SwarmSpec) -> tuple[int, float]:
+    """(num_speculative_tokens, draft_acceptance); K = 0 is off."""
+    if not draws_spec_decode(spec):
+        return 0, 0.7
+    if not always_spec_decode(spec) and not draw(st.booleans()):
+        return 0, 0.7
+    return pick(draw, SPEC_TOKENS), pick(draw, DRAFT_ACCEPTANCES)
+
+
+def draw_kv_groups(draw: st.DrawFn, spec: SwarmSpec, block_size: int, blocks_max: int) -> str:
+    if not draws_sliding_window(spec):
+        return "full"
+    if "sliding-window" not in spec.families and not draw(st.booleans()):
+        return "full"
+    return f"full,sliding:{draw_boundary_length(draw, block_size, blocks_max, 1)}"
 
 
 def block_sizes(caps: Capabilities) -> tuple[int, ...]:
@@ -240,9 +306,13 @@ def draw_num_gpu_blocks(
     caps = spec.capabilities
     need_max = max(
         kv_blocks_needed(
-            requests, knob.block_size, caps.kv_of_last_token, knob.num_lookahead_tokens
+            requests,
+            knob.block_size,
+            caps.kv_of_last_token,
+            knob.num_lookahead_tokens + knob.num_speculative_tokens,
         )
     )
+    need_max *= knob.num_kv_groups  # each group holds its own blocks of the one pool
     need_max += caps.spare_blocks
     if spec.draws_oversize and draw(st.integers(0, 7)) == 7:
         return max(1, need_max - 1)
@@ -279,6 +349,8 @@ def engine_config(
         enable_chunked_prefill=knob.enable_chunked_prefill,
         long_prefill_token_threshold=knob.long_prefill_token_threshold,
         num_lookahead_tokens=knob.num_lookahead_tokens,
+        num_speculative_tokens=knob.num_speculative_tokens,
+        kv_groups=knob.kv_groups,
         block_manager=knob.block_manager,
         mutant=spec.mutant,
         extra=extra,

@@ -460,3 +460,44 @@ def test_mutant_never_reject():
             "small": "queued behind 'big' (position 1 of the waiting queue)",
         },
     )
+
+
+def _spec_step_rejecting_both_drafts(mutant: str | None, max_tokens: int):
+    """A: 6-token prompt (blocks 0, 1), K = 2. Step 1 prefills it and samples 50; the
+    drafter proposes 60, 61; step 2 runs [50, 60, 61] at positions 6..8, the sampler rejects
+    both drafts and returns the bonus 70 (position 7)."""
+    eng = engine("hashed", mutant=mutant, num_speculative_tokens=2)
+    eng.add_request(request("A", range(6), max_tokens=max_tokens))
+    out = eng.schedule()
+    eng.update_from_output(out, {"A": 50})
+    eng.update_draft_token_ids({"A": (60, 61)})
+    out = eng.schedule()
+    assert [s[:3] for s in summary(out)] == [("A", 6, 3)]
+    assert out.scheduled[0].spec_token_ids == (60, 61)
+    finished = eng.update_from_output(out, {"A": 70}, {"A": ()})
+    return eng, finished
+
+
+def test_mutant_spec_rollback_off_by_one():
+    """Both drafts rejected: num_computed_tokens must roll back from 9 to 7 (position 7,
+    the bonus 70, has no KV yet); the mutant stops at 8 and never computes position 7."""
+    results = {}
+    for mutant in (None, "spec-rollback-off-by-one"):
+        eng, _ = _spec_step_rejecting_both_drafts(mutant, max_tokens=4)
+        computed = eng.scheduler.requests["A"].num_computed_tokens
+        out = eng.schedule()
+        results[mutant] = (computed, [s[:3] for s in summary(out)])
+    assert results[None] == (7, [("A", 7, 1)])
+    assert results["spec-rollback-off-by-one"] == (8, [])  # nothing left to compute: stuck
+
+
+def test_mutant_cache_rejected_draft_block():
+    """A finishes with the bonus (max_tokens 2): 8 known tokens, KV true only for 0..6.
+    Block 1 (positions 4..7) holds draft 60's KV at position 7: it must not be cached."""
+    results = {}
+    for mutant in (None, "cache-rejected-draft-block"):
+        eng, finished = _spec_step_rejecting_both_drafts(mutant, max_tokens=2)
+        assert [f.output_token_ids for f in finished] == [(50, 70)]
+        results[mutant] = sorted(eng.kv_snapshot().cached_blocks())
+    assert results[None] == [0]
+    assert results["cache-rejected-draft-block"] == [0, 1]

@@ -96,6 +96,11 @@ MUTANT_RUNS: dict[str, tuple[str, dict[str, Any]]] = {
     "radix-prefix-not-advanced": ("radix", {"long_prefill_token_threshold": 8}),
     "chunk-before-prefix-hit": ("hashed", {}),
     "never-reject": ("hashed", {"num_gpu_blocks": 8}),
+    "spec-rollback-off-by-one": ("hashed", {"num_speculative_tokens": 3}),
+    "cache-rejected-draft-block": (  # block size 2: the bonus often ends a block
+        "hashed",
+        {"num_speculative_tokens": 2, "block_size": 2, "num_gpu_blocks": 320, "faults": True},
+    ),
 }
 
 
@@ -278,6 +283,16 @@ CLEAN_BUNDLE_FINGERPRINTS: dict[str, tuple[str, int, int]] = {
         796,
         0,
     ),
+    "reference_hashed_cache_rejected_draft_block": (
+        "dce30d9295b1f95c4dff9dc1502465393a4a1df1d1405f6f9408cd507f71ce9b",
+        17,
+        0,
+    ),
+    "reference_hashed_spec_rollback_off_by_one": (
+        "bfe14eb4594a6d121e095ca918c962f894daaf8cf42cef7b4353a5448fa4785e",
+        5,
+        0,
+    ),
 }
 CORPUS_FINGERPRINTS: dict[str, tuple[str, int, int]] = {
     "hashed": ("e6390dbca9b3afc1bac59f16390d5ee05a338fd1b7344c7ca7550f2cfd27de48", 1770, 0),
@@ -382,6 +397,16 @@ MUTANT_FINGERPRINTS: dict[str, tuple[str, int, int]] = {
     "whole-prompt-computed": (
         "8d19cbce84bdc08f1d83b92a09704873b3c0e43998f5fe07298eb89835f6361b",
         1,
+        1,
+    ),
+    "spec-rollback-off-by-one": (
+        "dd105c50ff00e33c8eb5a27a12318f5f224a2168e869236ecf23334e4c3f9459",
+        2,
+        1,
+    ),
+    "cache-rejected-draft-block": (
+        "681da991030cb7f4e591a57df44e4c3ceffc89775bdbfc477fd986f4dac7586d",
+        10,
         1,
     ),
 }

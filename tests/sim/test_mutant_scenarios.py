@@ -98,12 +98,24 @@ SCENARIOS = {
     # 80 tokens need 20 blocks; the cache has 8
     "never-reject": ([T("a", 0, P((100, 180)))], {"num_gpu_blocks": 8},
                      (3, "liveness", "a", -1)),
+    # K = 2 drafts, acceptance 0: both rejected, the rollback stops one short (at 8, not 7)
+    "spec-rollback-off-by-one": ([T("a", 0, P((100, 106)), out=4)],
+                                 {"num_speculative_tokens": 2, "draft_acceptance": 0.0},
+                                 (1, "accounting.manager-agreement", "a", 7)),
+    # a finishes on a step whose drafts were rejected; block 1 (keys 4..7) is cached with
+    # draft KV at key 7; b, the next turn, hits it
+    "cache-rejected-draft-block": ([T("a", 0, P((100, 106))),
+                                    T("b", 0, P((300, 304)), parent_request_id="a")],
+                                   {"num_speculative_tokens": 2, "draft_acceptance": 0.0},
+                                   (1, "shadow-kv.read", "b", 7)),
 }  # fmt: skip
 BASE = {"block_size": 4, "num_gpu_blocks": 64, "max_num_batched_tokens": 32, "max_num_seqs": 8}
 FLAGS = {"block_manager": "--block-manager", "num_gpu_blocks": "--num-gpu-blocks",
          "max_num_batched_tokens": "--max-num-batched-tokens",
          "long_prefill_token_threshold": "--long-prefill-token-threshold",
-         "num_lookahead_tokens": "--num-lookahead-tokens"}  # fmt: skip
+         "num_lookahead_tokens": "--num-lookahead-tokens",
+         "num_speculative_tokens": "--num-speculative-tokens",
+         "draft_acceptance": "--draft-acceptance"}  # fmt: skip
 
 
 def test_every_mutant_has_a_scenario():
@@ -149,7 +161,9 @@ def test_replay_names_the_mutants_request_and_position(mutant, tmp_path):
 @pytest.mark.parametrize("mutant", sorted(SCENARIOS))
 def test_the_clean_engine_passes_the_same_scenario(mutant):
     trace, extra, _ = SCENARIOS[mutant]
+    extra = dict(extra)
+    options = SimOptions(draft_acceptance=float(extra.pop("draft_acceptance", 0.7)))
     config = EngineConfig(**{**BASE, **extra})
-    res = run(trace, "reference", config, SimOptions(), profile("unit"))
+    res = run(trace, "reference", config, options, profile("unit"))
     done = res.finished + res.aborted + res.rejected
     assert (res.exit_code, res.violations, done) == (0, [], len(trace))

@@ -193,6 +193,28 @@ MUTANTS: tuple[Mutant, ...] = (
         "A request that fits max_model_len but needs more KV blocks than the cache has "
         "is queued instead of rejected: it blocks the head of the waiting queue forever.",
     ),
+    Mutant(
+        "spec-rollback-off-by-one",
+        "scheduler",
+        "#1/#10: num_computed_tokens never counts KV that was not really written: with "
+        "speculative decoding it rolls back to just after the last accepted draft",
+        "vLLM v1 Scheduler.update_from_output: num_computed_tokens -= num_rejected",
+        "The rollback after a step with rejected drafts is one token short: "
+        "num_computed_tokens counts the first rejected draft's position as computed, so "
+        "the bonus token's KV is never written and later steps read the rejected draft's "
+        "KV in its slot.",
+    ),
+    Mutant(
+        "cache-rejected-draft-block",
+        "scheduler",
+        "#3/#10: a block is cached only once its KV is the true KV of its tokens (a "
+        "rejected draft's KV never enters the prefix cache)",
+        "vLLM v1 allocate_slots caches at most request.num_tokens (drafts excluded)",
+        "The blocks a step with drafts filled are cached before the rollback, up to the "
+        "tokens the request knows after it: the block holding the bonus token's position "
+        "is cached under the hash of the true tokens while its slot holds the rejected "
+        "draft's KV; a later request with that prefix reuses it.",
+    ),
 )
 
 MUTANTS_BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}
@@ -207,3 +229,7 @@ def get_mutant(name: str) -> Mutant:
     if mutant is None:
         raise ValueError(f"unknown mutant {name!r}; known: {', '.join(known_names())}")
     return mutant
+
+
+# mutants that only act on scheduled drafts: the fuzzer draws speculative decoding for them
+SPEC_DECODE_MUTANTS = frozenset({"spec-rollback-off-by-one", "cache-rejected-draft-block"})

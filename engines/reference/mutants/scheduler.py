@@ -194,10 +194,46 @@ class NeverReject(Scheduler):
         return None
 
 
+class SpecRollbackOffByOne(Scheduler):
+    """spec-rollback-off-by-one (BUGS #1/#10; vLLM v1 rolls num_computed_tokens back by
+    the rejected drafts in `update_from_output`).
+
+    Changes `_rolled_back`: the clean step sets num_computed_tokens to the scheduled end
+    minus the rejected drafts (the first rejected position is recomputed, holding the bonus
+    token); this one stops one token short whenever a draft was rejected, so the bonus
+    token's position counts as computed while its slot holds the rejected draft's KV.
+    """
+
+    def _rolled_back(self, request: Request, num_end_tokens: int, num_rejected: int) -> int:
+        num_computed_tokens = super()._rolled_back(request, num_end_tokens, num_rejected)
+        return num_computed_tokens + 1 if num_rejected else num_computed_tokens  # the bug
+
+
+class CacheRejectedDraftBlock(Scheduler):
+    """cache-rejected-draft-block (BUGS #3/#10; vLLM v1's allocate_slots caches at most
+    request.num_tokens, drafts excluded).
+
+    Changes `_cache_after_drafts`: the clean step caches the full blocks of the rolled-back
+    num_computed_tokens; this one first caches up to the scheduled end capped at the tokens
+    the request knows after the step, i.e. through the bonus token's position, whose slot
+    holds the first rejected draft's KV: that block enters the prefix cache under the hash
+    of the true tokens. The manager's count is then set back, so the scheduler and the
+    manager still agree.
+    """
+
+    def _cache_after_drafts(
+        self, request: Request, num_end_tokens: int, num_computed_tokens: int
+    ) -> int:
+        self.kv_manager.cache_blocks(request, min(num_end_tokens, request.num_tokens))  # bug
+        return super()._cache_after_drafts(request, num_end_tokens, num_computed_tokens)
+
+
 PARTS: dict[str, EngineParts] = {
     "no-lookahead-slots": EngineParts(scheduler=NoLookaheadSlots),
     "stale-cache-hit": EngineParts(scheduler=StaleCacheHit),
     "resume-drops-last-token": EngineParts(scheduler=ResumeDropsLastToken),
     "chunk-before-prefix-hit": EngineParts(scheduler=ChunkBeforePrefixHit),
     "never-reject": EngineParts(scheduler=NeverReject),
+    "spec-rollback-off-by-one": EngineParts(scheduler=SpecRollbackOffByOne),
+    "cache-rejected-draft-block": EngineParts(scheduler=CacheRejectedDraftBlock),
 }
