@@ -207,6 +207,14 @@ INVARIANTS: tuple[Invariant, ...] = (
         "the chunk's token ids are the request's true tokens at those positions",
     ),
     Invariant(
+        "accounting.draft-position",
+        "accounting",
+        _SYM,
+        "a request's scheduled draft tokens come right after the tokens it knows "
+        "(num_computed + num_scheduled - drafts = num_tokens)",
+        "vllm#16370",
+    ),
+    Invariant(
         "accounting.num-tokens",
         "accounting",
         _ACC,
