@@ -5,28 +5,17 @@ to vLLM's real free list at the step it happens, with 200,000 blocks."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import sys
 from pathlib import Path
 
 import pytest
+from vllm_driver import NEEDS_VLLM_V1
 
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.sim.cost_model import profile
 from schedcheck.sim.loop import SimOptions, Simulation, run
 
-
-def _vllm_version() -> str | None:
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(_vllm_version() != "0.33.0", reason="needs vllm==0.33.0 (tox -e vllm-v1)"),
-]
+pytestmark = NEEDS_VLLM_V1
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
 from test_pool_delta import _trace  # noqa: E402  (the same six requests, shared prefixes)
 

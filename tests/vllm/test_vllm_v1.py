@@ -6,25 +6,12 @@ Stand-in tokens: 1000 + 10 * step + sum of the id's bytes ("a" -> +97, "b" -> +9
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import pytest
-from vllm_driver import check_snapshot, request, run_step, summary
+from vllm_driver import NEEDS_VLLM_V1, check_snapshot, request, run_step, summary
 
 from schedcheck.engines.protocol import EngineConfig, FinishedRequest
 
-
-def _vllm_version() -> str | None:
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(_vllm_version() != "0.33.0", reason="needs vllm==0.33.0 (tox -e vllm-v1)"),
-]
+pytestmark = NEEDS_VLLM_V1
 
 PROMPT = tuple(range(10, 20))  # 10 tokens: blocks [10..13][14..17][18 19 . .]
 

@@ -7,29 +7,16 @@ Block size 4; block 0 is vLLM's null block. Stand-in tokens as in test_vllm_v1.p
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import subprocess
 import sys
 
 import numpy as np
-import pytest
-from vllm_driver import request, summary
+from vllm_driver import NEEDS_VLLM_V1, request, summary
 
 from schedcheck.engines.protocol import EngineConfig, EngineRequest
 
-
-def _vllm_version() -> str | None:
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(_vllm_version() != "0.33.0", reason="needs vllm==0.33.0 (tox -e vllm-v1)"),
-]
+pytestmark = NEEDS_VLLM_V1
 
 PROMPT = tuple(range(10, 20))  # 10 tokens: blocks [10..13][14..17][18 19 . .]
 

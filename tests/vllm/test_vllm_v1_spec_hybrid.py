@@ -6,27 +6,14 @@ Block size 4; vLLM keeps block 0 as its null block. Prompt: 10 tokens 10..19.
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import pytest
-from vllm_driver import check_snapshot, request, summary
+from vllm_driver import NEEDS_VLLM_V1, check_snapshot, request, summary
 
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.sim.loop import SimOptions, run
 from schedcheck.traces.schema import TraceRequest
 
-
-def _vllm_version() -> str | None:
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(_vllm_version() != "0.33.0", reason="needs vllm==0.33.0 (tox -e vllm-v1)"),
-]
+pytestmark = NEEDS_VLLM_V1
 
 PROMPT = tuple(range(10, 20))
 

@@ -6,11 +6,13 @@ snapshot check is the block-pool accounting every engine must satisfy.
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+import pytest
 
 from schedcheck.engines.protocol import (
     Engine,
@@ -22,6 +24,21 @@ from schedcheck.engines.protocol import (
 )
 
 TOKEN_BASE = 1000
+
+
+def vllm_version() -> str | None:
+    """The installed vLLM's version, or None (read from its metadata: importing it is slow)."""
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# the marks of a module of tests against vLLM 0.33.0 (the vllm-v1 tox env)
+NEEDS_VLLM_V1 = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(vllm_version() != "0.33.0", reason="needs vllm==0.33.0 (tox -e vllm-v1)"),
+]
 
 
 def request(rid: str, prompt: Iterable[int], max_tokens: int) -> EngineRequest:
