@@ -66,7 +66,7 @@ class PoolDeltaChecker:
         self.num_free = 0  # blocks marked in `free`
         self.synced = False  # the state above mirrors the engine as of the last check
         # the tables' request ids, lengths and last blocks as of the last check (fast path)
-        self._rids: list[str] = []
+        self._rids: list[str] | None = None  # None: the next check diffs every table
         self._lens: list[int] = []
         self._lasts: list[int] = []
         self.sweep_always = False  # after a violation
@@ -194,7 +194,8 @@ class PoolDeltaChecker:
             removed, added = self._diff_some(tables, moved, ())
         else:
             removed, added = self._diff_all(tables, preempted)
-        self._rids, self._lens, self._lasts = rids, lens, lasts or []
+        self._rids = rids if lasts is not None else None  # an empty table: diff all next
+        self._lens, self._lasts = lens, lasts or []
         num_blocks = len(self.held)
         if any([not 0 <= b < num_blocks for b in removed + added]):
             removed = [b for b in removed if 0 <= b < num_blocks]
@@ -261,7 +262,7 @@ class PoolDeltaChecker:
         """Rebuild tables, held and free from the whole pool (after a full sweep)."""
         num_blocks = snapshot.num_blocks
         self.tables = {rid: list(t) for rid, t in _tables(snapshot).items() if len(t)}
-        self._rids = []  # the next check diffs every table
+        self._rids = None  # the next check diffs every table
         flat = np.fromiter((b for t in self.tables.values() for b in t), np.int64)
         flat = flat[(flat >= 0) & (flat < num_blocks)]
         self.held = np.bincount(flat, minlength=num_blocks).tolist()

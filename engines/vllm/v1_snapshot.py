@@ -122,11 +122,24 @@ class V1KVSnapshot:
     def hash_of(self, ids: npt.NDArray[np.int64]) -> list[bytes | None]:
         blocks = self._pool.blocks
         hashes = [blocks[b].block_hash for b in ids.tolist()]
+        if len(self._managers) > 1:  # the group id stays, as in cached_blocks()
+            return [None if h is None else bytes(h) for h in hashes]
         return [None if h is None else bytes(get_block_hash(h)) for h in hashes]
 
     def block_table_views(self) -> Mapping[str, Sequence[int]]:
-        """req_to_blocks as lazy id sequences (len, [i] and [i:] cost what they read)."""
+        """req_to_blocks as lazy id sequences (len, [i] and [i:] cost what they read).
+        Several groups: the concatenated tables of `block_tables()`."""
+        if len(self._managers) > 1:
+            return self._hybrid_block_tables()
         return _TableViews(self._manager.req_to_blocks)
+
+    def take_rewritten_req_ids(self) -> Collection[str]:
+        """Tables to compare whole. Several groups: all of them, since a concatenated
+        table does not grow at its end (group 0 grows in its middle, and a sliding-window
+        group drops blocks before its window)."""
+        if len(self._managers) > 1:
+            return list(self._hybrid_block_tables())
+        return ()
 
     def cached_blocks(self) -> Mapping[int, bytes]:
         """block id -> vLLM's BlockHash (bytes, group id stripped), in block-id order."""

@@ -61,3 +61,23 @@ def test_a_block_appended_twice_to_vllms_free_list_is_found_at_its_step():
         ),
     ]
     assert sim.pool.num_sweeps == 2  # the first step's, the violation's: found incrementally
+
+
+@pytest.mark.parametrize("num_speculative_tokens", [0, 3])
+def test_sliding_window_groups_are_followed_incrementally(num_speculative_tokens):
+    """Full + sliding-window groups: each request's table is its groups concatenated, named
+    rewritten every step, so the check stays in step without a full sweep between the first
+    step's and the end's, and agrees with the full sweep every step."""
+    config = dataclasses.replace(
+        CFG, num_gpu_blocks=64, kv_groups="full,sliding:20",
+        num_speculative_tokens=num_speculative_tokens,
+    )  # fmt: skip
+    options = SimOptions(seed=3, draft_acceptance=0.5)
+    incremental = Simulation(_trace(), "vllm-v1", config, options, profile("unit"))
+    result = incremental.run()
+    every_step = dataclasses.replace(options, pool_check_interval_steps=1)
+    full = run(_trace(), "vllm-v1", config, every_step, profile("unit"))
+    assert (result.exit_code, result.finished, result.violations) == (0, 6, [])
+    assert result.fingerprint == full.fingerprint and full.violations == []
+    assert (incremental.pool.num_sweeps, incremental.pool.num_unconfirmed) == (2, 0)
+    assert result.coverage["sliding-window-block-freed"] > 0

@@ -90,25 +90,12 @@ def _trace(n: int) -> list[TraceRequest]:
     ]
 
 
-# open: clean before the incremental pool check landed; one violation since, not yet
-# diagnosed (the harness's sliding-window handling or the pool check); not weakened
-SLIDING_AFTER_POOL_DELTA = "open: one violation since the incremental pool check merged"
-
-
 @pytest.mark.parametrize(
     ("kv_groups", "num_speculative_tokens"),
     [
         ("full", 3),
-        pytest.param(
-            "full,sliding:5",
-            0,
-            marks=pytest.mark.xfail(strict=True, reason=SLIDING_AFTER_POOL_DELTA),
-        ),
-        pytest.param(
-            "full,sliding:5",
-            3,
-            marks=pytest.mark.xfail(strict=True, reason=SLIDING_AFTER_POOL_DELTA),
-        ),
+        ("full,sliding:5", 0),
+        ("full,sliding:5", 3),
     ],
 )
 def test_the_simulator_runs_vllm_with_drafts_and_a_sliding_window_clean(
