@@ -362,7 +362,11 @@ class Simulation:
         self._retire(output.finished_req_ids, "finished", None)
         self._reject(output)
         meta = build_metadata(
-            output, cfg.block_size, max_model_len=cfg.max_model_len, kv_groups=self.kv_groups
+            output,
+            cfg.block_size,
+            num_lookahead_tokens=cfg.num_lookahead_tokens,
+            max_model_len=cfg.max_model_len,
+            kv_groups=self.kv_groups,
         )
         meta = apply_runner_mutant(meta, cfg.mutant)
         sampled = self.executor.execute(meta)

@@ -25,7 +25,9 @@ from schedcheck.engines.protocol import (
     FinishedRequest,
     KVSnapshot,
     SchedulerOutput,
+    is_async_scheduling,
 )
+from schedcheck.engines.reference.async_scheduling import async_of
 from schedcheck.engines.reference.chunking import CHUNK_ALIGN_MODES
 from schedcheck.engines.reference.kv_manager import KVCacheManager
 from schedcheck.engines.reference.mutants import EngineParts, engine_parts
@@ -55,6 +57,7 @@ class ReferenceEngine:
     """Implements `schedcheck.engines.protocol.Engine`."""
 
     name = "reference"
+    supports_async_scheduling = True  # --async-scheduling: async_scheduling.py
 
     def __init__(self, config: EngineConfig) -> None:
         if len(config.kv_cache_groups) > 1:
@@ -66,7 +69,17 @@ class ReferenceEngine:
         parts = engine_parts(config.mutant, config.block_manager)  # clean classes if None
         hasher = parts.hasher(config.block_size)
         self.kv_manager = make_kv_manager(config, parts)
-        self.scheduler = parts.scheduler(
+        scheduler_cls = parts.scheduler
+        self.is_async = is_async_scheduling(config)
+        if self.is_async:
+            if config.num_speculative_tokens:
+                raise ValueError(
+                    f"num_speculative_tokens={config.num_speculative_tokens} with async "
+                    "scheduling: the reference engine does not schedule drafts optimistically "
+                    "(use --engine vllm-v1)"
+                )
+            scheduler_cls = async_of(scheduler_cls)
+        self.scheduler = scheduler_cls(
             config,
             self.kv_manager,
             hasher,
@@ -96,7 +109,10 @@ class ReferenceEngine:
         self.scheduler.update_draft_token_ids(draft_token_ids)
 
     def kv_snapshot(self) -> KVSnapshot:
-        return self.kv_manager.kv_snapshot()
+        snapshot = self.kv_manager.kv_snapshot()
+        if self.is_async:  # vLLM's count: scheduled, not only applied
+            return self.scheduler.kv_snapshot_of(snapshot)  # type: ignore[attr-defined]
+        return snapshot
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()

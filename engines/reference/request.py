@@ -23,7 +23,7 @@ import enum
 
 import numpy as np
 
-from schedcheck.engines.protocol import EngineRequest, TokenArray
+from schedcheck.engines.protocol import PLACEHOLDER_TOKEN_ID, EngineRequest, TokenArray
 from schedcheck.engines.reference.block_hash import BlockHasher, salt_extra_key
 
 
@@ -60,8 +60,11 @@ class Request:
         "max_tokens",
         "num_cached_tokens",
         "num_computed_tokens",
+        "num_in_flight_tokens",
+        "num_output_placeholders",
         "num_preemptions",
         "num_prompt_tokens",
+        "num_stale_tokens",
         "num_tokens",
         "output_token_ids",
         "priority",
@@ -98,6 +101,11 @@ class Request:
         self.status = RequestStatus.WAITING
         # speculative decoding: the drafts proposed for the next step (vLLM's spec_token_ids)
         self.spec_token_ids: tuple[int, ...] = ()
+        # async scheduling (async_scheduling.py): tokens scheduled in steps not yet applied,
+        # and the placeholders (-1) among output_token_ids for samples still in flight
+        self.num_in_flight_tokens = 0
+        self.num_output_placeholders = 0
+        self.num_stale_tokens = 0  # in-flight tokens of a step scheduled before a preemption
         self._hasher = hasher
         self._extra_key = salt_extra_key(self.cache_salt)
         self._block_hashes: list[bytes] = []
@@ -128,6 +136,21 @@ class Request:
         self._token_buffer[num_tokens] = token_id
         self.output_token_ids.append(token_id)
         self.num_tokens = num_tokens + 1
+
+    def append_placeholder(self) -> None:
+        """Async scheduling: a sample still in flight holds its position (token -1)."""
+        self.append_output_token(PLACEHOLDER_TOKEN_ID)
+        self.num_output_placeholders += 1
+
+    def fill_placeholder(self, position: int, token_id: int) -> None:
+        """The sampled token for the placeholder at `position` (its step was applied); a
+        block hash computed over the placeholder is dropped, to be computed again."""
+        assert self.num_prompt_tokens <= position < self.num_tokens
+        assert self._token_buffer[position] == PLACEHOLDER_TOKEN_ID, "not a placeholder"
+        self._token_buffer[position] = token_id
+        self.output_token_ids[position - self.num_prompt_tokens] = token_id
+        self.num_output_placeholders -= 1
+        del self._block_hashes[position // self._hasher.block_size :]
 
     # -- block hashes ----------------------------------------------------------------------
 

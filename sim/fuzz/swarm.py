@@ -28,7 +28,9 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
                                  chunk cut to a block boundary is empty below that)
     vLLM scheduler options       vllm-v1 (sim/fuzz/swarm_vllm.py): policy, async scheduling,
                                  max_num_scheduled_tokens, watermark, queue limits, ...,
-                                 by family, each on in half the examples (--family: all)
+                                 by family, each on in half the examples (--family: all);
+                                 the reference engine: async scheduling under --family async
+                                 only (then without drafts), so a seed's examples stay
     num_gpu_blocks               the least that lets every request run alone, plus a slack
                                  drawn from (0, 1, 2, 4, 8, 16, 64): slack 0 forces
                                  preemption and eviction, and is what shrinking moves
@@ -63,7 +65,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from schedcheck.engines.capabilities import Capabilities
-from schedcheck.engines.protocol import EngineConfig
+from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig
 from schedcheck.engines.registry import capabilities
 from schedcheck.sim.faults import FAULT_KINDS
 from schedcheck.sim.fuzz.strategies import (
@@ -170,12 +172,16 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
         threshold = max(threshold, block_size) if threshold else 0
     if draws_vllm_options(spec):
         extra += draw_vllm_v1_extra(draw, spec.families, block_size, blocks_max)
+    elif spec.is_reference and "async" in spec.families:  # no draws: the stream is kept
+        extra += ((ASYNC_SCHEDULING_KEY, "true"),)
     # draw order matters (a seed replays the same examples): as the fields below
     max_num_seqs = pick(draw, MAX_NUM_SEQS)
     enable_prefix_caching = draw_flag(draw, caps.enable_prefix_caching, shrinks_to=False)
     enable_chunked_prefill = draw_flag(draw, caps.enable_chunked_prefill, shrinks_to=True)
     num_lookahead_tokens = draw_lookahead(draw, spec)
     num_spec_tokens, acceptance = draw_spec_decode(draw, spec)
+    if spec.is_reference and "async" in spec.families:
+        num_spec_tokens = 0  # the reference engine has no optimistic drafts (exit 2)
     return Knobs(
         block_size=block_size,
         max_num_batched_tokens=budget_tokens,

@@ -4,6 +4,7 @@ paths' never_reached rule, the loop's pipeline-depth refusal and the replay flag
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 
@@ -69,8 +70,12 @@ def test_a_named_family_is_drawn_in_every_example(data):
 
 @settings(max_examples=30, deadline=None, database=None)
 @given(st.data())
-def test_the_reference_engine_draws_no_vllm_option(data):
+def test_the_reference_engine_draws_no_vllm_option_and_async_only_by_family(data):
     spec = SwarmSpec(engine="reference", families=VLLM_FAMILIES)
+    knobs = data.draw(st.composite(lambda draw: draw_knobs(draw, spec))())
+    assert set(dict(knobs.extra)) == {"chunk_align", "policy", "async_scheduling"}
+    assert (dict(knobs.extra)["async_scheduling"], knobs.num_speculative_tokens) == ("true", 0)
+    spec = SwarmSpec(engine="reference")
     extra = dict(data.draw(st.composite(lambda draw: draw_knobs(draw, spec))()).extra)
     assert set(extra) == {"chunk_align", "policy"}
 
@@ -110,12 +115,19 @@ def _replay(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_replay_refuses_async_scheduling_on_the_reference_engine():
-    done = _replay("--async-scheduling")
-    assert done.returncode == 2
-    assert done.stderr.strip() == (
-        "schedcheck: error: engine 'reference' does not model async scheduling "
-        "(--async-scheduling): use --engine vllm-v1"
+def test_replay_runs_the_reference_engine_with_async_scheduling():
+    done = _replay("--async-scheduling", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["finished"], result["coverage"]["async-output-placeholder"] > 0) == (2, True)
+
+
+def test_replay_refuses_drafts_with_async_scheduling_on_the_reference_engine():
+    done = _replay("--async-scheduling", "--num-speculative-tokens", "2")
+    assert (done.returncode, done.stderr.strip()) == (
+        2,
+        "schedcheck: error: num_speculative_tokens=2 with async scheduling: the reference "
+        "engine does not schedule drafts optimistically (use --engine vllm-v1)",
     )
 
 
