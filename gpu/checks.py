@@ -11,6 +11,8 @@ For every step, after the forward (the cache then holds exactly what attention r
              s != b, margin <= tie, diffs <= tol  -> `token`, near-tie
              s != b otherwise                     -> `token`, misalignment
 
+The drafter's lookahead writes (after the step's reads) count in the read ledger too.
+
 Tolerance of layer l: kv_atol + kv_rtol * max|baseline K/V of layer l| (`tolerances.py`).
 Only the first failing row (write) or key (read) of each request and step is reported:
 the lowest failing layer, and in it the lowest position (a layer-0 error is the cache's own;
@@ -65,6 +67,7 @@ class ReplayChecker:
         self._check_writes(plan, written)
         self._check_reads(plan, tensors, executor.cache)
         self._check_samples(plan, logits, tokens)
+        self.ledger.wrote(plan.draft_slots)  # the drafter writes after the step's reads
 
     # -- K/V ---------------------------------------------------------------------------
     def _errors(self, fetch: Callable[[int, int, int], KV], rows: np.ndarray) -> np.ndarray:
