@@ -20,6 +20,7 @@ from schedcheck.gpu.findings import Finding, first_per_request
 from schedcheck.gpu.model import ModelConfig, make_model
 from schedcheck.gpu.replay import replay_schedule
 from schedcheck.gpu.tolerances import tolerance_for
+from schedcheck.invariants import hash_model
 
 BS, NUM_BLOCKS, VOCAB = 4, 32, 512
 TokenArray = np.ndarray
@@ -54,11 +55,12 @@ def _replay(
     schedule: Sequence[SchedulerOutput],
     sequences: Mapping[str, TokenArray],
     num_lookahead_tokens: int = 0,
+    checker_type: type[ReplayChecker] = ReplayChecker,
 ) -> tuple[ReplayChecker, TensorExecutor]:
     backend = TorchRefBackend()
     baseline = run_baseline(model, backend, sequences)
     tol = tolerance_for("fp32")
-    checker = ReplayChecker(baseline, model, tol, (NUM_BLOCKS + 1) * BS)
+    checker = checker_type(baseline, model, tol, (NUM_BLOCKS + 1) * BS)
     executor = TensorExecutor(model, backend, BS, NUM_BLOCKS, observer=checker)
     executor.set_true_tokens(sequences)
     replay_schedule(schedule, executor, BS, num_lookahead_tokens=num_lookahead_tokens)
@@ -84,3 +86,65 @@ def test_a_lookahead_write_into_verified_kv_is_read_at_its_key(model) -> None:
     checker, executor = _replay(model, schedule, {"A": a, "B": b}, num_lookahead_tokens=1)
     assert executor.findings == []
     assert _first(checker.findings) == {"B": ("kv-read", 1, 0, 20, 0)}
+
+
+class _Judged(ReplayChecker):
+    """The checker, keeping (step, request, position) of every sample it judged."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.judged: list[tuple[int, str, int]] = []
+
+    def _judge_sample(self, plan, row, position, *rest) -> None:
+        rid = plan.metadata.req_ids[plan.row_request[row]]
+        self.judged.append((plan.step, rid, position))
+        super()._judge_sample(plan, row, position, *rest)
+
+
+A = _seq(3, 14)  # A's true tokens: prompt x0..x5, outputs x6..x13
+WRONG = (int(A[8]) + 1) % VOCAB, (int(A[9]) + 2) % VOCAB
+
+
+def _drafts_schedule(*more: SchedulerOutput) -> list[SchedulerOutput]:
+    """A prefills 6 tokens (blocks 1, 2), then runs x6 and 3 drafts: x7 (accepted), then
+    two wrong ones at positions 8, 9 (rejected); the bonus x8 follows at step 2::
+
+        step 1   position   6    7    8    9       slots 2*4+2 2*4+3 3*4+0 3*4+1
+                 input      x6   x7   w8   w9      rejected rows: 8, 9
+                 judged     s6   s7   -    -       (s7: the bonus, x8)
+    """
+    return [
+        SchedulerOutput(0, (_req("A", A, 0, 6, (1, 2)),)),
+        SchedulerOutput(1, (_req("A", A, 6, 7, (1, 2, 3), (int(A[7]), *WRONG)),)),
+        *more,
+    ]
+
+
+def test_rejected_drafts_are_no_findings_and_accepted_samples_are_judged(model) -> None:
+    schedule = _drafts_schedule(SchedulerOutput(2, (_req("A", A, 8, 9, (1, 2, 3)),)))
+    checker, executor = _replay(model, schedule, {"A": A}, checker_type=_Judged)
+    assert isinstance(checker, _Judged)
+    assert executor.findings == [] and checker.findings == []
+    assert checker.judged == [(0, "A", 5), (1, "A", 6), (1, "A", 7), (2, "A", 8)]
+    assert checker.num_sampled == 4
+    draft = executor.shadow.slot_identity[[12, 13]]  # rows 8, 9 at step 1; 8 rewritten at 2
+    assert draft.tolist() == [executor.shadow.identities("A", A)[8], hash_model.DRAFT]
+
+
+def test_the_owner_reading_its_rejected_draft_kv_is_a_kv_read(model) -> None:
+    """Off by one after the rejection (spec-rollback-off-by-one): step 2 starts at position
+    9, so A reads key 8, still w8's KV, which it never rewrote."""
+    schedule = _drafts_schedule(SchedulerOutput(2, (_req("A", A, 9, 10, (1, 2, 3)),)))
+    checker, executor = _replay(model, schedule, {"A": A})
+    assert executor.findings == []
+    assert _first(checker.findings) == {"A": ("kv-read", 2, 8, 12, 0)}
+
+
+def test_another_request_reading_a_rejected_draft_slot_is_a_kv_read(model) -> None:
+    """B (prompt x0..x10 + 2, a stale prefix hit on A's blocks 1, 2, 3) reads A's block 3
+    at step 2, before A rewrote position 8 there: w8's KV at B's key 8."""
+    b = np.concatenate([A[:11], _seq(4, 3)])
+    schedule = _drafts_schedule(SchedulerOutput(2, (_req("B", b, 12, 13, (1, 2, 3, 4)),)))
+    checker, executor = _replay(model, schedule, {"A": A, "B": b})
+    assert executor.findings == []
+    assert _first(checker.findings) == {"B": ("kv-read", 2, 8, 12, 0)}
