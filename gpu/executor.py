@@ -58,7 +58,7 @@ from schedcheck.engines.metadata import RunnerMetadata
 from schedcheck.gpu.backends import choose_backend
 from schedcheck.gpu.backends.base import AttentionBackend, BackendSpec
 from schedcheck.gpu.batch import StepTensors, step_tensors
-from schedcheck.gpu.drafts import num_accepted
+from schedcheck.gpu.drafts import num_accepted, rejected_rows
 from schedcheck.gpu.dtypes import torch_dtype
 from schedcheck.gpu.findings import Finding
 from schedcheck.gpu.kv_cache import PagedKVCache
@@ -148,7 +148,7 @@ class TensorExecutor:
         if self.observer is not None:
             self.observer.on_step(plan, tensors, written, hidden, logits, tokens, self)
         sampled = self._accept(plan, dict(zip(plan.sample_rows.tolist(), token_list, strict=True)))
-        self._extend_oracle(metadata, sampled)
+        self._extend_oracle(plan, sampled)
         self._write_drafts(plan, written)  # after this step's reads (and their checks)
         return sampled
 
@@ -238,14 +238,37 @@ class TensorExecutor:
             tokens = logits.argmax(dim=-1)
         return written, rows, logits, tokens
 
-    def _extend_oracle(self, md: RunnerMetadata, sampled: Mapping[str, int]) -> None:
-        """A token sampled at the request's last known position extends its true tokens."""
+    def _extend_oracle(self, plan: StepPlan, sampled: Mapping[str, int]) -> None:
+        """A token sampled right after the request's last known position extends its true
+        tokens, after the drafts the sampler accepted there; the slots of those drafts'
+        rows then hold true KV (the shadow wrote DRAFT there: not known before)."""
         if self.teacher_forced:
             return
+        md, drafts = plan.metadata, _draft_counts(plan.metadata)
         for row, rid in zip(md.logits_indices.tolist(), md.sampling_req_ids, strict=True):
             known = self.tokens.get(rid)
-            if known is not None and int(md.positions[row]) == known.size - 1:
-                self.tokens[rid] = np.append(known, np.int64(sampled[rid]))
+            accepted = self.accepted_token_ids.get(rid)
+            first = row if accepted is None else row - int(drafts[plan.row_request[row]])
+            if known is not None and int(md.positions[first]) == known.size - 1:
+                new = np.asarray([*(accepted or ()), sampled[rid]], dtype=np.int64)
+                self.tokens[rid] = np.concatenate([known, new])
+        if any(self.accepted_token_ids.values()):
+            self._write_shadow_accepted(plan)
+
+    def _write_shadow_accepted(self, plan: StepPlan) -> None:
+        """Live: the identities of the draft rows the oracle now knows as true."""
+        md = plan.metadata
+        rows = np.flatnonzero(plan.rejected_rows & ~rejected_rows(md, self.tokens))
+        ident = row_identities(
+            self.shadow,
+            md.req_ids,
+            plan.row_request[rows],
+            md.positions[rows],
+            md.input_ids[rows],
+            self.tokens,
+            np.zeros(rows.size, dtype=bool),
+        )
+        self.shadow.write(plan.slot_mapping[rows], ident)
 
 
 def _draft_counts(md: RunnerMetadata) -> npt.NDArray[np.int64]:

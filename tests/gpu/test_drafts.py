@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 
+from schedcheck.engines.metadata import build_metadata
 from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
 from schedcheck.gpu.backends.torch_ref import TorchRefBackend
 from schedcheck.gpu.baseline import run_baseline
@@ -148,3 +149,47 @@ def test_another_request_reading_a_rejected_draft_slot_is_a_kv_read(model) -> No
     checker, executor = _replay(model, schedule, {"A": A, "B": b})
     assert executor.findings == []
     assert _first(checker.findings) == {"B": ("kv-read", 2, 8, 12, 0)}
+
+
+def _live(model) -> TensorExecutor:
+    executor = TensorExecutor(model, TorchRefBackend(), BS, NUM_BLOCKS)
+    executor.add_request("A", A[:6])
+    return executor
+
+
+def _greedy(model, n: int) -> list[int]:
+    """The model's own n greedy tokens after A's prompt, decoded one by one."""
+    executor = _live(model)
+    table = (1, 2, 3, 4)
+    out = [executor.execute(build_metadata(SchedulerOutput(0, (_req("A", A, 0, 6, table),)), BS))]
+    for step in range(1, n):
+        known = executor.tokens["A"]
+        decode = _req("A", known, known.size - 1, known.size, table)
+        out.append(executor.execute(build_metadata(SchedulerOutput(step, (decode,)), BS)))
+    return [sampled["A"] for sampled in out]
+
+
+def test_live_drafts_accept_the_matching_prefix_and_extend_the_oracle(model) -> None:
+    """Live: drafts (g7, w, g9) after g6: g7 is accepted, w is not (the bonus is g8, the
+    model's own token there); then (g9, g10) after g8 are both accepted, bonus g11."""
+    g = dict(enumerate(_greedy(model, 6), start=6))  # g[6] .. g[11]
+    wrong = (g[8] + 1) % VOCAB
+    executor, table = _live(model), (1, 2, 3, 4)
+    executor.execute(build_metadata(SchedulerOutput(0, (_req("A", A, 0, 6, table),)), BS))
+    known = executor.tokens["A"]
+    step1 = _req("A", known, 6, 7, table, (g[7], wrong, g[9]))
+    assert executor.execute(build_metadata(SchedulerOutput(1, (step1,)), BS)) == {"A": g[8]}
+    assert executor.accepted_token_ids == {"A": (g[7],)}
+    assert executor.tokens["A"].tolist() == [*A[:6].tolist(), g[6], g[7], g[8]]
+    ids = executor.shadow.identities("A", executor.tokens["A"])
+    assert executor.shadow.slot_identity[[11, 12, 13]].tolist() == [
+        ids[7],  # position 7 (slot 2*4+3): the accepted g7, true KV now
+        hash_model.DRAFT,  # positions 8, 9: rejected
+        hash_model.DRAFT,
+    ]
+    known = executor.tokens["A"]
+    step2 = _req("A", known, 8, 9, table, (g[9], g[10]))
+    assert executor.execute(build_metadata(SchedulerOutput(2, (step2,)), BS)) == {"A": g[11]}
+    assert executor.accepted_token_ids == {"A": (g[9], g[10])}
+    assert executor.tokens["A"].tolist() == [*A[:6].tolist(), *g.values()]
+    assert executor.findings == [] and executor.violations == []
