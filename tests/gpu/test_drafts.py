@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from schedcheck.engines.metadata import build_metadata
-from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+from schedcheck.engines.protocol import EngineConfig, ScheduledRequest, SchedulerOutput
 from schedcheck.gpu.backends.torch_ref import TorchRefBackend
 from schedcheck.gpu.baseline import run_baseline
 from schedcheck.gpu.checks import ReplayChecker
@@ -22,6 +22,8 @@ from schedcheck.gpu.model import ModelConfig, make_model
 from schedcheck.gpu.replay import replay_schedule
 from schedcheck.gpu.tolerances import tolerance_for
 from schedcheck.invariants import hash_model
+from schedcheck.sim.loop import SimOptions, run
+from schedcheck.traces.schema import TraceRequest
 
 BS, NUM_BLOCKS, VOCAB = 4, 32, 512
 TokenArray = np.ndarray
@@ -193,3 +195,31 @@ def test_live_drafts_accept_the_matching_prefix_and_extend_the_oracle(model) -> 
     assert executor.accepted_token_ids == {"A": (g[9], g[10])}
     assert executor.tokens["A"].tolist() == [*A[:6].tolist(), *g.values()]
     assert executor.findings == [] and executor.violations == []
+
+
+def _live_run(num_speculative_tokens: int):
+    shared = tuple(range(5, 21))
+    trace = [TraceRequest("a", 0.0, 12, prompt_token_ids=(*shared, 22, 23)),
+             TraceRequest("b", 0.0, 10, prompt_token_ids=(*shared, 40))]  # fmt: skip
+    config = EngineConfig(block_size=4, num_gpu_blocks=64, max_num_batched_tokens=8,
+                          num_speculative_tokens=num_speculative_tokens)  # fmt: skip
+    executor_options = {"backend": "torch-ref", "model_config": ModelConfig(vocab_size=VOCAB)}
+    options = SimOptions(executor="tensor", executor_options=executor_options,
+                         vocab_size=VOCAB, draft_acceptance=0.5)  # fmt: skip
+    return run(trace, "reference", config, options)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason="sim/loop.py (_make_drafter) refuses drafts with any executor but the symbolic one",
+)
+def test_the_engine_loop_runs_drafts_live_on_the_tensor_executor() -> None:
+    """Greedy decoding with drafts yields the tokens it yields without them. The loop's
+    drafter proposes the hash model's tokens, which the real model's sampler rejects: every
+    step with drafts rolls back (accepted drafts live: the executor test above)."""
+    plain = _live_run(0)
+    result = _live_run(3)
+    assert result.finished == 2 and result.violations == []
+    assert result.outputs == plain.outputs
+    assert result.coverage["spec-rejected"] == 20
