@@ -23,6 +23,10 @@ The adapter owns no scheduling logic. Each step:
     update_draft_token_ids(): the drafter's proposals -> DraftTokenIds ->
                            Scheduler.update_draft_token_ids(), as EngineCore.post_step
                            does after a step that ran the model (synchronous scheduling)
+                           Async scheduling: never called. vLLM's AsyncScheduler schedules
+                           -1 placeholders as drafts, optimistically after every draft of
+                           the step in flight; the runner (the loop) fills in its drafter's
+                           tokens and moves the chunk back by the drafts that step rejected
     abort_request():       Scheduler.finish_requests(id, RequestStatus.FINISHED_ABORTED)
     kv_snapshot():         vLLM's own BlockPool / manager state (see vllm/v1_snapshot.py,
                            which also says how the null block, block 0, is reported)
@@ -318,7 +322,11 @@ class VllmV1Engine:
         end = num_computed + num_scheduled
         # schedule() has already advanced the request by this step's tokens
         assert request.num_computed_tokens == end, rid
-        if spec_token_ids:  # the runner appends the drafts after the known tokens
+        if spec_token_ids and self._depth > 1:  # async: vLLM's own placeholders (-1)
+            num_tokens = end - len(spec_token_ids)  # optimistic: every draft accepted
+            known = _chunk_with_placeholders(tokens, num_computed, num_tokens)
+            chunk = np.concatenate([known, np.asarray(spec_token_ids, dtype=np.int64)])
+        elif spec_token_ids:  # the runner appends the drafts after the known tokens
             known = tokens.chunk(num_computed, end - len(spec_token_ids))
             num_tokens = tokens.num_tokens
             chunk = np.concatenate([known, np.asarray(spec_token_ids, dtype=np.int64)])

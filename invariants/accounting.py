@@ -175,11 +175,21 @@ class AccountingChecker:
         self.next_start[rid] = end
         return out
 
-    def check_agreement(self, step: int, manager_computed: Mapping[str, int]) -> list[Violation]:
-        """After the update: the KV manager counts the same computed tokens as the scheduler."""
+    def check_agreement(
+        self,
+        step: int,
+        manager_computed: Mapping[str, int],
+        unapplied_rejections: Mapping[str, int] | None = None,
+    ) -> list[Violation]:
+        """After the update: the KV manager counts the same computed tokens as the scheduler.
+
+        `unapplied_rejections` (async scheduling): drafts the runner has rejected in a step
+        whose output the engine has not applied yet; the engine still counts them."""
         out = []
-        for rid, start in self.next_start.items():
+        pending = unapplied_rejections or {}
+        for rid, next_start in self.next_start.items():
             have = manager_computed.get(rid)
+            start = next_start + pending.get(rid, 0)
             if have is not None and have != start:
                 out.append(
                     Violation(

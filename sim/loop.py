@@ -26,7 +26,6 @@ import simpy
 from schedcheck.engines.capabilities import EngineRefusal
 from schedcheck.engines.metadata import build_metadata
 from schedcheck.engines.protocol import (
-    PLACEHOLDER_TOKEN_ID,
     EngineConfig,
     EngineRequest,
     FinishedRequest,
@@ -46,6 +45,7 @@ from schedcheck.invariants.pool_delta import PoolDeltaChecker
 from schedcheck.invariants.protocol import ProtocolChecker, check_not_lost
 from schedcheck.invariants.violation import Violation
 from schedcheck.sim.arrivals import Abort, Arrivals, Release
+from schedcheck.sim.async_runner import InFlight, as_run, has_placeholder
 from schedcheck.sim.cost_model import StepCostModel, profile
 from schedcheck.sim.coverage import Coverage
 from schedcheck.sim.drafter import Drafter
@@ -136,7 +136,8 @@ class Simulation:
         self.drafter = self._make_drafter()
         # async scheduling: steps executed and not yet applied to the engine, oldest first
         self.depth = pipeline_depth(engine, self.engine, config)
-        self.in_flight: deque[tuple[SchedulerOutput, dict[str, int]]] = deque()
+        self.in_flight: deque[InFlight] = deque()
+        self.runner_drafts: dict[str, tuple[int, ...]] = {}  # async: the drafter's, by request
 
     def _make_drafter(self) -> Drafter | None:
         """The drafter of speculative decoding with acceptance, or None (K = 0)."""
@@ -151,11 +152,6 @@ class Simulation:
         if not isinstance(self.executor, SymbolicExecutor):
             raise ValueError(
                 f"num_speculative_tokens={k}: only the symbolic executor verifies drafts"
-            )
-        if is_async_scheduling(self.config):
-            raise ValueError(
-                f"num_speculative_tokens={k} with async scheduling: drafts reach vLLM through "
-                "the output (update_draft_token_ids_in_output), which is not modelled yet"
             )
         self.spec_engine = self.engine
         return Drafter(k, self.options.draft_acceptance, self.rng, self.options.vocab_size)
@@ -375,22 +371,30 @@ class Simulation:
             self.result.invariants_checked += meta.num_tokens
         self._record(output)
         self.coverage.observe_step(output, self.live)
-        for rid, token in sampled.items():  # the runner knows them now; the engine later
-            self.num_tokens[rid] += 1
-            self.sampled[rid].append(token)
+        accepted = self._runner_knows(output, sampled)
         yield self.env.timeout(self.cost.step_time_us(meta) * 1e-6)
         violations = self._unignored(violations)
         self._violate(violations)
         if self.done:  # a violation is reported before the engine sees the step
             return
-        self.in_flight.append((engine_output, sampled))  # the engine's own object back
+        rejected = {
+            r.request_id: r.num_draft_tokens - len(accepted.get(r.request_id, ()))
+            for r in output.scheduled
+            if r.spec_token_ids
+        }
+        self.in_flight.append(InFlight(engine_output, sampled, accepted, rejected))
         while len(self.in_flight) >= self.depth and not self.done:
             self._complete_oldest()
 
     def _complete_oldest(self) -> None:
         """Apply the oldest executed step's output to the engine, then check."""
-        output, sampled = self.in_flight.popleft()
-        finished = self._call("update_from_output", self.engine.update_from_output, output, sampled)
+        output, sampled, accepted, _ = self.in_flight.popleft()  # the engine's own output
+        if self.spec_engine is None:
+            update = self.engine.update_from_output
+            finished = self._call("update_from_output", update, output, sampled)
+        else:
+            update = self.spec_engine.update_from_output
+            finished = self._call("update_from_output", update, output, sampled, accepted)
         violations = self.protocol.check_finished(
             output.step, finished, self.live, self.result.outputs
         )
@@ -399,26 +403,54 @@ class Simulation:
         self._violate(violations)
         self._finish_requests(finished)
 
+    def _runner_knows(
+        self, output: SchedulerOutput, sampled: dict[str, int]
+    ) -> dict[str, tuple[int, ...]]:
+        """Async: what the runner knows after executing a step, before the engine does:
+        every token it sampled (accepted drafts too, even past max_tokens: the engine drops
+        those at its update), the drafts it rejected (the accounting rolls back now) and
+        its drafter's proposals for the next step. Returns the accepted drafts."""
+        accepted: dict[str, tuple[int, ...]] = {}
+        if self.spec_engine is not None:
+            accepted = getattr(self.executor, "accepted_token_ids", {})
+            self._roll_back_rejected(output, accepted)
+        for rid, token in sampled.items():
+            gained = (*accepted.get(rid, ()), token)
+            self.num_tokens[rid] += len(gained)
+            self.sampled[rid].extend(gained)
+            if self.drafter is not None and rid in self.live:
+                self.drafter.append(rid, gained)
+        if self.drafter is not None:
+            running = [rid for rid in sampled if rid in self.live]
+            self.runner_drafts = self.drafter.propose(running) if running else {}
+        return accepted
+
     def _fill_placeholders(self, output: SchedulerOutput) -> SchedulerOutput:
-        """The runner's tokens for positions the engine scheduled as placeholders."""
-        if not any(_has_placeholder(r) for r in output.scheduled):
+        """The step as the runner runs it (sim/async_runner.py)."""
+        rejected = self._unapplied_rejections()
+        if not rejected and not any(has_placeholder(r) for r in output.scheduled):
             return output
-        scheduled = tuple(self._filled(r) if _has_placeholder(r) else r for r in output.scheduled)
+        scheduled = tuple(
+            self._as_run(r, rejected.get(r.request_id, 0))
+            if has_placeholder(r) or r.request_id in rejected
+            else r
+            for r in output.scheduled
+        )
         return dataclasses.replace(output, scheduled=scheduled)
 
-    def _filled(self, r: ScheduledRequest) -> ScheduledRequest:
-        """`r` with each placeholder replaced by the token the runner sampled there (one it
-        never sampled stays a placeholder: the accounting and the shadow KV see it)."""
+    def _unapplied_rejections(self) -> dict[str, int]:
+        """Drafts rejected in the steps executed and not yet applied to the engine."""
+        out: dict[str, int] = {}
+        for entry in self.in_flight:  # bounded: the pipeline depth
+            for rid, n in entry.rejected.items():
+                out[rid] = out.get(rid, 0) + n
+        return out
+
+    def _as_run(self, r: ScheduledRequest, num_rejected: int) -> ScheduledRequest:
         self.coverage.counts["async-output-placeholder"] += 1
-        request = self.live.get(r.request_id)
-        sampled = self.sampled.get(r.request_id, [])
-        tokens = r.token_ids.copy()
-        for i in np.flatnonzero(tokens == PLACEHOLDER_TOKEN_ID).tolist():
-            output_index = r.num_computed_tokens + i - r.num_prompt_tokens
-            if request is not None and 0 <= output_index < len(sampled):
-                tokens[i] = sampled[output_index]
-        tokens.flags.writeable = False
-        return dataclasses.replace(r, token_ids=tokens)
+        rid = r.request_id
+        outputs = self.sampled.get(rid, []) if rid in self.live else []
+        return as_run(r, outputs, num_rejected, self.runner_drafts.get(rid, ()))
 
     def _after_update(
         self, output: SchedulerOutput, finished: list[FinishedRequest]
@@ -429,7 +461,8 @@ class Simulation:
             self.kv_events.observe(step, snapshot)
         for f in finished:
             self.accounting.forget(f.request_id)
-        out = self.accounting.check_agreement(step, snapshot.num_computed_tokens())
+        unapplied = self._unapplied_rejections()
+        out = self.accounting.check_agreement(step, snapshot.num_computed_tokens(), unapplied)
         for f in finished:
             out += self._check_outputs(step, f)
         out += self._check_pool(step, snapshot, finished)
@@ -453,7 +486,9 @@ class Simulation:
         if request is None or finished.reason != "length":
             return []
         self.result.invariants_checked += 3
-        sampled = np.asarray(self.sampled[finished.request_id], dtype=np.int64)
+        # async: the runner may sample past max_tokens (a step scheduled before the engine
+        # saw the last one); the engine must return exactly the first max_tokens
+        sampled = np.asarray(self.sampled[finished.request_id][: request.max_tokens], np.int64)
         return check_finished(
             step,
             finished,
@@ -742,10 +777,6 @@ class Simulation:
             step = self.fingerprint.num_steps
             violations = self.pool.sweep(step, snapshot, set(), self._block_contents)
             self._violate(violations + check_no_leak(step, snapshot))
-
-
-def _has_placeholder(r: ScheduledRequest) -> bool:
-    return bool(r.token_ids.size) and int(r.token_ids[-1]) == PLACEHOLDER_TOKEN_ID
 
 
 def _engine_step_limits(config: EngineConfig, tokens_per_step: int) -> tuple[int, int]:

@@ -47,16 +47,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        from schedcheck.report.command import default_out, write_report
-    except ModuleNotFoundError as exc:
-        if exc.name != "plotly" and not str(exc.name).startswith("plotly."):
-            raise
+    if not has_plotly():  # the pages import it lazily, deep inside: ask once, up front
         print(
             "schedcheck: error: report needs plotly: pip install 'schedcheck[report]'",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
+    from schedcheck.report.command import default_out, write_report
+
     source = Path(args.input)
     out = Path(args.out) if args.out else default_out(source)
     try:
@@ -74,3 +72,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.open:
         webbrowser.open(written.resolve().as_uri())
     return EXIT_OK
+
+
+def has_plotly() -> bool:
+    try:
+        import plotly.graph_objects  # noqa: F401
+    except ImportError:
+        return False
+    return True

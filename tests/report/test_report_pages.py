@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,16 @@ def test_a_bundle_without_engine_config_is_exit_2_naming_the_file(tmp_path, caps
     assert capsys.readouterr().err == (
         f'schedcheck: error: {bundle}/config.json: no "engine_config" object\n'
     )
+
+
+def test_without_plotly_it_is_exit_2_naming_the_extra(tmp_path, monkeypatch, capsys):
+    """plotly is imported deep inside the page modules; without it the command says what
+    to install, writes nothing and exits 2 (no traceback)."""
+    monkeypatch.setitem(sys.modules, "plotly", None)
+    monkeypatch.setitem(sys.modules, "plotly.graph_objects", None)
+    out = tmp_path / "page.html"
+    assert main(["report", str(STALE), "-o", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        "schedcheck: error: report needs plotly: pip install 'schedcheck[report]'\n"
+    )
+    assert not out.exists()

@@ -91,16 +91,20 @@ def _trace(n: int) -> list[TraceRequest]:
 
 
 @pytest.mark.parametrize(
-    ("kv_groups", "num_speculative_tokens"),
+    ("kv_groups", "num_speculative_tokens", "async_scheduling"),
     [
-        ("full", 3),
-        ("full,sliding:5", 0),
-        ("full,sliding:5", 3),
+        ("full", 3, False),
+        ("full,sliding:5", 0, False),
+        ("full,sliding:5", 3, False),
+        ("full", 3, True),
+        ("full,sliding:5", 3, True),
     ],
 )
 def test_the_simulator_runs_vllm_with_drafts_and_a_sliding_window_clean(
-    kv_groups, num_speculative_tokens
+    kv_groups, num_speculative_tokens, async_scheduling
 ):
+    """With async scheduling vLLM schedules each step's drafts as placeholders, after every
+    draft of the step in flight; the runner moves the chunk back by those rejected."""
     config = EngineConfig(
         block_size=4,
         num_gpu_blocks=64,
@@ -109,6 +113,7 @@ def test_the_simulator_runs_vllm_with_drafts_and_a_sliding_window_clean(
         max_model_len=128,
         kv_groups=kv_groups,
         num_speculative_tokens=num_speculative_tokens,
+        extra={"async_scheduling": "true"} if async_scheduling else {},
     )
     result = run(_trace(6), "vllm-v1", config, SimOptions(seed=3, draft_acceptance=0.5))
     assert (result.exit_code, result.finished, result.violations) == (0, 6, [])
@@ -116,3 +121,5 @@ def test_the_simulator_runs_vllm_with_drafts_and_a_sliding_window_clean(
         assert result.coverage["spec-rejected"] > 0
     if kv_groups != "full":
         assert result.coverage["sliding-window-block-freed"] > 0
+    if async_scheduling:
+        assert result.coverage["async-output-placeholder"] > 0
