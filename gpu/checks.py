@@ -157,8 +157,9 @@ class ReplayChecker:
         self.ledger.wrote(plan.slot_mapping)
         starts, key_slots = attn.cu_seqlens_k_np, attn.key_slots_np
         owner_all = np.repeat(np.arange(md.num_reqs), attn.seq_lens_np)
-        rejected = np.arange(key_slots.size) - starts[owner_all] >= _first_rejected(plan)[owner_all]
-        need = self.ledger.to_check(md.req_ids, starts, key_slots) & ~rejected
+        key_position = np.arange(key_slots.size) - starts[owner_all]
+        rejected_keys = key_position >= _first_rejected(plan)[owner_all]  # read by them only
+        need = self.ledger.to_check(md.req_ids, starts, key_slots) & ~rejected_keys
         keys = np.flatnonzero(need)
         owner = owner_all[keys]
         j = keys - starts[owner]
@@ -170,7 +171,7 @@ class ReplayChecker:
             return cache.gather(layer, checked[lo:hi])
 
         errors = self._errors(fetch, rows)
-        failed = rejected.copy()  # rejected draft KV: check at any later read
+        failed = rejected_keys.copy()  # rejected draft KV: check it at any later read
         failed[keys] = (errors > self.kv_tol[:, None]).any(axis=0)
         self.ledger.mark(md.req_ids, starts, key_slots, failed)
         table = plan.key_table[owner, j // md.block_size]
