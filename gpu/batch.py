@@ -2,7 +2,9 @@
 
 input_ids, positions (T,) int64   the rows, exactly as the runner metadata gives them
 slot_mapping         (T,) int64   the plan's: -1 = skip the write
-logits_indices       (S,) int64   rows that sample
+logits_indices       (S,) int64   rows whose logits are computed: the plan's sample_rows
+                                  (metadata.logits_indices, and every spec row of a request
+                                  with drafts, as vLLM's SpecDecodeMetadata.logits_indices)
 attn                 AttnBatch    query_start_loc, seq_lens (int32), block table with
                                   every -1 replaced by the cache's zero block id
 """
@@ -48,6 +50,6 @@ def step_tensors(
         slot_mapping=dev(plan.slot_mapping),
         write_rows=dev(rows),
         write_slots=dev(plan.slot_mapping[rows]),
-        logits_indices=dev(md.logits_indices),
+        logits_indices=dev(plan.sample_rows),
         attn=attn,
     )

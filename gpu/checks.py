@@ -11,6 +11,21 @@ For every step, after the forward (the cache then holds exactly what attention r
              s != b, margin <= tie, diffs <= tol  -> `token`, near-tie
              s != b otherwise                     -> `token`, misalignment
 
+Scheduled draft tokens (drafts.py): a rejected draft row's K/V is the draft's by design,
+so it is not compared when written, nor are the keys of its request from its first rejected
+row on when read in that step (only its rejected rows read them; their outputs are
+discarded). Those keys stay "to be checked" in the read ledger: a later read of such a slot
+before its owner rewrites it is compared with the baseline (`kv-read`). Samples are judged
+at every sample row except rejected ones (with drafts, the accepted rows and the bonus's)::
+
+    request with drafts   position  n-1   n     n+1   n+2     d1 accepted, d2 rejected
+                          row       t     d1    d2    d3
+    kv-write checked                yes   yes   -     -
+    keys read, checked              0 .. n      -     -       (n+1, n+2: later readers)
+    sample judged                   s0    s1    -     -
+
+The drafter's lookahead writes (after the step's reads) count in the read ledger too.
+
 Tolerance of layer l: kv_atol + kv_rtol * max|baseline K/V of layer l| (`tolerances.py`).
 Only the first failing row (write) or key (read) of each request and step is reported:
 the lowest failing layer, and in it the lowest position (a layer-0 error is the cache's own;
@@ -65,6 +80,7 @@ class ReplayChecker:
         self._check_writes(plan, written)
         self._check_reads(plan, tensors, executor.cache)
         self._check_samples(plan, logits, tokens)
+        self.ledger.wrote(plan.draft_slots)  # the drafter writes after the step's reads
 
     # -- K/V ---------------------------------------------------------------------------
     def _errors(self, fetch: Callable[[int, int, int], KV], rows: np.ndarray) -> np.ndarray:
@@ -127,6 +143,7 @@ class ReplayChecker:
     def _check_writes(self, plan: StepPlan, written: list[KV]) -> None:
         md = plan.metadata
         rows = self.baseline.rows(md.req_ids, plan.row_request, md.positions)
+        rows[plan.rejected_rows] = -1  # a rejected draft's K/V: not the true one, by design
 
         def fetch(layer: int, lo: int, hi: int) -> KV:
             return written[layer][0][lo:hi], written[layer][1][lo:hi]
@@ -139,8 +156,10 @@ class ReplayChecker:
         md, attn = plan.metadata, tensors.attn
         self.ledger.wrote(plan.slot_mapping)
         starts, key_slots = attn.cu_seqlens_k_np, attn.key_slots_np
-        need = self.ledger.to_check(md.req_ids, starts, key_slots)
         owner_all = np.repeat(np.arange(md.num_reqs), attn.seq_lens_np)
+        key_position = np.arange(key_slots.size) - starts[owner_all]
+        rejected_keys = key_position >= _first_rejected(plan)[owner_all]  # read by them only
+        need = self.ledger.to_check(md.req_ids, starts, key_slots) & ~rejected_keys
         keys = np.flatnonzero(need)
         owner = owner_all[keys]
         j = keys - starts[owner]
@@ -152,7 +171,7 @@ class ReplayChecker:
             return cache.gather(layer, checked[lo:hi])
 
         errors = self._errors(fetch, rows)
-        failed = np.zeros(key_slots.size, dtype=bool)
+        failed = rejected_keys.copy()  # rejected draft KV: check it at any later read
         failed[keys] = (errors > self.kv_tol[:, None]).any(axis=0)
         self.ledger.mark(md.req_ids, starts, key_slots, failed)
         table = plan.key_table[owner, j // md.block_size]
@@ -161,13 +180,13 @@ class ReplayChecker:
 
     # -- samples -------------------------------------------------------------------------
     def _check_samples(self, plan: StepPlan, logits: torch.Tensor, tokens: torch.Tensor) -> None:
+        """Judge the sample of every sample row but the rejected draft rows; `logits` and
+        `tokens` are those of plan.sample_rows, in order."""
         md = plan.metadata
-        if md.logits_indices.size == 0:
-            return
-        positions = md.positions[md.logits_indices]
-        owner = np.arange(positions.size, dtype=np.int64)
-        rows = self.baseline.rows(md.sampling_req_ids, owner, positions)
-        keep = np.flatnonzero(rows >= 0)
+        sample_rows = plan.sample_rows
+        positions = md.positions[sample_rows]
+        rows = self.baseline.rows(md.req_ids, plan.row_request[sample_rows], positions)
+        keep = np.flatnonzero((rows >= 0) & ~plan.rejected_rows[sample_rows])
         if keep.size == 0:
             return
         base_hidden = self.baseline.hidden[torch.as_tensor(rows[keep]).to(logits.device)]
@@ -186,19 +205,20 @@ class ReplayChecker:
         for n, (e, m, s, b) in enumerate(
             zip(err.tolist(), margin.tolist(), chosen.tolist(), preferred.tolist(), strict=True)
         ):
-            self._judge_sample(plan, int(keep[n]), int(positions[keep[n]]), e, m, s, b)
+            row = int(sample_rows[keep[n]])
+            self._judge_sample(plan, row, int(positions[keep[n]]), e, m, s, b)
 
     def _judge_sample(
         self,
         plan: StepPlan,
-        sample: int,
+        row: int,
         position: int,
         err: float,
         margin: float,
         chosen: int,
         preferred: int,
     ) -> None:
-        rid = plan.metadata.sampling_req_ids[sample]
+        rid = plan.metadata.req_ids[plan.row_request[row]]
         step, tol = plan.step, self.tol
         where: dict[str, Any] = dict(error=err, tolerance=tol.logprob_atol)
         if chosen == preferred and err <= tol.logprob_atol:
@@ -240,3 +260,13 @@ class ReplayChecker:
                     **where,
                 )
             )
+
+
+def _first_rejected(plan: StepPlan) -> np.ndarray:
+    """(B,) the position of each request's first rejected draft row; past any key (the
+    largest int64) for a request without one."""
+    md = plan.metadata
+    first = np.full(md.num_reqs, np.iinfo(np.int64).max, dtype=np.int64)
+    rows = np.flatnonzero(plan.rejected_rows)
+    np.minimum.at(first, plan.row_request[rows], md.positions[rows])
+    return first

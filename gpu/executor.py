@@ -7,7 +7,12 @@ tables, logits_indices):
     plan_step (numpy)  ─► invalid slots / blocks / tokens become findings, arrays sanitized
     step_tensors       ─► tensors on the device
     model.forward      ─► per layer: cache.write(k, v, slot_mapping); backend.paged(q, cache)
-    logits[logits_indices] ─► greedy argmax ─► {request id: token}
+    logits[sample_rows] ─► greedy argmax ─► {request id: token}
+    scheduled drafts   ─► the sampler accepts the longest prefix of a request's drafts equal
+                          to the samples of the rows before them (drafts.py); its token is
+                          the bonus after them, the drafts it accepted are in
+                          `accepted_token_ids` (request id -> drafts), as the symbolic
+                          executor's
     draft writes       ─► speculative decoding: each sampling request's drafter writes
                           draft K/V (here: its sampled row's K/V, which is not the KV of
                           the draft positions) through lookahead_slot_mapping
@@ -53,6 +58,7 @@ from schedcheck.engines.metadata import RunnerMetadata
 from schedcheck.gpu.backends import choose_backend
 from schedcheck.gpu.backends.base import AttentionBackend, BackendSpec
 from schedcheck.gpu.batch import StepTensors, step_tensors
+from schedcheck.gpu.drafts import num_accepted, rejected_rows
 from schedcheck.gpu.dtypes import torch_dtype
 from schedcheck.gpu.findings import Finding
 from schedcheck.gpu.kv_cache import PagedKVCache
@@ -107,6 +113,9 @@ class TensorExecutor:
         self.violations: list[Violation] = []  # of the last step
         self.shadow = IdentityShadow(self.cache.num_slots, block_size)
         self.teacher_forced = False  # replay: the oracle holds the whole true sequences
+        # request id -> the drafts the sampler accepted in the last step (requests with
+        # scheduled drafts only); its sampled token is the bonus after them
+        self.accepted_token_ids: dict[str, tuple[int, ...]] = {}
 
     # -- the Executor protocol -------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: npt.NDArray[np.int64]) -> None:
@@ -138,9 +147,9 @@ class TensorExecutor:
         self.num_steps += 1
         if self.observer is not None:
             self.observer.on_step(plan, tensors, written, hidden, logits, tokens, self)
+        sampled = self._accept(plan, dict(zip(plan.sample_rows.tolist(), token_list, strict=True)))
+        self._extend_oracle(plan, sampled)
         self._write_drafts(plan, written)  # after this step's reads (and their checks)
-        sampled = dict(zip(metadata.sampling_req_ids, token_list, strict=True))
-        self._extend_oracle(metadata, sampled)
         return sampled
 
     def block_contents(self, block_ids: npt.NDArray[np.int64]) -> tuple[np.ndarray, np.ndarray]:
@@ -151,9 +160,41 @@ class TensorExecutor:
     def _write_shadow(self, plan: StepPlan) -> None:
         md = plan.metadata
         ident = row_identities(
-            self.shadow, md.req_ids, plan.row_request, md.positions, md.input_ids, self.tokens
+            self.shadow,
+            md.req_ids,
+            plan.row_request,
+            md.positions,
+            md.input_ids,
+            self.tokens,
+            plan.rejected_rows,
         )
         self.shadow.write(plan.slot_mapping, ident)
+
+    def _accept(self, plan: StepPlan, row_tokens: Mapping[int, int]) -> dict[str, int]:
+        """{request id: token} of every sampling request (`row_tokens`: flattened row ->
+        its greedy token): its logits row's token, or with K drafts the bonus after the
+        drafts the sampler accepts (they go to `accepted_token_ids`)::
+
+            rows     row-K  row-K+1 ... row        row: the request's logits row (its last)
+            input    t      d1      ... dK
+            sample   s0     s1      ... sK         accept d1..da while dj == s(j-1); bonus sa
+        """
+        md = plan.metadata
+        drafts = _draft_counts(md)
+        self.accepted_token_ids = {}
+        sampled: dict[str, int] = {}
+        for row, rid in zip(md.logits_indices.tolist(), md.sampling_req_ids, strict=True):
+            i = int(plan.row_request[row])
+            k = int(drafts[i])
+            if k == 0 or k >= int(md.query_lens[i]):  # no drafts, or no row before them
+                sampled[rid] = row_tokens[row]
+                continue
+            samples = np.asarray([row_tokens[r] for r in range(row - k, row + 1)], np.int64)
+            proposed = md.input_ids[row - k + 1 : row + 1]
+            a = num_accepted(proposed, samples)
+            self.accepted_token_ids[rid] = tuple(int(d) for d in proposed[:a])
+            sampled[rid] = int(samples[a])
+        return sampled
 
     def _write_drafts(self, plan: StepPlan, written: list[KV]) -> None:
         """Draft K/V into the valid lookahead slots, in every layer: the K/V its request's
@@ -197,14 +238,44 @@ class TensorExecutor:
             tokens = logits.argmax(dim=-1)
         return written, rows, logits, tokens
 
-    def _extend_oracle(self, md: RunnerMetadata, sampled: Mapping[str, int]) -> None:
-        """A token sampled at the request's last known position extends its true tokens."""
+    def _extend_oracle(self, plan: StepPlan, sampled: Mapping[str, int]) -> None:
+        """A token sampled right after the request's last known position extends its true
+        tokens, after the drafts the sampler accepted there; the slots of those drafts'
+        rows then hold true KV (the shadow wrote DRAFT there: not known before)."""
         if self.teacher_forced:
             return
+        md, drafts = plan.metadata, _draft_counts(plan.metadata)
         for row, rid in zip(md.logits_indices.tolist(), md.sampling_req_ids, strict=True):
             known = self.tokens.get(rid)
-            if known is not None and int(md.positions[row]) == known.size - 1:
-                self.tokens[rid] = np.append(known, np.int64(sampled[rid]))
+            accepted = self.accepted_token_ids.get(rid)
+            first = row if accepted is None else row - int(drafts[plan.row_request[row]])
+            if known is not None and int(md.positions[first]) == known.size - 1:
+                new = np.asarray([*(accepted or ()), sampled[rid]], dtype=np.int64)
+                self.tokens[rid] = np.concatenate([known, new])
+        if any(self.accepted_token_ids.values()):
+            self._write_shadow_accepted(plan)
+
+    def _write_shadow_accepted(self, plan: StepPlan) -> None:
+        """Live: the identities of the draft rows the oracle now knows as true."""
+        md = plan.metadata
+        rows = np.flatnonzero(plan.rejected_rows & ~rejected_rows(md, self.tokens))
+        ident = row_identities(
+            self.shadow,
+            md.req_ids,
+            plan.row_request[rows],
+            md.positions[rows],
+            md.input_ids[rows],
+            self.tokens,
+            np.zeros(rows.size, dtype=bool),
+        )
+        self.shadow.write(plan.slot_mapping[rows], ident)
+
+
+def _draft_counts(md: RunnerMetadata) -> npt.NDArray[np.int64]:
+    """(B,) draft tokens scheduled per request (zeros when the step has none)."""
+    if md.num_draft_tokens.size:
+        return md.num_draft_tokens
+    return np.zeros(md.num_reqs, dtype=np.int64)
 
 
 def _violation(f: Finding) -> Violation:

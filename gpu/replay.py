@@ -74,7 +74,8 @@ def replay_schedule(
 
 @dataclass
 class Recorder:
-    """Observer: samples[(step, request, position)] = logits row (fp64, host);
+    """Observer: samples[(step, request, position)] = logits row (fp64, host) of every
+    sample row (with drafts: rejected ones too);
     kv[(request, position)] = [(step, K (L, Hk, D), V (L, Hk, D)), ...] in write order."""
 
     samples: dict[tuple[int, str, int], torch.Tensor] = field(default_factory=dict)
@@ -91,8 +92,8 @@ class Recorder:
         ):
             self.kv.setdefault((md.req_ids[i], pos), []).append((plan.step, keys[t], values[t]))
         host = logits.to("cpu", torch.float64)
-        rows = md.logits_indices.tolist()
-        for n, (rid, row) in enumerate(zip(md.sampling_req_ids, rows, strict=True)):
+        for n, row in enumerate(plan.sample_rows.tolist()):
+            rid = md.req_ids[plan.row_request[row]]
             self.samples[(plan.step, rid, int(md.positions[row]))] = host[n]
 
 

@@ -6,7 +6,9 @@ last slot, and whether all its slots were written. The tensor executor answers f
 shadow, written with the same slot_mapping as the real cache:
 
     slot_identity[s] = identity(p) of the request whose row at position p wrote slot s
-                       (xor POISON when the row's token was not the true token); 0 = never
+                       (xor POISON when the row's token was not the true token); 0 = never;
+                       hash_model.DRAFT for a rejected draft row's KV (drafts.py) and the
+                       drafter's lookahead KV: tokens not known, never the true KV
 
 Identities of each request's true tokens are kept and extended incrementally.
 """
@@ -68,8 +70,10 @@ def row_identities(
     positions: npt.NDArray[np.int64],
     input_ids: npt.NDArray[np.int64],
     tokens: dict[str, npt.NDArray[np.int64]],
+    rejected: npt.NDArray[np.bool_],
 ) -> U64:
-    """The identity each row writes: identity(p) of its true tokens, poisoned if wrong."""
+    """The identity each row writes: identity(p) of its true tokens, poisoned if wrong;
+    DRAFT for a `rejected` draft row."""
     out = np.zeros(positions.size, dtype=np.uint64)
     for i, rid in enumerate(req_ids):
         true = tokens.get(rid)
@@ -85,4 +89,5 @@ def row_identities(
         wrong[inside] = input_ids[rows[inside]] != true[pos[inside]]
         ident[wrong] ^= hash_model.POISON
         out[rows] = ident
+    out[rejected] = hash_model.DRAFT
     return out

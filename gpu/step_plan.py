@@ -12,6 +12,11 @@ arrays handed to the kernels are sanitized so nothing reads or writes out of bou
                         -1 = missing or out of range (the kernels read a zero block there)
     draft_slots (L,)    speculative decoding: where the drafter writes the draft KV of each
                         lookahead position (metadata.lookahead_*); -1 = skip (invalid)
+    rejected_rows (T,)  scheduled draft tokens: True for the draft rows from each request's
+                        first non-accepted draft on (drafts.py); they are not findings,
+                        their KV is the draft's and their samples are discarded
+    sample_rows (S,)    rows whose logits are computed: logits_indices, and every spec row
+                        of a request with drafts
 
 Layout of keys for request i (block_size 4, seq_len 10, block_table (7, 2))::
 
@@ -29,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from schedcheck.engines.metadata import RunnerMetadata
+from schedcheck.gpu.drafts import rejected_rows, sample_rows
 from schedcheck.gpu.findings import Finding, misalignment
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
 
@@ -47,6 +53,8 @@ class StepPlan:
     input_ids: IntArray  # (T,) the chunk token ids, invalid ids replaced by 0
     max_block_id: int  # largest valid block id the step touches; -1 if none
     draft_slots: IntArray  # (L,) -1 = skip the draft write
+    rejected_rows: npt.NDArray[np.bool_]  # (T,) rejected draft rows (drafts.py)
+    sample_rows: IntArray  # (S,) rows whose logits are computed, ascending
 
     @property
     def step(self) -> int:
@@ -63,12 +71,14 @@ def plan_step(
 
     Token ids outside [0, vocab_size) (e.g. -1 for a position nothing was sampled at yet)
     are fed as 0; the row is already a finding (input-token, position-beyond-tokens or
-    unknown-request), since a true token is always a valid id."""
+    unknown-request), since a true token is always a valid id; a rejected draft row's token
+    differs from the true one by design and is no finding."""
     assert num_blocks >= 1 and vocab_size >= 1
     bs = metadata.block_size
     row_request = np.repeat(np.arange(metadata.num_reqs, dtype=np.int64), metadata.query_lens)
+    rejected = rejected_rows(metadata, tokens)
     findings: list[Finding] = []
-    findings += _token_findings(metadata, row_request, tokens)
+    findings += _token_findings(metadata, tokens, rejected)
     findings += _alignment_findings(metadata)
     slots, slot_findings = _sanitize_slots(metadata, row_request, num_blocks * bs)
     key_table, block_findings = _key_table(metadata, num_blocks)
@@ -87,6 +97,8 @@ def plan_step(
         ),
         max_block_id=int(valid_blocks.max()) if valid_blocks.size else -1,
         draft_slots=draft_slots,
+        rejected_rows=rejected,
+        sample_rows=sample_rows(metadata),
     )
     assert plan.slot_mapping.shape == metadata.positions.shape
     assert plan.max_block_id < num_blocks
@@ -101,66 +113,73 @@ def _first_rows(mask: npt.NDArray[np.bool_], row_request: IntArray) -> list[tupl
 
 
 def _token_findings(
-    md: RunnerMetadata, row_request: IntArray, tokens: Mapping[str, npt.NDArray[np.int64]]
+    md: RunnerMetadata,
+    tokens: Mapping[str, npt.NDArray[np.int64]],
+    rejected: npt.NDArray[np.bool_],
 ) -> list[Finding]:
-    """Unknown requests, rows past the known tokens, chunk token ids that are not true."""
+    """Unknown requests, rows past the known tokens, chunk token ids that are not true;
+    rejected draft rows are none of these."""
     step = md.output.step
     out: list[Finding] = []
     for i, rid in enumerate(md.req_ids):
         lo, hi = int(md.query_start_loc[i]), int(md.query_start_loc[i + 1])
-        positions = md.positions[lo:hi]
         if rid not in tokens:
-            out.append(
-                misalignment(
-                    "unknown-request",
-                    step,
-                    rid,
-                    int(positions[0]),
-                    f"step {step} schedules {rid!r}, which is not known",
-                )
-            )
+            message = f"step {step} schedules {rid!r}, which is not known"
+            out.append(misalignment("unknown-request", step, rid, int(md.positions[lo]), message))
             continue
-        true = tokens[rid]
-        past = positions >= true.size
-        if past.any():
-            j = int(np.flatnonzero(past)[0])
-            out.append(
-                misalignment(
-                    "position-beyond-tokens",
-                    step,
-                    rid,
-                    int(positions[j]),
-                    f"row {lo + j} runs position {int(positions[j])} but {rid!r} has "
-                    f"{true.size} tokens",
-                )
+        out += _request_token_findings(md, i, tokens[rid], rejected[lo:hi])
+    return out
+
+
+def _request_token_findings(
+    md: RunnerMetadata, i: int, true: npt.NDArray[np.int64], rejected: npt.NDArray[np.bool_]
+) -> list[Finding]:
+    """Request i's rows past its `true` tokens, its wrong chunk tokens, and a seq_len that
+    reads past them; its `rejected` draft rows (and the keys only they add) are skipped."""
+    step, rid = md.output.step, md.req_ids[i]
+    lo, hi = int(md.query_start_loc[i]), int(md.query_start_loc[i + 1])
+    positions = md.positions[lo:hi]
+    out: list[Finding] = []
+    past = (positions >= true.size) & ~rejected
+    if past.any():
+        j = int(np.flatnonzero(past)[0])
+        out.append(
+            misalignment(
+                "position-beyond-tokens",
+                step,
+                rid,
+                int(positions[j]),
+                f"row {lo + j} runs position {int(positions[j])} but {rid!r} has "
+                f"{true.size} tokens",
             )
-        inside = ~past
-        wrong = np.zeros_like(past)
-        wrong[inside] = md.input_ids[lo:hi][inside] != true[positions[inside]]
-        if wrong.any():
-            j = int(np.flatnonzero(wrong)[0])
-            p = int(positions[j])
-            out.append(
-                misalignment(
-                    "input-token",
-                    step,
-                    rid,
-                    p,
-                    f"chunk token at position {p} is {int(md.input_ids[lo + j])}, true token "
-                    f"{int(true[p])} ({int(wrong.sum())} wrong in this chunk)",
-                )
+        )
+    checked = (positions < true.size) & ~rejected
+    wrong = np.zeros_like(past)
+    wrong[checked] = md.input_ids[lo:hi][checked] != true[positions[checked]]
+    if wrong.any():
+        j = int(np.flatnonzero(wrong)[0])
+        p = int(positions[j])
+        out.append(
+            misalignment(
+                "input-token",
+                step,
+                rid,
+                p,
+                f"chunk token at position {p} is {int(md.input_ids[lo + j])}, true token "
+                f"{int(true[p])} ({int(wrong.sum())} wrong in this chunk)",
             )
-        too_long = int(md.seq_lens[i]) > true.size
-        if too_long and not past.any():
-            out.append(
-                misalignment(
-                    "position-beyond-tokens",
-                    step,
-                    rid,
-                    int(true.size),
-                    f"seq_len {int(md.seq_lens[i])} reads keys past the {true.size} tokens",
-                )
+        )
+    seq_len = int(md.seq_lens[i])
+    if seq_len - int(rejected.sum()) > true.size and not past.any():
+        out.append(
+            misalignment(
+                "position-beyond-tokens",
+                step,
+                rid,
+                int(true.size),
+                f"seq_len {seq_len} reads keys past the {true.size} tokens",
             )
+        )
     return out
 
 

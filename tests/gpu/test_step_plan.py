@@ -79,3 +79,42 @@ def test_draft_slots_past_the_table_become_findings_and_skipped_writes() -> None
     ]
     assert plan.max_block_id == 6
     assert _plan(_req("B", 5, 1, (1, 2))).draft_slots.size == 0  # no speculative decoding
+
+
+def _with_drafts(
+    rid: str, computed: int, num_tokens: int, drafts: tuple[int, ...], table: tuple[int, ...]
+) -> ScheduledRequest:
+    """Rows [computed, num_tokens) of the true tokens, then the drafts (3: rows 4 5 6 7)."""
+    ids = np.concatenate([TOKENS[rid][computed:num_tokens], np.asarray(drafts, np.int64)])
+    return ScheduledRequest(
+        rid, computed, ids.size, num_tokens, 4, ids, table, spec_token_ids=drafts
+    )
+
+
+def test_rejected_drafts_are_no_findings_and_every_spec_row_samples() -> None:
+    """A knows tokens 10..14 (positions 0..4) and runs drafts 15 99 17 at positions 5 6 7:
+    15 is true (accepted); 99 is not (rejected), and so is 17 after it, though true."""
+    a = _with_drafts("A", 4, 5, (15, 99, 17), (5, 6))
+    plan = _plan(_req("B", 5, 1, (1, 2)), a)
+    assert plan.findings == ()
+    assert plan.rejected_rows.tolist() == [False, False, False, True, True]
+    assert plan.sample_rows.tolist() == [0, 1, 2, 3, 4]  # B's, and A's rows 4..7
+    assert plan.metadata.logits_indices.tolist() == [0, 4]
+
+
+def test_drafts_past_the_true_tokens_are_rejected_and_wrong_rows_still_found() -> None:
+    """With 7 true tokens, draft row 7 (and the seq_len 8 it adds) is past them; a wrong
+    token in a non-draft row is an input-token finding as without drafts."""
+    short = {"A": TOKENS["A"][:7]}
+    plan = _plan(_with_drafts("A", 4, 5, (15, 16, 17), (5, 6)), tokens=short)
+    assert plan.findings == ()
+    assert plan.rejected_rows.tolist() == [False, False, False, True]
+    wrong = replace(
+        _with_drafts("A", 4, 5, (15, 16, 17), (5, 6)),
+        token_ids=np.array([99, 15, 16, 17], dtype=np.int64),
+    )
+    plan = _plan(wrong, tokens=short)
+    assert [(f.kind, f.position, f.message) for f in plan.findings] == [
+        ("input-token", 4, "chunk token at position 4 is 99, true token 14 (1 wrong in this chunk)")
+    ]
+    assert plan.rejected_rows.tolist() == [False, False, False, True]
