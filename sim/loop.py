@@ -149,9 +149,10 @@ class Simulation:
                 f"num_speculative_tokens={k}: engine {self.engine.name!r} does not schedule "
                 "draft tokens (no update_draft_token_ids)"
             )
-        if not isinstance(self.executor, SymbolicExecutor):
+        if not hasattr(self.executor, "accepted_token_ids"):  # symbolic and tensor do
             raise ValueError(
-                f"num_speculative_tokens={k}: only the symbolic executor verifies drafts"
+                f"num_speculative_tokens={k}: executor {self.options.executor!r} does not "
+                "verify drafts (use symbolic or tensor)"
             )
         self.spec_engine = self.engine
         return Drafter(k, self.options.draft_acceptance, self.rng, self.options.vocab_size)

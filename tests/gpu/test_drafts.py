@@ -209,11 +209,6 @@ def _live_run(num_speculative_tokens: int):
     return run(trace, "reference", config, options)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="sim/loop.py (_make_drafter) refuses drafts with any executor but the symbolic one",
-)
 def test_the_engine_loop_runs_drafts_live_on_the_tensor_executor() -> None:
     """Greedy decoding with drafts yields the tokens it yields without them. The loop's
     drafter proposes the hash model's tokens, which the real model's sampler rejects: every
