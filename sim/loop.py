@@ -291,12 +291,8 @@ class Simulation:
         if violations and not opts.keep_going:  # report before the engine sees the step
             self._violate(violations)
             return
-        if self.spec_engine is None:
-            update = self.engine.update_from_output
-            finished = self._call("update_from_output", update, output, sampled)
-        else:
-            update = self.spec_engine.update_from_output
-            finished = self._call("update_from_output", update, output, sampled, accepted)
+        finished = self._update_engine(output, sampled, accepted)
+        if self.spec_engine is not None:
             self._roll_back_rejected(output, accepted)
         violations += self.protocol.check_finished(
             output.step, finished, self.live, self.result.outputs
@@ -309,6 +305,19 @@ class Simulation:
         self._finish_requests(finished)
         if self.drafter is not None and not self.done:
             self._propose_drafts(sampled)
+
+    def _update_engine(
+        self,
+        output: SchedulerOutput,
+        sampled: dict[str, int],
+        accepted: dict[str, tuple[int, ...]],
+    ) -> list[FinishedRequest]:
+        """The engine's update_from_output; an engine with drafts also gets the accepted."""
+        if self.spec_engine is None:
+            update = self.engine.update_from_output
+            return self._call("update_from_output", update, output, sampled)
+        update = self.spec_engine.update_from_output
+        return self._call("update_from_output", update, output, sampled, accepted)
 
     def _append_generated(self, rid: str, tokens: tuple[int, ...]) -> None:
         """The tokens a request gained this step, up to its max_tokens (an engine stops
@@ -394,12 +403,7 @@ class Simulation:
     def _complete_oldest(self) -> None:
         """Apply the oldest executed step's output to the engine, then check."""
         output, sampled, accepted, _ = self.in_flight.popleft()  # the engine's own output
-        if self.spec_engine is None:
-            update = self.engine.update_from_output
-            finished = self._call("update_from_output", update, output, sampled)
-        else:
-            update = self.spec_engine.update_from_output
-            finished = self._call("update_from_output", update, output, sampled, accepted)
+        finished = self._update_engine(output, sampled, accepted)
         violations = self.protocol.check_finished(
             output.step, finished, self.live, self.result.outputs
         )
