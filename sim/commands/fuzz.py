@@ -42,6 +42,7 @@ from schedcheck.sim.ray_cluster import RayMissing, import_ray
 EXIT_NOTHING, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 IGNORABLE = re.compile(
     r"(accounting|shadow-kv|block-pool|outputs|protocol)\.[a-z-]+|engine-crash|harness-crash"
+    r"|liveness"
 )
 DEFAULT_OUT = DEFAULT_DB_DIR / "findings"
 
@@ -80,8 +81,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--continue-past-findings",
         action="store_true",
         help="after a finding, go on with its invariant ignored (a new campaign in the "
-        "budget left, bundles under OUT/campaign-N), until the budget is spent or a finding "
-        "cannot be ignored (liveness); for campaigns against real engines",
+        "budget left, bundles under OUT/campaign-N), until the budget is spent (each kind "
+        "of finding is ignored once); for campaigns against real engines",
     )
     parser.add_argument(
         "--shrink",
@@ -113,8 +114,9 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="INVARIANT",
         help="an invariant of a known behaviour (e.g. outputs.length): its violations are "
-        "counted, not findings, so the campaign looks past it; engine-crash: examples that "
-        "crash the engine count as clean (the run still ends there); repeatable",
+        "counted, not findings, so the campaign looks past it; engine-crash, liveness: "
+        "examples that crash the engine, or stall, count as clean (the run still ends "
+        "there); repeatable",
     )
     target.add_argument(
         "--family",
@@ -227,7 +229,7 @@ def _run(args: argparse.Namespace) -> int:
     for name in args.ignore:
         if not IGNORABLE.fullmatch(name):
             raise UsageError(
-                f"--ignore {name!r}: not an invariant name (engine-crash, harness-crash, "
+                f"--ignore {name!r}: not an invariant name (engine-crash, harness-crash, liveness, "
                 "or family.name with the family one of accounting, shadow-kv, block-pool, "
                 "outputs, protocol; see README 'What is checked')"
             )

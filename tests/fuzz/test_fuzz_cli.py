@@ -82,7 +82,7 @@ def test_nothing_found_exits_0_and_lists_paths_never_reached(tmp_path, capsys):
         ["fuzz", "--mutant", "no-such-mutant", "--budget-s", "1"],
         ["fuzz", "--mutant", "radix-leak-chunk-kv", "--block-manager", "hashed", "--budget-s", "1"],
         ["mutants", "score", "--mutant", "no-such-mutant"],
-        ["fuzz", "--ignore", "liveness", "--budget-s", "1"],
+        ["fuzz", "--ignore", "livenes", "--budget-s", "1"],
         ["fuzz", "--ignore", "outputs", "--budget-s", "1"],
     ],
 )
@@ -170,3 +170,14 @@ def test_continue_past_findings_ignores_each_kind_found_and_goes_on(tmp_path, ca
             assert Path(campaign["bundle"]).parent == tmp_path / f"campaign-{i}"
     last = campaigns[-1]
     assert not last["found"] or not re.fullmatch(r"[a-z-]+\.[a-z-]+|engine-crash", last["kind"])
+
+
+def test_an_ignored_liveness_failure_is_no_finding(tmp_path, capsys):
+    """no-cache-hit-cap stalls (a fully cached prompt with nothing left to compute): found
+    as liveness, and with --ignore liveness those examples count as clean."""
+    argv = ["fuzz", "--mutant", "no-cache-hit-cap", "--seed", "0", "--no-db", "--json",
+            "--max-examples", "60", "--budget-s", "60"]  # fmt: skip
+    code, first = _json(capsys, [*argv, "--out", str(tmp_path / "a")])
+    assert (code, first["kind"]) == (1, "liveness")
+    code, second = _json(capsys, [*argv, "--out", str(tmp_path / "b"), "--ignore", "liveness"])
+    assert second["kind"] != "liveness" and second["ignore"] == ["liveness"]
