@@ -766,6 +766,8 @@ class SymbolicExecutor:
         what = "a KV entry computed from a wrong token" if poisoned else "the KV"
         if found == hash_model.DRAFT:
             what = "the draft KV (speculative decoding)"
+        elif not poisoned and req is not None and pos < req.num_tokens and req.ids[pos] != found:
+            what = "a rejected draft's KV"  # its own position, computed after drafted tokens
         return f"{what} of {who} position {pos} (written at step {step})"
 
     def _violate(self, invariant: str, step: int, request_id: str, message: str, **kw) -> None:

@@ -100,7 +100,7 @@ def test_a_rollback_one_short_reads_the_rejected_draft_kv():
     tokens = np.asarray(PROMPT_A.tolist() + TRUE[:4], np.int64)  # 14 known (a decode later)
     _, v = _step(ex, 3, _req("A", tokens, 13, 1, [3, 1, 6, 2]))
     assert [(x.invariant, x.position, x.slot, x.block) for x in v] == [("shadow-kv.read", 12, 8, 2)]
-    assert v[0].found.startswith("the KV of A position 12 (written at step 2)")
+    assert v[0].found.startswith("a rejected draft's KV of A position 12 (written at step 2)")
 
 
 def test_draft_rows_write_the_drafted_sequence_and_sample_every_row():
