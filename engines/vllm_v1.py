@@ -416,15 +416,16 @@ def _count_window_frees(manager: object) -> list[int]:
 
 
 def _chunk_with_placeholders(tokens: TokenBuffer, start: int, stop: int) -> TokenArray:
-    """Tokens [start, stop) where stop passes the known tokens: the positions the engine
-    has no token for yet (async scheduling: the previous step's sample, still in flight)
-    hold PLACEHOLDER_TOKEN_ID, which the runner fills in::
+    """Tokens [start, stop); the positions the engine has no token for yet (async
+    scheduling: the previous step's sample, still in flight) hold PLACEHOLDER_TOKEN_ID,
+    which the runner fills in::
 
         known tokens:  | ............ num_tokens |
         chunk:                    | start ...... | placeholders | stop
     """
     known = tokens.num_tokens
-    assert stop > known
+    if stop <= known:  # e.g. drafts after a step already applied: no placeholder here
+        return tokens.chunk(start, stop)
     placeholders = np.full(stop - max(start, known), PLACEHOLDER_TOKEN_ID, dtype=np.int64)
     if start >= known:
         return placeholders

@@ -123,3 +123,20 @@ def test_the_simulator_runs_vllm_with_drafts_and_a_sliding_window_clean(
         assert result.coverage["sliding-window-block-freed"] > 0
     if async_scheduling:
         assert result.coverage["async-output-placeholder"] > 0
+
+
+def test_async_drafts_after_an_empty_step_are_known_tokens_and_drafts():
+    """Found by the async + spec-decode campaign (a harness false positive, fixed): step 2
+    preempts r2 and runs nothing, so step 1 is applied before step 3 is scheduled; r1's
+    drafts are still vLLM's placeholders, but its known tokens are all known. The adapter
+    asserted a placeholder there (engine-crash); now it runs clean."""
+    trace = [
+        TraceRequest("r1", 0.0, 1, prompt_token_ids=(2000,)),
+        TraceRequest("r2", 0.0, 2, prompt_token_ids=(3000,)),
+    ]
+    config = EngineConfig(
+        block_size=1, num_gpu_blocks=4, max_num_batched_tokens=8, max_num_seqs=8,
+        num_speculative_tokens=1, extra={"async_scheduling": "true"},
+    )  # fmt: skip
+    result = run(trace, "vllm-v1", config, SimOptions(seed=0, draft_acceptance=0.7))
+    assert (result.exit_code, result.finished, result.violations) == (0, 2, [])
