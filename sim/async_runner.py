@@ -67,16 +67,19 @@ def as_run(
 
 
 def _moved_back(r: ScheduledRequest, num_rejected: int, drafts: Sequence[int]) -> ScheduledRequest:
-    """The chunk `num_rejected` positions earlier, its known part all placeholders (filled
-    by the caller), then the drafter's tokens for its draft slots (-1 where it has none)."""
+    """The chunk `num_rejected` positions earlier (its known part then all placeholders,
+    filled by the caller), then the drafter's tokens for its draft slots (-1 where it has
+    none)."""
     num_drafts = len(r.spec_token_ids)
     spec = tuple(int(t) for t in drafts[:num_drafts])
     spec += (PLACEHOLDER_TOKEN_ID,) * (num_drafts - len(spec))
     num_computed = r.num_computed_tokens - num_rejected
     num_known = r.num_scheduled_tokens - num_drafts
-    tokens = np.concatenate(
-        [np.full(num_known, PLACEHOLDER_TOKEN_ID, np.int64), np.asarray(spec, np.int64)]
-    )
+    if num_rejected:  # a decode: its known positions are outputs (filled by the caller)
+        known = np.full(num_known, PLACEHOLDER_TOKEN_ID, np.int64)
+    else:  # in place: the engine's tokens stand (prompt tokens of a new request, too)
+        known = r.token_ids[:num_known]
+    tokens = np.concatenate([known, np.asarray(spec, np.int64)])
     return dataclasses.replace(
         r,
         num_computed_tokens=num_computed,

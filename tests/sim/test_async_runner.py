@@ -57,3 +57,12 @@ def test_a_plain_async_decode_only_fills_its_placeholder():
     assert has_placeholder(plain)
     r = as_run(plain, [*OUTPUTS, 600], 0, ())
     assert (r.num_computed_tokens, r.num_tokens, r.token_ids.tolist()) == (12, 13, [600])
+
+
+def test_a_new_request_with_a_draft_slot_keeps_its_prompt_tokens():
+    """vLLM pads a new request's last prompt token with a draft slot (1 + K rows): nothing
+    moves, the prompt token stays, the draft slot gets the drafter's token (found by the
+    async + spec-decode campaign: the prompt token was lost to a placeholder)."""
+    new = ScheduledRequest("b", 1, 2, 2, 2, np.array([7, P]), (1, 2), 1, spec_token_ids=(P,))
+    r = as_run(new, [], 0, (9,))
+    assert (r.num_computed_tokens, r.num_tokens, r.token_ids.tolist()) == (1, 2, [7, 9])
