@@ -4,11 +4,13 @@ config, the frontend's prompt-length check, the runner-side block tables, chunk 
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import importlib.metadata
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -101,9 +103,10 @@ def _is_v05() -> bool:
 def write_tiny_model_dir(max_model_len: int) -> str:
     """A temp directory holding a tiny Llama `config.json`, so vLLM's ModelConfig resolves
     a model without the hub. Nothing is loaded or run from it. One per max_model_len and
-    process (a fuzz campaign builds thousands of engines)."""
+    process (a fuzz campaign builds thousands of engines), removed when the process exits."""
     assert max_model_len >= 1
     path = tempfile.mkdtemp(prefix="schedcheck_vllm_model_")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",

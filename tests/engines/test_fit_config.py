@@ -1,6 +1,10 @@
 """engines.registry.fit_config: configs moved to what the engine's own validation accepts
 (each engine's declared fit_config), and the vLLM adapters' other declarations."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 from hypothesis import given, settings
 
@@ -61,3 +65,23 @@ def test_every_drawn_vllm_config_passes_vllms_checks(scenario):
     assert c.max_num_batched_tokens >= c.max_num_seqs
     assert c.enable_chunked_prefill or c.max_num_batched_tokens >= c.max_model_len
     assert c.long_prefill_token_threshold <= c.max_model_len
+
+
+def test_the_tiny_model_dir_is_removed_when_the_process_exits(tmp_path):
+    """A campaign builds thousands of vLLM engines in many processes: none leaves a dir."""
+    script = (
+        "import os\n"
+        "from schedcheck.engines.vllm.common import write_tiny_model_dir\n"
+        "path = write_tiny_model_dir(64)\n"
+        "assert write_tiny_model_dir(64) == path\n"
+        "assert sorted(os.listdir(path)) == ['config.json']\n"
+        "print(path)\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    path = out.stdout.strip()
+    assert path.startswith(str(tmp_path)) and os.path.basename(path).startswith(
+        "schedcheck_vllm_model_"
+    )
+    assert not os.path.exists(path) and os.listdir(tmp_path) == []
