@@ -153,13 +153,18 @@ CONFIG_KNOBS = (
     "num_lookahead_tokens",
     "enable_prefix_caching",
     "enable_chunked_prefill",
+    "num_speculative_tokens",
+    "kv_groups",
 )
 
 
 def tally_config(configs: dict[str, dict[str, int]], scenario: Scenario) -> None:
-    """Count the swarm's draw of each knob (the campaign report's config distribution)."""
-    for knob in CONFIG_KNOBS:
-        value = str(getattr(scenario.config, knob))
+    """Count the swarm's draw of each knob (the campaign report's config distribution),
+    and of each engine option in `extra` as `extra.KEY` (policy, async scheduling, vLLM's
+    scheduler options), so a report shows which of them the swarm drew."""
+    drawn = [(knob, str(getattr(scenario.config, knob))) for knob in CONFIG_KNOBS]
+    drawn += [(f"extra.{key}", str(value)) for key, value in sorted(scenario.config.extra.items())]
+    for knob, value in drawn:
         counts = configs.setdefault(knob, {})
         counts[value] = counts.get(value, 0) + 1
 

@@ -173,3 +173,31 @@ def test_a_replayed_finding_that_fails_differently_is_reported_as_it_fails_now(
     assert [r["bundle"] for r in now.raw] == [finding["raw_bundle"]]
     assert _violations(finding["raw_bundle"])[0]["invariant"] == finding["kind"]
     assert _tree(old_bundle) == old_files  # the recorded bundle is left as it was
+
+
+def test_the_config_tally_counts_drafts_kv_groups_and_each_extra_option():
+    from schedcheck.engines.protocol import EngineConfig
+    from schedcheck.sim.fuzz.scenario import Scenario
+    from schedcheck.sim.fuzz.worker import tally_config
+    from schedcheck.traces.schema import TraceRequest
+
+    configs: dict[str, dict[str, int]] = {}
+    one = (TraceRequest("r0", 0.0, 1, prompt_token_ids=(7,)),)
+    plain = Scenario(engine="reference", requests=one, config=EngineConfig(block_size=4))
+    drawn = Scenario(
+        engine="vllm-v1",
+        requests=one,
+        config=EngineConfig(
+            block_size=4,
+            num_speculative_tokens=2,
+            kv_groups="full,sliding:8",
+            extra={"policy": "priority", "async_scheduling": "true"},
+        ),
+    )
+    for scenario in (plain, drawn, drawn):
+        tally_config(configs, scenario)
+    assert configs["block_size"] == {"4": 3}
+    assert configs["num_speculative_tokens"] == {"0": 1, "2": 2}
+    assert configs["kv_groups"] == {"full": 1, "full,sliding:8": 2}
+    assert configs["extra.policy"] == {"priority": 2}
+    assert configs["extra.async_scheduling"] == {"true": 2}
