@@ -70,6 +70,7 @@ from schedcheck.engines.vllm.common import (
 from schedcheck.engines.vllm.v1_build import build_scheduler
 from schedcheck.engines.vllm.v1_changes import BlockChangeLog
 from schedcheck.engines.vllm.v1_frontend import queue_rejection
+from schedcheck.engines.vllm.v1_hash_index import BlockHashIndex
 from schedcheck.engines.vllm.v1_paths import SameStepPreemptions
 from schedcheck.engines.vllm.v1_snapshot import V1KVSnapshot
 
@@ -113,6 +114,7 @@ class VllmV1Engine:
         ]
         # the blocks vLLM's pool changed, for the incremental pool check
         self._changes = BlockChangeLog(self.scheduler.kv_cache_manager.block_pool)
+        self._hash_index = BlockHashIndex()  # what each block hash means, for the pool check
         self._tokens: dict[str, TokenBuffer] = {}  # request id -> prompt + outputs
         self._live: dict[str, Request] = {}  # ids added and not yet reported finished
         self._num_groups = len(config.kv_cache_groups)
@@ -227,6 +229,7 @@ class VllmV1Engine:
             self._evictions.num_calls,
             sum(c[0] for c in self._window_frees),
             self._changes,
+            self._hash_index,
         )
 
     def has_unfinished_requests(self) -> bool:

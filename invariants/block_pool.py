@@ -27,6 +27,9 @@ from schedcheck.engines.protocol import KVSnapshot
 from schedcheck.invariants.violation import Violation
 
 BlockContents = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+# per block hash: (the identity the block must hold at its last slot, the request whose
+# tokens the hash names, those tokens in words), or None where the engine cannot say
+ExpectedContent = Callable[[list[bytes]], list[tuple[int, str, str] | None]]
 HASH_MEMORY_MAX = 1 << 20  # block hashes whose content is remembered (oldest forgotten first)
 
 
@@ -36,6 +39,8 @@ class BlockPoolChecker:
     def __init__(self) -> None:
         self.content_of_hash: dict[bytes, int] = {}
         self.checked_hash_of_block: dict[int, bytes] = {}  # as of the last check
+        # set by the loop each check where the engine says what its hashes mean
+        self.expected_content: ExpectedContent | None = None
 
     def check(
         self,
@@ -95,6 +100,9 @@ class BlockPoolChecker:
                     block=int(b),
                 )
             )
+        stale = self._check_meaning(step, block_ids[complete].tolist(), hash_of, identity[complete])
+        out.extend(stale[:1])
+        complete[np.isin(block_ids, [v.block for v in stale])] = False  # not a hash's content
         seen = self.content_of_hash
         for _ in range(max(0, len(seen) + len(fresh) - HASH_MEMORY_MAX)):  # bounded memory
             del seen[next(iter(seen))]  # the oldest (dict order is insertion order)
@@ -114,6 +122,31 @@ class BlockPoolChecker:
                     )
                 )
                 break
+        return out
+
+    def _check_meaning(
+        self, step: int, block_ids: list[int], hash_of: Mapping[int, bytes], identity: np.ndarray
+    ) -> list[Violation]:
+        """Blocks whose content is not the KV of the tokens their hash names: all slots
+        written, but for other tokens (a chunk cached when scheduled that never ran)."""
+        if self.expected_content is None or not block_ids:
+            return []
+        expected = self.expected_content([hash_of[b] for b in block_ids])
+        out: list[Violation] = []
+        for b, found, want in zip(block_ids, identity.tolist(), expected, strict=True):
+            if want is not None and found != want[0]:
+                out.append(
+                    Violation(
+                        "block-pool.cached-unwritten",
+                        step,
+                        f"block {b} is in the prefix cache under the hash of {want[2]}, but "
+                        "its slots were written for other tokens (never for these)",
+                        block=b,
+                        request_id=want[1],
+                        expected=f"identity {want[0]:#x}",
+                        found=f"identity {found:#x}",
+                    )
+                )
         return out
 
 

@@ -39,7 +39,7 @@ from schedcheck.engines.registry import make_engine
 from schedcheck.engines.schedule_io import Fingerprint
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.accounting import AccountingChecker
-from schedcheck.invariants.block_pool import check_no_leak
+from schedcheck.invariants.block_pool import ExpectedContent, check_no_leak
 from schedcheck.invariants.outputs import check_finished
 from schedcheck.invariants.pool_delta import PoolDeltaChecker
 from schedcheck.invariants.protocol import ProtocolChecker, check_not_lost
@@ -481,11 +481,13 @@ class Simulation:
         """Every step: the blocks that changed (a full sweep every Nth step if asked)."""
         live = self.live.keys() - {f.request_id for f in finished}
         interval = self.full_sweep_interval
+        self.pool.full.expected_content = self._expected_content(snapshot)
         if interval and self.fingerprint.num_steps % interval == 0:
             out = self.pool.sweep(step, snapshot, live, self._block_contents)
         else:
             preempted = self.preempted_since_pool_check
             out = self.pool.check(step, snapshot, live, self._block_contents, preempted)
+        self.pool.full.expected_content = None  # the snapshot does not outlive the step
         self.preempted_since_pool_check = set()
         self.result.invariants_checked += 3 * self.pool.num_blocks_checked
         return out
@@ -697,6 +699,29 @@ class Simulation:
                 f"last {list(tail)}"
             )
         return tuple(lines)
+
+    def _expected_content(self, snapshot) -> ExpectedContent | None:
+        """What each cached hash must hold, where the engine says what its hashes mean
+        (`hash_positions`: vLLM v1) and the executor knows those tokens' KV."""
+        positions = getattr(snapshot, "hash_positions", None)
+        identity_at = getattr(self.executor, "identity_at", None)
+        if positions is None or identity_at is None:
+            return None
+
+        def expected(hashes: list[bytes]) -> list[tuple[int, str, str] | None]:
+            out: list[tuple[int, str, str] | None] = []
+            for where in positions(hashes):  # bounded: the blocks cached since the last check
+                identity = 0 if where is None else identity_at(*where)
+                if where is None or not identity:
+                    out.append(None)
+                    continue
+                request_id, position, group = where
+                words = f"{request_id}'s tokens up to position {position}"
+                words += f" (KV-cache group {group})" if group else ""
+                out.append((identity, request_id, words))
+            return out
+
+        return expected
 
     def _block_contents(self, block_ids: np.ndarray):
         contents = getattr(self.executor, "block_contents", None)

@@ -775,6 +775,15 @@ class SymbolicExecutor:
 
     # -- views for the invariants -----------------------------------------------------------
 
+    def identity_at(self, request_id: str, position: int, group: int = 0) -> int:
+        """The identity group `group` writes for the request's KV at `position` (its true
+        tokens), or 0 where the executor does not know it (a request it never saw or
+        forgot, a position past its known tokens)."""
+        req = self.requests.get(request_id)
+        if req is None or not 0 <= position < req.num_tokens:
+            return 0
+        return int(req.ids[position] ^ hash_model.group_tag(group))
+
     def block_contents(self, block_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(identity at each block's last slot, whether all its slots were written)."""
         base = block_ids.astype(I64) * self.block_size

@@ -39,6 +39,7 @@ from vllm.v1.core.kv_cache_utils import get_block_hash
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from schedcheck.engines.vllm.v1_changes import BlockChangeLog
+from schedcheck.engines.vllm.v1_hash_index import BlockHashIndex
 
 NULL_BLOCK_REF_CNT = 1  # reported for vLLM's null block: held by the pool itself
 
@@ -53,9 +54,11 @@ class V1KVSnapshot:
         num_evicted_blocks: int,
         num_sliding_window_blocks_freed: int = 0,
         change_log: BlockChangeLog | None = None,
+        hash_index: BlockHashIndex | None = None,
     ) -> None:
         self._scheduler = scheduler
         self._change_log = change_log
+        self._hash_index = hash_index
         self.num_evicted_blocks = num_evicted_blocks  # cached blocks evicted, in total
         # blocks a sliding-window manager freed before a request's window, in total
         self.num_sliding_window_blocks_freed = num_sliding_window_blocks_freed
@@ -125,6 +128,15 @@ class V1KVSnapshot:
         if len(self._managers) > 1:  # the group id stays, as in cached_blocks()
             return [None if h is None else bytes(h) for h in hashes]
         return [None if h is None else bytes(get_block_hash(h)) for h in hashes]
+
+    def hash_positions(self, hashes: Sequence[bytes]) -> list[tuple[str, int, int] | None]:
+        """Per cached hash (as `cached_blocks` gives it): (request id, position of the last
+        token it covers, KV-cache group), from the live requests' block_hashes; None where
+        no live request names it."""
+        if self._hash_index is None:
+            return [None] * len(hashes)
+        self._hash_index.update(self._scheduler.requests)
+        return self._hash_index.positions(hashes, self._block_size, len(self._managers) > 1)
 
     def block_table_views(self) -> Mapping[str, Sequence[int]]:
         """req_to_blocks as lazy id sequences (len, [i] and [i:] cost what they read).

@@ -93,6 +93,31 @@ def test_equal_hash_must_mean_equal_content():
     assert [(v.invariant, v.block) for v in out] == [("block-pool.hash-content", 1)]
 
 
+
+def test_a_cached_block_must_hold_the_kv_its_hash_names():
+    """All slots written, but for other tokens (a withdrawn chunk's block, still holding its
+    previous holder's KV): caught when cached, where the engine says what the hash means."""
+    pool = BlockPoolChecker()
+    meaning = {b"h0": (1, "r1", "r1's tokens up to position 3"), b"h2": (3, "r2", "r2's words")}
+    pool.expected_content = lambda hashes: [meaning.get(h) for h in hashes]
+    # _contents: block 0 holds identity 1, block 2 holds 3, block 4 holds 2
+    snap = _Snap([0] * 6, [0, 1, 2, 3, 4, 5], {0: b"h0", 2: b"h2", 4: b"h0", 5: b"?"}, {})
+    out = pool.check(1, snap, set(), _contents)
+    assert [(v.invariant, v.block, v.request_id, v.expected, v.found) for v in out] == [
+        ("block-pool.cached-unwritten", 4, "r1", "identity 0x1", "identity 0x2")
+    ]
+    assert out[0].message == (
+        "block 4 is in the prefix cache under the hash of r1's tokens up to position 3, but "
+        "its slots were written for other tokens (never for these)"
+    )
+    assert pool.content_of_hash == {b"h0": 1, b"h2": 3, b"?": 3}  # the stale block names none
+
+
+def test_without_a_meaning_a_stale_block_passes_as_written():
+    pool = BlockPoolChecker()
+    snap = _Snap([0] * 6, [0, 1, 2, 3, 4, 5], {4: b"h0"}, {})
+    assert pool.check(1, snap, set(), _contents) == []
+
 def test_no_leak_after_the_last_request():
     assert check_no_leak(9, _Snap([0, 0, 1, 0, 0, 0], [], {}, {}))[0].block == 2
 
