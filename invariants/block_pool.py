@@ -6,7 +6,8 @@ Properties:
   ref_cnt 0 (a referenced block is never evicted); every block with ref_cnt 0 is in the
   free queue or in the prefix cache (no block is lost);
 - owners: only live requests hold block tables (a finished or aborted request holds none);
-- cached-content: a cached block was fully written, and equal block hashes always name
+- cached-content: a cached block was fully written (where the engine says which tokens a
+  hash names, `ExpectedContent`: with those tokens' KV), and equal block hashes always name
   equal content: the hash model's identity of the block's last slot, which covers the
   block's tokens *and* every token before it (vllm#12621: a hash without its parent);
 - no leak: once every request has finished, no block is referenced.

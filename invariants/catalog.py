@@ -276,7 +276,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         "block-pool.cached-unwritten",
         "block-pool",
         _POOL,
-        "a block in the prefix cache was fully written",
+        "a block in the prefix cache was fully written, and where the engine says what its "
+        "hash names (vLLM v1), written with those tokens' KV",
         "vllm#7822, vllm#7753",
     ),
     Invariant(
