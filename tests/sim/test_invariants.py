@@ -93,7 +93,6 @@ def test_equal_hash_must_mean_equal_content():
     assert [(v.invariant, v.block) for v in out] == [("block-pool.hash-content", 1)]
 
 
-
 def test_a_cached_block_must_hold_the_kv_its_hash_names():
     """All slots written, but for other tokens (a withdrawn chunk's block, still holding its
     previous holder's KV): caught when cached, where the engine says what the hash means."""
@@ -117,6 +116,7 @@ def test_without_a_meaning_a_stale_block_passes_as_written():
     pool = BlockPoolChecker()
     snap = _Snap([0] * 6, [0, 1, 2, 3, 4, 5], {4: b"h0"}, {})
     assert pool.check(1, snap, set(), _contents) == []
+
 
 def test_no_leak_after_the_last_request():
     assert check_no_leak(9, _Snap([0, 0, 1, 0, 0, 0], [], {}, {}))[0].block == 2
