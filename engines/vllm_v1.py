@@ -1,4 +1,8 @@
-"""Engine under test: vLLM 0.33's real v1 Scheduler + KVCacheManager, driven with no model.
+"""Engine under test: vLLM v1's real Scheduler + KVCacheManager, driven with no model.
+
+One mapping for vLLM 0.10.1.1 to 0.33.0; where releases differ, a shim of
+engines/vllm/v1_eras.py picks the branch by a feature test (the era table there and in
+docs/bisect.md). A release outside the range is refused by the factory (exit 2).
 
 The adapter owns no scheduling logic. Each step:
 
@@ -67,6 +71,7 @@ from schedcheck.engines.vllm.common import (
     read_only_prompt,
     refuse_lookahead,
 )
+from schedcheck.engines.vllm import v1_eras
 from schedcheck.engines.vllm.v1_build import build_scheduler
 from schedcheck.engines.vllm.v1_changes import BlockChangeLog
 from schedcheck.engines.vllm.v1_frontend import queue_rejection
@@ -76,7 +81,7 @@ from schedcheck.engines.vllm.v1_snapshot import V1KVSnapshot
 from vllm.sampling_params import SamplingParams  # isort: skip
 from vllm.v1.core.sched.output import SchedulerOutput as VllmSchedulerOutput  # isort: skip
 from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager  # isort: skip
-from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, ModelRunnerOutput  # isort: skip
+from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput  # isort: skip
 from vllm.v1.request import Request, RequestStatus  # isort: skip
 
 ENGINE_NAME = "vllm-v1"
@@ -141,7 +146,7 @@ class VllmV1Engine:
             self._rejected.append((rid, reason))
             return
         prompt = read_only_prompt(request.prompt_token_ids)
-        vllm_request = Request(
+        kwargs = dict(
             request_id=rid,
             prompt_token_ids=prompt.tolist(),
             sampling_params=SamplingParams(max_tokens=request.max_tokens, ignore_eos=True),
@@ -151,6 +156,7 @@ class VllmV1Engine:
             cache_salt=request.cache_salt,
             block_hasher=self._block_hasher,
         )
+        vllm_request = Request(**v1_eras.request_kwargs(Request, kwargs))
         self.scheduler.add_request(vllm_request)
         self._tokens[rid] = TokenBuffer(prompt, request.max_tokens)
         self._live[rid] = vllm_request
@@ -167,7 +173,7 @@ class VllmV1Engine:
         if request is None or request.is_finished():
             return
         aborted = self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
-        assert [r.request_id for r in aborted] == [request_id]
+        assert v1_eras.finished_ids(aborted, request_id) == [request_id]
         self._report_finished(request, "abort")
 
     # ---------------------------------------------------------------------- step --
@@ -177,8 +183,11 @@ class VllmV1Engine:
             "schedule() with the batch queue full: update_from_output() first"
         )
         self._same_step_preemptions.new_step()
+        running = [r for r in self.scheduler.running]  # preempted ids, where vLLM omits them
         vllm_output = self.scheduler.schedule()
-        output = self._map_output(vllm_output)
+        preempted = _preempted_req_ids(vllm_output, running)
+        self._same_step_preemptions.end_step(preempted)
+        output = self._map_output(vllm_output, preempted)
         in_flight.append((output, vllm_output))
         # EngineCore updates after an empty step too (the loop does not call): at once
         # when synchronous, else once it is the oldest of a full batch queue
@@ -206,6 +215,8 @@ class VllmV1Engine:
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
         """The drafter's proposals, as EngineCore.post_step hands the runner's to vLLM."""
+        from vllm.v1.outputs import DraftTokenIds  # 0.11.0 on: fit_config keeps drafts off before
+
         req_ids = list(draft_token_ids)
         self.scheduler.update_draft_token_ids(
             DraftTokenIds(req_ids, [list(draft_token_ids[rid]) for rid in req_ids])
@@ -257,7 +268,7 @@ class VllmV1Engine:
         }
 
     # ------------------------------------------------------------------- mapping --
-    def _map_output(self, so: VllmSchedulerOutput) -> SchedulerOutput:
+    def _map_output(self, so: VllmSchedulerOutput, preempted: set[str]) -> SchedulerOutput:
         """Our SchedulerOutput from vLLM's, in vLLM's batch order (num_scheduled_tokens)."""
         self._step += 1
         for tables in self._group_tables:
@@ -274,12 +285,13 @@ class VllmV1Engine:
         return SchedulerOutput(
             step=self._step,
             scheduled=scheduled,
-            preempted_req_ids=tuple(sorted(so.preempted_req_ids or ())),
+            preempted_req_ids=tuple(sorted(preempted)),
             finished_req_ids=tuple(sorted(so.finished_req_ids)),
             rejected_req_ids=tuple(rid for rid, _ in rejected),
             rejected_reasons=tuple(reason for _, reason in rejected),
             block_copies=tuple(
-                (c.src_block_id, c.dst_block_id) for c in so.kv_cache_block_copies or ()
+                (c.src_block_id, c.dst_block_id)
+                for c in getattr(so, "kv_cache_block_copies", None) or ()  # 0.3x on
             ),
         )
 
@@ -297,9 +309,10 @@ class VllmV1Engine:
             computed[new.req_id] = new.num_computed_tokens
         admitted = set(computed)
         cached = so.scheduled_cached_reqs
+        resumed = v1_eras.resumed_req_ids(cached)
         for i, rid in enumerate(cached.req_ids):
             new_block_ids = cached.new_block_ids[i]
-            if rid in cached.resumed_req_ids:
+            if rid in resumed:
                 assert new_block_ids is not None, f"resumed {rid} without a block table"
                 for tables, block_ids in zip(groups, new_block_ids, strict=True):
                     tables.set(rid, block_ids)
@@ -367,11 +380,7 @@ class VllmV1Engine:
             accepted = list(accepted_token_ids.get(r.request_id, ()))
             assert len(accepted) <= r.num_draft_tokens, f"{r.request_id}: accepted > drafts"
             sampled.append([] if token is None else [*accepted, int(token)])
-        return ModelRunnerOutput(
-            req_ids=req_ids,
-            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=sampled,
-        )
+        return v1_eras.runner_output(ModelRunnerOutput, req_ids, sampled)
 
     def _append_tokens(self, rid: str, token_ids: tuple[int, ...]) -> None:
         """Mirror the tokens vLLM appended: the first ones up to its stop (max_tokens), none
@@ -394,12 +403,24 @@ class VllmV1Engine:
         )
 
 
+def _preempted_req_ids(so: VllmSchedulerOutput, running: list[Request]) -> set[str]:
+    """The step's preempted ids: vLLM's own list (0.12.0 on), else the requests running
+    before schedule() that it left PREEMPTED (a preempted request is never rescheduled in
+    the same call: no waiting request is scheduled after a preemption)."""
+    listed = getattr(so, "preempted_req_ids", False)
+    if listed is not False:
+        return set(listed or ())
+    return {r.request_id for r in running if r.status == RequestStatus.PREEMPTED}
+
+
 def _count_window_frees(manager: object) -> list[int]:
     """Wrap a SlidingWindowManager's `_remove_blocks_in_range` (called by
     remove_skipped_blocks) to count the calls that free at least one block; returns the
     one-element counter. It frees backwards from the range's last block and stops at the
     first null block, so a call frees something iff that last block is not null."""
     counter = [0]
+    if not hasattr(manager, "_remove_blocks_in_range"):  # before 0.2x: one method frees
+        return _count_skipped_block_frees(manager, counter)
     original = manager._remove_blocks_in_range  # type: ignore[attr-defined]
     null_block = manager._null_block  # type: ignore[attr-defined]
     req_to_blocks = manager.req_to_blocks  # type: ignore[attr-defined]
@@ -412,6 +433,26 @@ def _count_window_frees(manager: object) -> list[int]:
         original(request_id, first_block, last_block)
 
     manager._remove_blocks_in_range = counted  # type: ignore[attr-defined]
+    return counter
+
+
+def _count_skipped_block_frees(manager: object, counter: list[int]) -> list[int]:
+    """Older releases (no `_remove_blocks_in_range`): wrap `remove_skipped_blocks`, which
+    replaces the freed blocks of the table by the null block, and count the calls after
+    which the request's table holds more null blocks than before."""
+    original = manager.remove_skipped_blocks  # type: ignore[attr-defined]
+    null_block = manager._null_block  # type: ignore[attr-defined]
+    req_to_blocks = manager.req_to_blocks  # type: ignore[attr-defined]
+
+    def num_null(request_id: str) -> int:
+        return sum(b is null_block for b in req_to_blocks.get(request_id, ()))
+
+    def counted(request_id: str, *args: object, **kwargs: object) -> None:
+        before = num_null(request_id)
+        original(request_id, *args, **kwargs)
+        counter[0] += num_null(request_id) > before
+
+    manager.remove_skipped_blocks = counted  # type: ignore[attr-defined]
     return counter
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from schedcheck.engines.capabilities import Capabilities, declare
 from schedcheck.engines.protocol import Engine, EngineConfig
 from schedcheck.engines.registry import EngineLoadError
+from schedcheck.engines.vllm import v1_eras
 from schedcheck.engines.vllm.common import fit_config_v0
 from schedcheck.engines.vllm.v1_fit import fit_config_v1
 
@@ -49,6 +50,9 @@ V0_CAPABILITIES = Capabilities(
 
 @declare(V1_CAPABILITIES)
 def make_v1_engine(config: EngineConfig) -> Engine:
+    reason = v1_eras.unsupported_reason(v1_eras.installed_release())
+    if reason is not None:  # before importing vLLM: another release may not import at all
+        raise EngineLoadError(f"{reason} (tox -e vllm-v1, vllm-v1-RELEASE)")
     return _adapter("schedcheck.engines.vllm_v1", "vllm-v1").make_engine(config)
 
 

@@ -1,6 +1,7 @@
 """fit_config for vllm-v1: the shared rules (common.fit_config) and those of the scheduler
-options in EngineConfig.extra (engines/vllm/v1_options.py). No vLLM import: the fuzzer
-fits configs while it draws.
+options in EngineConfig.extra (engines/vllm/v1_options.py), then what the installed
+release lacks (`_fit_release`). vLLM's config classes are read only where vLLM is
+installed: the fuzzer fits configs while it draws, with or without vLLM.
 
 vLLM 0.33 refuses (SchedulerConfig.verify_max_model_len):
 
@@ -25,14 +26,16 @@ from __future__ import annotations
 import dataclasses
 
 from schedcheck.engines.protocol import EngineConfig
+from schedcheck.engines.vllm import v1_eras
 from schedcheck.engines.vllm.common import fit_config
 
+OPTION_PREFIX = "vllm:"  # as v1_options.OPTION_PREFIX (which imports vLLM)
 ACTIVE_SEQS_KEY = "vllm:max_num_active_seqs"
 SCHEDULED_TOKENS_KEY = "vllm:max_num_scheduled_tokens"
 
 
 def fit_config_v1(config: EngineConfig) -> EngineConfig:
-    config = fit_config(config)
+    config = _fit_release(fit_config(config))
     extra = dict(config.extra)
     active = _int_or_none(extra.get(ACTIVE_SEQS_KEY))
     if active is not None and active > config.max_num_seqs:
@@ -41,6 +44,26 @@ def fit_config_v1(config: EngineConfig) -> EngineConfig:
     if not config.enable_chunked_prefill and scheduled is not None:
         extra[SCHEDULED_TOKENS_KEY] = str(max(scheduled, config.max_model_len))
     return config if extra == config.extra else dataclasses.replace(config, extra=extra)
+
+
+def _fit_release(config: EngineConfig) -> EngineConfig:
+    """Fit away what the installed release lacks (engines/vllm/v1_eras.py): the `vllm:`
+    options its SchedulerConfig has no field for (e.g. max_num_scheduled_tokens before
+    0.2x, the queue limits before 0.3x), and drafts before 0.11.0 (the scheduler took
+    them in ModelRunnerOutput then, which the adapter does not drive). Without vLLM
+    installed, nothing is moved."""
+    fields = v1_eras.scheduler_config_fields()
+    if not fields:
+        return config
+    extra = {
+        k: v
+        for k, v in config.extra.items()
+        if not k.startswith(OPTION_PREFIX) or k[len(OPTION_PREFIX) :] in fields
+    }
+    changes: dict[str, object] = {} if extra == config.extra else {"extra": extra}
+    if config.num_speculative_tokens and not v1_eras.has_draft_token_ids_api():
+        changes["num_speculative_tokens"] = 0
+    return dataclasses.replace(config, **changes) if changes else config  # type: ignore[arg-type]
 
 
 def _int_or_none(text: str | None) -> int | None:

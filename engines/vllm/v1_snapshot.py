@@ -35,10 +35,10 @@ from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
-from vllm.v1.core.kv_cache_utils import get_block_hash
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from schedcheck.engines.vllm.v1_changes import BlockChangeLog
+from schedcheck.engines.vllm.v1_eras import block_hash_bytes
 
 NULL_BLOCK_REF_CNT = 1  # reported for vLLM's null block: held by the pool itself
 
@@ -122,9 +122,8 @@ class V1KVSnapshot:
     def hash_of(self, ids: npt.NDArray[np.int64]) -> list[bytes | None]:
         blocks = self._pool.blocks
         hashes = [blocks[b].block_hash for b in ids.tolist()]
-        if len(self._managers) > 1:  # the group id stays, as in cached_blocks()
-            return [None if h is None else bytes(h) for h in hashes]
-        return [None if h is None else bytes(get_block_hash(h)) for h in hashes]
+        keep_group = len(self._managers) > 1  # the group id stays, as in cached_blocks()
+        return [None if h is None else block_hash_bytes(h, keep_group) for h in hashes]
 
     def block_table_views(self) -> Mapping[str, Sequence[int]]:
         """req_to_blocks as lazy id sequences (len, [i] and [i:] cost what they read).
@@ -143,10 +142,9 @@ class V1KVSnapshot:
 
     def cached_blocks(self) -> Mapping[int, bytes]:
         """block id -> vLLM's BlockHash (bytes, group id stripped), in block-id order."""
-        if len(self._managers) > 1:  # the group id stays: groups hold different KV
-            return {b.block_id: bytes(b.block_hash) for b in self._pool.blocks if b.block_hash}
+        keep_group = len(self._managers) > 1  # the group id stays: groups hold different KV
         return {
-            b.block_id: bytes(get_block_hash(b.block_hash))
+            b.block_id: block_hash_bytes(b.block_hash, keep_group)
             for b in self._pool.blocks
             if b.block_hash is not None
         }

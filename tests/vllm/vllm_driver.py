@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from schedcheck.engines.vllm.v1_eras import SUPPORTED_RANGE, release_key, unsupported_reason
 from schedcheck.engines.protocol import (
     Engine,
     EngineRequest,
@@ -34,11 +35,22 @@ def vllm_version() -> str | None:
         return None
 
 
-# the marks of a module of tests against vLLM 0.33.0 (the vllm-v1 tox env)
+# the marks of a module of tests against any v1 release the adapter drives (the vllm-v1
+# tox env is 0.33.0; vllm-v1-RELEASE the others)
 NEEDS_VLLM_V1 = [
     pytest.mark.vllm,
-    pytest.mark.skipif(vllm_version() != "0.33.0", reason="needs vllm==0.33.0 (tox -e vllm-v1)"),
+    pytest.mark.skipif(
+        unsupported_reason(vllm_version()) is not None,
+        reason=f"needs a vLLM v1 release {SUPPORTED_RANGE} (tox -e vllm-v1, vllm-v1-RELEASE)",
+    ),
 ]
+
+
+def needs_release(first: str, feature: str) -> pytest.MarkDecorator:
+    """Skip where the installed release predates `first`, the release that has `feature`."""
+    version = vllm_version()
+    older = version is not None and release_key(version) < release_key(first)
+    return pytest.mark.skipif(older, reason=f"{feature}: vLLM {first} on (installed {version})")
 
 
 def request(rid: str, prompt: Iterable[int], max_tokens: int) -> EngineRequest:
