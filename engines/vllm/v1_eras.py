@@ -130,6 +130,30 @@ def has_draft_token_ids_api() -> bool:
     return hasattr(Scheduler, "update_draft_token_ids")
 
 
+@functools.cache
+def async_drafts_accepted() -> bool:
+    """Whether the release's VllmConfig accepts async scheduling with n-gram drafts (0.12.0
+    refuses: "only supported with EAGLE/MTP"); probed by building one such config."""
+    from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig
+    from schedcheck.engines.vllm import v1_build
+    from schedcheck.engines.vllm.common import write_tiny_model_dir
+
+    config = EngineConfig(
+        block_size=4,
+        num_gpu_blocks=8,
+        max_num_batched_tokens=16,
+        max_num_seqs=2,
+        max_model_len=16,
+        num_speculative_tokens=1,
+        extra={ASYNC_SCHEDULING_KEY: "true"},
+    )
+    try:
+        v1_build._vllm_config(config, write_tiny_model_dir(config.max_model_len))
+    except ValueError:  # pydantic's ValidationError is one
+        return False
+    return True
+
+
 # ------------------------------------------------------------------ requests --
 def request_kwargs(request_cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
     """kwargs plus the parameters an older Request requires (set to None: no EOS, the

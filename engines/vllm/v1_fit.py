@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from schedcheck.engines.protocol import EngineConfig
+from schedcheck.engines.protocol import EngineConfig, is_async_scheduling
 from schedcheck.engines.vllm import v1_eras
 from schedcheck.engines.vllm.common import fit_config
 
@@ -49,8 +49,9 @@ def fit_config_v1(config: EngineConfig) -> EngineConfig:
 def _fit_release(config: EngineConfig) -> EngineConfig:
     """Fit away what the installed release lacks (engines/vllm/v1_eras.py): the `vllm:`
     options its SchedulerConfig has no field for (e.g. max_num_scheduled_tokens before
-    0.2x, the queue limits before 0.3x), and drafts before 0.11.0 (the scheduler took
-    them in ModelRunnerOutput then, which the adapter does not drive). Without vLLM
+    0.2x, the queue limits before 0.3x), drafts before 0.11.0 (the scheduler took
+    them in ModelRunnerOutput then, which the adapter does not drive), and drafts with
+    async scheduling where the release refuses that pair (0.12.0). Without vLLM
     installed, nothing is moved."""
     fields = v1_eras.scheduler_config_fields()
     if not fields:
@@ -63,6 +64,12 @@ def _fit_release(config: EngineConfig) -> EngineConfig:
     changes: dict[str, object] = {} if extra == config.extra else {"extra": extra}
     if config.num_speculative_tokens and not v1_eras.has_draft_token_ids_api():
         changes["num_speculative_tokens"] = 0
+    elif (
+        config.num_speculative_tokens
+        and is_async_scheduling(config)
+        and not v1_eras.async_drafts_accepted()
+    ):
+        changes["num_speculative_tokens"] = 0  # the release refuses n-gram drafts when async
     return dataclasses.replace(config, **changes) if changes else config  # type: ignore[arg-type]
 
 

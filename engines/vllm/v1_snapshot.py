@@ -6,7 +6,8 @@ step (the protocol's rule).
 
 The null block. vLLM's BlockPool pops block 0 off the free queue at start-up and keeps it
 as `null_block`, a placeholder for table entries that hold no KV (sliding-window and Mamba
-groups); its ref_cnt is "not maintained" (block_pool.py), i.e. stays 0. With the one
+groups); its ref_cnt is "not maintained" (block_pool.py): 0.33 leaves it 0, older
+releases move it when a hybrid prefix hit touches or frees it. With the one
 full-attention group we build, no request's table ever holds it. This snapshot reports it
 as vLLM's own accounting does (`reset_prefix_cache`: "the null block is always marked as
 used"): ref_cnt 1, never free, never cached, in no block table, and lists it in
@@ -80,9 +81,11 @@ class V1KVSnapshot:
     def ref_cnt(self) -> npt.NDArray[np.int64]:
         blocks = self._pool.blocks
         out = np.fromiter((b.ref_cnt for b in blocks), np.int64, len(blocks))
-        null_id = self._pool.null_block.block_id
-        assert out[null_id] == 0, "vLLM's null block ref_cnt is not maintained (stays 0)"
-        out[null_id] = NULL_BLOCK_REF_CNT
+        null = self._pool.null_block
+        # its ref_cnt is "not maintained": 0.33 leaves it 0, older releases' touch() and
+        # free_blocks() move it (hybrid prefix hits); never free nor cached in any release
+        assert null.prev_free_block is None and null.block_hash is None, "null block pooled"
+        out[null.block_id] = NULL_BLOCK_REF_CNT
         return out
 
     def free_block_ids(self) -> Sequence[int]:

@@ -1,4 +1,5 @@
-"""vLLM 0.33's scheduler options behind the vllm-v1 adapter (tox -e vllm-v1): async
+"""vLLM v1's scheduler options behind the vllm-v1 adapter (tox -e vllm-v1; a test of an
+option an older release lacks skips there, naming the release): async
 scheduling's placeholders, the API server's queue limits, priority preemption of a request
 scheduled in the same step, --vllm-option validation.
 
@@ -12,7 +13,7 @@ import subprocess
 import sys
 
 import numpy as np
-from vllm_driver import NEEDS_VLLM_V1, request, summary
+from vllm_driver import NEEDS_VLLM_V1, needs_options, needs_release, request, summary
 
 from schedcheck.engines.protocol import EngineConfig, EngineRequest
 
@@ -53,6 +54,7 @@ def test_async_scheduling_schedules_a_step_before_the_previous_one_is_applied():
     assert not engine.has_unfinished_requests()
 
 
+@needs_options("max_num_queued_reqs")
 def test_a_request_over_max_num_queued_reqs_is_rejected_as_the_api_server_does():
     engine = _engine({"vllm:max_num_queued_reqs": "1"})
     engine.add_request(request("a", PROMPT, 1))
@@ -64,6 +66,7 @@ def test_a_request_over_max_num_queued_reqs_is_rejected_as_the_api_server_does()
     assert engine.rare_path_counts()["queue-full-rejection"] == 1
 
 
+@needs_options("max_num_queued_tokens")
 def test_a_request_over_max_num_queued_tokens_is_rejected():
     """a's 10 prompt tokens have no output yet: 10 >= 10 refuses b."""
     engine = _engine({"vllm:max_num_queued_tokens": "10"})
@@ -105,6 +108,9 @@ def test_priority_preempts_the_request_it_scheduled_earlier_in_the_same_step():
     assert engine.rare_path_counts()["preempt-scheduled-same-step"] == 1
 
 
+@needs_options(
+    "watermark", "max_num_scheduled_tokens", "scheduler_reserve_full_isl", "max_num_queued_reqs"
+)
 def test_vllm_options_reach_the_scheduler_config():
     engine = _engine(
         {
@@ -134,6 +140,7 @@ def _replay(*flags: str) -> subprocess.CompletedProcess:
     )
 
 
+@needs_release("0.33.0", "the known-option list is 0.33.0's SchedulerConfig")
 def test_an_unknown_vllm_option_is_exit_2_naming_the_known_ones():
     done = _replay("--vllm-option", "bogus=1")
     assert done.returncode == 2
@@ -146,6 +153,7 @@ def test_an_unknown_vllm_option_is_exit_2_naming_the_known_ones():
     )
 
 
+@needs_options("watermark")
 def test_a_vllm_option_of_the_wrong_type_or_owned_by_a_flag_is_exit_2():
     done = _replay("--vllm-option", "watermark=high")
     assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (
@@ -175,6 +183,7 @@ def test_requests_added_at_one_simulated_time_get_increasing_arrival_times():
     assert stamps == [0.0, 1e-6, 2e-6]
 
 
+@needs_options("max_num_active_seqs", "scheduler_reserve_full_isl")  # the bundle's
 def test_the_tied_arrivals_liveness_was_a_harness_false_positive():
     """The first priority campaign's liveness finding: r7 and r9 arrived in one tick with
     one priority, so max((priority, arrival_time)) picked the head of the running queue
