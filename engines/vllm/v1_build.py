@@ -76,7 +76,7 @@ def build_scheduler(config: EngineConfig) -> BuiltScheduler:
         kv_cache_config=kv_cache_config,
         structured_output_manager=StructuredOutputManager(vllm_config),
         log_stats=False,
-        **v1_eras.scheduler_init_kwargs(scheduler_cls, config.block_size),
+        **v1_eras.scheduler_init_kwargs(config.block_size),
     )
     hash_fn = v1_eras.get_hash_fn_by_name(HASH_ALGO)
     init_none_hash(hash_fn)

@@ -16,7 +16,8 @@ the version only bounds the supported range (`check_release`, before vLLM is imp
       drafts                           spec_token_ids (0.10.1.1)    DraftTokenIds (0.11.0)
     Request(...)                       eos_token_id, multi_modal_*  neither (0.2x)
                                        (0.10.1.1) required
-    finish_requests()                  returns None (< 0.2x)        the finished requests
+    finish_requests()                  returns None (< 0.2x)        (id, client) pairs (0.2x),
+                                                                    the Requests (0.3x)
     get_hash_fn_by_name                vllm.utils (< 0.11.1)        vllm.utils.hashing
     BlockHashWithGroupId               NamedTuple of an int hash    bytes (0.11.0)
                                        (0.10.1.1)
@@ -100,9 +101,12 @@ def scheduler_class(scheduler_config: Any) -> type:
     return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
 
 
-def scheduler_init_kwargs(scheduler_cls: type, block_size: int) -> dict[str, int]:
-    """block_size (0.11.1 on) and hash_block_size (0.2x on), where __init__ takes them."""
-    init = scheduler_cls.__init__  # type: ignore[misc]
+def scheduler_init_kwargs(block_size: int) -> dict[str, int]:
+    """block_size (0.11.1 on) and hash_block_size (0.2x on), where Scheduler.__init__ takes
+    them (read on Scheduler: AsyncScheduler's takes *args, **kwargs)."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    init = Scheduler.__init__
     names = ("block_size", "hash_block_size")
     return {n: block_size for n in names if has_param(init, n)}
 
@@ -171,10 +175,11 @@ def request_kwargs(request_cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def finished_ids(returned: Iterable[Any] | None, request_id: str) -> list[str]:
-    """The ids finish_requests reports (0.2x on); older releases return None."""
+    """The ids finish_requests reports: the Requests (0.3x), (request_id, client_index)
+    pairs (0.2x); older releases return None."""
     if returned is None:
         return [request_id]
-    return [r.request_id for r in returned]
+    return [r[0] if isinstance(r, tuple) else r.request_id for r in returned]
 
 
 # ------------------------------------------------------------------ outputs --
