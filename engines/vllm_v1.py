@@ -133,6 +133,7 @@ class VllmV1Engine:
         self._last_arrival_time_s = -ARRIVAL_TIME_TICK_S
         self._pending_finished: list[FinishedRequest] = []  # aborts, rejections
         self._rejected: list[tuple[str, str]] = []  # (id, reason) for the next step
+        self._last_batch: list[str] = []  # the ids of the step last applied
 
     # ------------------------------------------------------------------ requests --
     def add_request(self, request: EngineRequest) -> None:
@@ -206,6 +207,7 @@ class VllmV1Engine:
             self._apply(in_flight.popleft()[1], EMPTY_MODEL_RUNNER_OUTPUT)
         assert in_flight and in_flight[0][0] is output, "not the oldest step in flight"
         vllm_output = in_flight.popleft()[1]
+        self._last_batch = [r.request_id for r in output.scheduled]
         accepted = accepted_token_ids or {}
         self._apply(vllm_output, self._runner_output(output, sampled_token_ids, accepted))
         for rid, token in sampled_token_ids.items():
@@ -217,10 +219,13 @@ class VllmV1Engine:
         """The drafter's proposals, as EngineCore.post_step hands the runner's to vLLM."""
         from vllm.v1.outputs import DraftTokenIds  # 0.11.0 on: fit_config keeps drafts off before
 
-        req_ids = list(draft_token_ids)
-        self.scheduler.update_draft_token_ids(
-            DraftTokenIds(req_ids, [list(draft_token_ids[rid]) for rid in req_ids])
-        )
+        # the runner returns an entry for every request of its batch, [] where it proposes
+        # nothing: 0.11.0's scheduler keeps a request's drafts until they are replaced
+        # (0.11.1 on clears them once scheduled, so the [] change nothing there)
+        batch = [rid for rid in self._last_batch if rid in self._live]
+        req_ids = [*draft_token_ids, *(rid for rid in batch if rid not in draft_token_ids)]
+        drafts = [list(draft_token_ids.get(rid, ())) for rid in req_ids]
+        self.scheduler.update_draft_token_ids(DraftTokenIds(req_ids, drafts))
 
     def _apply(self, vllm_output: VllmSchedulerOutput, runner_output: ModelRunnerOutput) -> None:
         """vLLM's update_from_output; the requests it finishes are reported next update."""
@@ -274,6 +279,14 @@ class VllmV1Engine:
         for tables in self._group_tables:
             tables.drop(so.finished_req_ids)
         computed, admitted = self._update_tables(so)
+        unmapped = set(so.num_scheduled_tokens) - set(computed)
+        # vLLM 0.11.0 under the priority policy: a request preempted after it was scheduled
+        # in the same call stays in num_scheduled_tokens (fixed in 0.11.1); the runner has
+        # no block table for it. Reported as the engine's fault (engine-crash), not mapped.
+        assert not unmapped, (
+            f"vLLM scheduled {sorted(unmapped)} in num_scheduled_tokens but as neither a new "
+            f"nor a cached request (preempted this step: {sorted(unmapped & preempted)})"
+        )
         spec = so.scheduled_spec_decode_tokens
         scheduled = tuple(
             self._scheduled_request(rid, n, computed[rid], rid in admitted, spec.get(rid))

@@ -136,11 +136,15 @@ def has_draft_token_ids_api() -> bool:
 
 @functools.cache
 def async_drafts_accepted() -> bool:
-    """Whether the release's VllmConfig accepts async scheduling with n-gram drafts (0.12.0
-    refuses: "only supported with EAGLE/MTP"); probed by building one such config."""
-    from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig
-    from schedcheck.engines.vllm import v1_build
-    from schedcheck.engines.vllm.common import write_tiny_model_dir
+    """Whether the release runs async scheduling with n-gram drafts: its VllmConfig accepts
+    the pair (0.12.0 refuses: "only supported with EAGLE/MTP") and its AsyncScheduler
+    schedules draft placeholders (0.11.0's does not: "TODO: Support speculative
+    decoding"). Probed once: one request's prefill, then its first decode must carry a
+    draft."""
+    import numpy as np
+
+    from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig, EngineRequest
+    from schedcheck.engines.vllm_v1 import VllmV1Engine
 
     config = EngineConfig(
         block_size=4,
@@ -152,10 +156,14 @@ def async_drafts_accepted() -> bool:
         extra={ASYNC_SCHEDULING_KEY: "true"},
     )
     try:
-        v1_build._vllm_config(config, write_tiny_model_dir(config.max_model_len))
+        engine = VllmV1Engine(config)
     except ValueError:  # pydantic's ValidationError is one
         return False
-    return True
+    prompt = np.arange(1, 5, dtype=np.int64)
+    engine.add_request(EngineRequest(request_id="probe", prompt_token_ids=prompt, max_tokens=4))
+    engine.schedule()  # the prefill
+    (decode,) = engine.schedule().scheduled  # scheduled before the prefill's token is back
+    return decode.num_draft_tokens > 0
 
 
 # ------------------------------------------------------------------ requests --
