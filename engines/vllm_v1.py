@@ -63,6 +63,7 @@ from schedcheck.engines.protocol import (
     TokenArray,
     is_async_scheduling,
 )
+from schedcheck.engines.vllm import v1_eras
 from schedcheck.engines.vllm.common import (
     CallCounter,
     RunnerBlockTables,
@@ -71,7 +72,6 @@ from schedcheck.engines.vllm.common import (
     read_only_prompt,
     refuse_lookahead,
 )
-from schedcheck.engines.vllm import v1_eras
 from schedcheck.engines.vllm.v1_build import build_scheduler
 from schedcheck.engines.vllm.v1_changes import BlockChangeLog
 from schedcheck.engines.vllm.v1_frontend import queue_rejection

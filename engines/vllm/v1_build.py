@@ -1,6 +1,6 @@
-"""Construct vLLM v1's real `Scheduler` (0.10.1.1 to 0.33.0, era shims in v1_eras.py) (with its `KVCacheManager` and `BlockPool`) on a
-CPU, with no model, no tokenizer and no hub: what `EngineCore.__init__` would build, minus
-the executor. Imports vLLM; import it only from the vllm-v1 adapter.
+"""Construct vLLM v1's real `Scheduler` (0.10.1.1 to 0.33.0, era shims in v1_eras.py; with
+its `KVCacheManager` and `BlockPool`) on a CPU, with no model, no tokenizer and no hub:
+what `EngineCore.__init__` would build, minus the executor. Imports vLLM; import it only from the vllm-v1 adapter.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedcheck.engines.protocol import EngineConfig, is_async_scheduling
-from schedcheck.engines.vllm.common import prepare_environment, write_tiny_model_dir
 from schedcheck.engines.vllm import v1_eras
+from schedcheck.engines.vllm.common import prepare_environment, write_tiny_model_dir
 from schedcheck.engines.vllm.v1_options import scheduler_kwargs
 
 prepare_environment()
@@ -102,6 +102,7 @@ def _vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
         dtype="float32",
         max_model_len=config.max_model_len,
         seed=0,
+        **v1_eras.model_config_kwargs(ModelConfig),
     )
     has_encoder_flag = v1_eras.has_param(SchedulerConfig, "is_encoder_decoder")
     scheduler_config = SchedulerConfig(

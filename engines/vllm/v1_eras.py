@@ -22,6 +22,8 @@ the version only bounds the supported range (`check_release`, before vLLM is imp
     BlockHashWithGroupId               NamedTuple of an int hash    bytes (0.11.0)
                                        (0.10.1.1)
     AttentionSpec                      use_mla required (0.10.1.1)  no use_mla
+    ModelConfig                        v0's async output processor  none
+                                       (0.10.1.1: turned off)
     sliding-window frees               remove_skipped_blocks only   _remove_blocks_in_range
     Scheduler.schedule()               no argument (every release takes none)
 
@@ -109,6 +111,14 @@ def scheduler_init_kwargs(block_size: int) -> dict[str, int]:
     init = Scheduler.__init__
     names = ("block_size", "hash_block_size")
     return {n: block_size for n in names if has_param(init, n)}
+
+
+def model_config_kwargs(model_config_cls: type) -> dict[str, Any]:
+    """use_async_output_proc=False where ModelConfig has it (0.10.1.1: v0's output
+    processor, which asks the platform; with no CUDA the platform is unspecified and
+    raises NotImplementedError). The v1 scheduler never reads it."""
+    name = "use_async_output_proc"
+    return {name: False} if has_param(model_config_cls, name) else {}
 
 
 def attention_spec_kwargs(spec_cls: type) -> dict[str, Any]:
@@ -200,9 +210,7 @@ def resumed_req_ids(cached: Any) -> set[str]:
     return {rid for rid, resumed in zip(cached.req_ids, flags, strict=True) if resumed}
 
 
-def runner_output(
-    output_cls: type, req_ids: list[str], sampled: list[list[int]]
-) -> Any:
+def runner_output(output_cls: type, req_ids: list[str], sampled: list[list[int]]) -> Any:
     """A ModelRunnerOutput with our sampled tokens; fields an older release requires get
     what its own EMPTY_MODEL_RUNNER_OUTPUT holds (no logprobs, no pooler output)."""
     fields = {f.name: f for f in dataclasses.fields(output_cls)}

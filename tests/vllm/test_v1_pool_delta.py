@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from vllm_driver import NEEDS_VLLM_V1, frees_unhashed_blocks_to_the_head
+from vllm_driver import NEEDS_VLLM_V1, frees_unhashed_blocks_to_the_head, skip_unless_drafts
 
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.sim.cost_model import profile
@@ -82,6 +82,8 @@ def test_sliding_window_groups_are_followed_incrementally(num_speculative_tokens
     """Full + sliding-window groups: each request's table is its groups concatenated, named
     rewritten every step, so the check stays in step without a full sweep between the first
     step's and the end's, and agrees with the full sweep every step."""
+    if num_speculative_tokens:
+        skip_unless_drafts()
     config = dataclasses.replace(
         CFG, num_gpu_blocks=64, kv_groups="full,sliding:20",
         num_speculative_tokens=num_speculative_tokens,

@@ -14,12 +14,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from schedcheck.engines.vllm.v1_eras import (
-    NEWEST,
-    SUPPORTED_RANGE,
-    release_key,
-    unsupported_reason,
-)
 from schedcheck.engines.protocol import (
     Engine,
     EngineRequest,
@@ -27,6 +21,12 @@ from schedcheck.engines.protocol import (
     KVSnapshot,
     ScheduledRequest,
     SchedulerOutput,
+)
+from schedcheck.engines.vllm.v1_eras import (
+    NEWEST,
+    SUPPORTED_RANGE,
+    release_key,
+    unsupported_reason,
 )
 
 TOKEN_BASE = 1000
