@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -420,13 +421,12 @@ def _preempted_req_ids(so: VllmSchedulerOutput, running: list[Request]) -> set[s
     """The step's preempted ids: vLLM's own list (0.12.0 on), else the requests running
     before schedule() that it left PREEMPTED (a preempted request is never rescheduled in
     the same call: no waiting request is scheduled after a preemption)."""
-    listed = getattr(so, "preempted_req_ids", False)
-    if listed is not False:
-        return set(listed or ())
-    return {r.request_id for r in running if r.status == RequestStatus.PREEMPTED}
+    if not hasattr(so, "preempted_req_ids"):
+        return {r.request_id for r in running if r.status == RequestStatus.PREEMPTED}
+    return set(so.preempted_req_ids or ())
 
 
-def _count_window_frees(manager: object) -> list[int]:
+def _count_window_frees(manager: Any) -> list[int]:
     """Wrap a SlidingWindowManager's `_remove_blocks_in_range` (called by
     remove_skipped_blocks) to count the calls that free at least one block; returns the
     one-element counter. It frees backwards from the range's last block and stops at the
@@ -434,9 +434,9 @@ def _count_window_frees(manager: object) -> list[int]:
     counter = [0]
     if not hasattr(manager, "_remove_blocks_in_range"):  # before 0.2x: one method frees
         return _count_skipped_block_frees(manager, counter)
-    original = manager._remove_blocks_in_range  # type: ignore[attr-defined]
-    null_block = manager._null_block  # type: ignore[attr-defined]
-    req_to_blocks = manager.req_to_blocks  # type: ignore[attr-defined]
+    original = manager._remove_blocks_in_range
+    null_block = manager._null_block
+    req_to_blocks = manager.req_to_blocks
 
     def counted(request_id: str, first_block: int, last_block: int) -> None:
         blocks = req_to_blocks.get(request_id, ())
@@ -445,17 +445,17 @@ def _count_window_frees(manager: object) -> list[int]:
             counter[0] += 1
         original(request_id, first_block, last_block)
 
-    manager._remove_blocks_in_range = counted  # type: ignore[attr-defined]
+    manager._remove_blocks_in_range = counted
     return counter
 
 
-def _count_skipped_block_frees(manager: object, counter: list[int]) -> list[int]:
+def _count_skipped_block_frees(manager: Any, counter: list[int]) -> list[int]:
     """Older releases (no `_remove_blocks_in_range`): wrap `remove_skipped_blocks`, which
     replaces the freed blocks of the table by the null block, and count the calls after
     which the request's table holds more null blocks than before."""
-    original = manager.remove_skipped_blocks  # type: ignore[attr-defined]
-    null_block = manager._null_block  # type: ignore[attr-defined]
-    req_to_blocks = manager.req_to_blocks  # type: ignore[attr-defined]
+    original = manager.remove_skipped_blocks
+    null_block = manager._null_block
+    req_to_blocks = manager.req_to_blocks
 
     def num_null(request_id: str) -> int:
         return sum(b is null_block for b in req_to_blocks.get(request_id, ()))
@@ -465,7 +465,7 @@ def _count_skipped_block_frees(manager: object, counter: list[int]) -> list[int]
         original(request_id, *args, **kwargs)
         counter[0] += num_null(request_id) > before
 
-    manager.remove_skipped_blocks = counted  # type: ignore[attr-defined]
+    manager.remove_skipped_blocks = counted
     return counter
 
 

@@ -85,22 +85,22 @@ def get_hash_fn_by_name(name: str) -> Callable[[Any], Any]:
         module = importlib.import_module("vllm.utils.hashing")
     except ImportError:
         module = importlib.import_module("vllm.utils")
-    return module.get_hash_fn_by_name(name)  # type: ignore[no-any-return]
+    return module.get_hash_fn_by_name(name)
 
 
 def scheduler_class(scheduler_config: Any) -> type:
     """The Scheduler (or AsyncScheduler) EngineCore would build for this config."""
     if hasattr(scheduler_config, "get_scheduler_cls"):
-        return scheduler_config.get_scheduler_cls()  # type: ignore[no-any-return]
+        return scheduler_config.get_scheduler_cls()
     # older EngineCore: scheduler_cls is a qualified name; the default names v0's class,
     # which the V1 engine replaces by its own Scheduler
     qualname = scheduler_config.scheduler_cls
     if not isinstance(qualname, str):
-        return qualname  # type: ignore[no-any-return]
+        return qualname
     if ".v1." not in qualname:
         qualname = "vllm.v1.core.sched.scheduler.Scheduler"
     module_name, _, attr = qualname.rpartition(".")
-    return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def scheduler_init_kwargs(block_size: int) -> dict[str, int]:
@@ -222,7 +222,7 @@ def runner_output(output_cls: type, req_ids: list[str], sampled: list[list[int]]
         if as_arrays
         else sampled,
     }
-    required = {
+    required: dict[str, Any] = {
         "spec_token_ids": None,
         "logprobs": None,
         "prompt_logprobs_dict": {},
@@ -256,4 +256,4 @@ def block_hash_bytes(block_hash: Any, keep_group: bool) -> bytes:
 def _get_block_hash() -> Callable[[Any], Any]:
     from vllm.v1.core.kv_cache_utils import get_block_hash
 
-    return get_block_hash  # type: ignore[no-any-return]
+    return get_block_hash
