@@ -70,7 +70,7 @@ def _fit_release(config: EngineConfig) -> EngineConfig:
         and not v1_eras.async_drafts_accepted()
     ):
         changes["num_speculative_tokens"] = 0  # the release refuses n-gram drafts when async
-    return dataclasses.replace(config, **changes) if changes else config  # type: ignore[arg-type]
+    return dataclasses.replace(config, **changes) if changes else config
 
 
 def _int_or_none(text: str | None) -> int | None:
