@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from schedcheck.sim.bisect import tox_env
 from schedcheck.sim.fuzz.regression import assert_caught
 
 BUNDLES = sorted((Path(__file__).resolve().parent / "bundles").iterdir())
@@ -30,5 +31,5 @@ def _vllm_version() -> str | None:
 def test_the_finding_reproduces(bundle: Path) -> None:
     version = bundle.name.split("-", 1)[0]
     if _vllm_version() != version:
-        pytest.skip(f"needs vllm=={version} (tox -e vllm-v{version} or vllm-v1)")
+        pytest.skip(f"needs vllm=={version} (tox -e {tox_env(version)})")
     assert_caught(bundle, None)
