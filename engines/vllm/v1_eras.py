@@ -144,6 +144,18 @@ def has_draft_token_ids_api() -> bool:
     return hasattr(Scheduler, "update_draft_token_ids")
 
 
+def vllm_config_accepted(config: Any) -> bool:
+    """Whether the release's VllmConfig accepts this EngineConfig (its own validation)."""
+    from schedcheck.engines.vllm import v1_build
+    from schedcheck.engines.vllm.common import write_tiny_model_dir
+
+    try:
+        v1_build._vllm_config(config, write_tiny_model_dir(config.max_model_len))
+    except ValueError:  # pydantic's ValidationError is one
+        return False
+    return True
+
+
 @functools.cache
 def async_drafts_accepted() -> bool:
     """Whether the release runs async scheduling with n-gram drafts: its VllmConfig accepts

@@ -70,7 +70,20 @@ def _fit_release(config: EngineConfig) -> EngineConfig:
         and not v1_eras.async_drafts_accepted()
     ):
         changes["num_speculative_tokens"] = 0  # the release refuses n-gram drafts when async
-    return dataclasses.replace(config, **changes) if changes else config
+    config = dataclasses.replace(config, **changes) if changes else config
+    return _fit_refused_spec_budget(config)
+
+
+def _fit_refused_spec_budget(config: EngineConfig) -> EngineConfig:
+    """0.25.0 refuses max_num_scheduled_tokens with drafts unless it leaves the drafts'
+    slots in max_num_batched_tokens; probed on the config itself (vLLM's own check),
+    and the option dropped where refused."""
+    if not config.num_speculative_tokens or SCHEDULED_TOKENS_KEY not in config.extra:
+        return config
+    if v1_eras.vllm_config_accepted(config):
+        return config
+    extra = {k: v for k, v in config.extra.items() if k != SCHEDULED_TOKENS_KEY}
+    return dataclasses.replace(config, extra=extra)
 
 
 def _int_or_none(text: str | None) -> int | None:
