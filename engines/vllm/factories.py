@@ -22,8 +22,9 @@ import importlib
 from typing import Any
 
 from schedcheck.engines.capabilities import Capabilities, declare
-from schedcheck.engines.protocol import Engine, EngineConfig
+from schedcheck.engines.protocol import Engine, EngineConfig, is_async_scheduling
 from schedcheck.engines.registry import EngineLoadError
+from schedcheck.engines.vllm import v1_eras
 from schedcheck.engines.vllm.common import fit_config_v0
 from schedcheck.engines.vllm.v1_fit import fit_config_v1
 
@@ -49,7 +50,25 @@ V0_CAPABILITIES = Capabilities(
 
 @declare(V1_CAPABILITIES)
 def make_v1_engine(config: EngineConfig) -> Engine:
-    return _adapter("schedcheck.engines.vllm_v1", "vllm-v1").make_engine(config)
+    reason = v1_eras.unsupported_reason(v1_eras.installed_release())
+    if reason is not None:  # before importing vLLM: another release may not import at all
+        raise EngineLoadError(f"{reason} (tox -e vllm-v1, vllm-v1-RELEASE)")
+    adapter = _adapter("schedcheck.engines.vllm_v1", "vllm-v1")
+    _refuse_what_the_release_lacks(config)
+    return adapter.make_engine(config)
+
+
+def _refuse_what_the_release_lacks(config: EngineConfig) -> None:
+    """A config asking for drafts the installed release cannot take is refused (exit 2: a
+    bundle replayed there is `refused`, not clean); the fuzzer fits them away first
+    (v1_fit.py). The probe builds an engine itself, so it is called here, not in it."""
+    if not config.num_speculative_tokens:
+        return
+    release = v1_eras.installed_release()
+    if not v1_eras.has_draft_token_ids_api():
+        raise ValueError(f"vLLM {release} takes no drafts by update_draft_token_ids (0.11.0 on)")
+    if is_async_scheduling(config) and not v1_eras.async_drafts_accepted():
+        raise ValueError(f"vLLM {release} does not run async scheduling with n-gram drafts")
 
 
 @declare(V0_CAPABILITIES)

@@ -1,6 +1,7 @@
-"""Construct vLLM 0.33's real v1 `Scheduler` (with its `KVCacheManager` and `BlockPool`) on a
-CPU, with no model, no tokenizer and no hub: what `EngineCore.__init__` would build, minus
-the executor. Imports vLLM; import it only from the vllm-v1 adapter.
+"""Construct vLLM v1's real `Scheduler` (0.10.1.1 to 0.33.0, era shims in v1_eras.py; with
+its `KVCacheManager` and `BlockPool`) on a CPU, with no model, no tokenizer and no hub:
+what `EngineCore.__init__` would build, minus the executor. Imports vLLM; import it only
+from the vllm-v1 adapter.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedcheck.engines.protocol import EngineConfig, is_async_scheduling
+from schedcheck.engines.vllm import v1_eras
 from schedcheck.engines.vllm.common import prepare_environment, write_tiny_model_dir
 from schedcheck.engines.vllm.v1_options import scheduler_kwargs
 
@@ -24,7 +26,6 @@ from vllm.config import (  # noqa: E402
     SpeculativeConfig,
     VllmConfig,
 )
-from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
@@ -68,17 +69,17 @@ def build_scheduler(config: EngineConfig) -> BuiltScheduler:
             for g in range(len(config.kv_cache_groups))
         ],
     )
-    scheduler_cls = vllm_config.scheduler_config.get_scheduler_cls()  # AsyncScheduler if async
+    # AsyncScheduler if async
+    scheduler_cls = v1_eras.scheduler_class(vllm_config.scheduler_config)
     assert issubclass(scheduler_cls, Scheduler), scheduler_cls
     scheduler = scheduler_cls(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,
         structured_output_manager=StructuredOutputManager(vllm_config),
-        block_size=config.block_size,
-        hash_block_size=config.block_size,
         log_stats=False,
+        **v1_eras.scheduler_init_kwargs(config.block_size),
     )
-    hash_fn = get_hash_fn_by_name(HASH_ALGO)
+    hash_fn = v1_eras.get_hash_fn_by_name(HASH_ALGO)
     init_none_hash(hash_fn)
     hasher = get_request_block_hasher(config.block_size, hash_fn)
     return BuiltScheduler(scheduler=scheduler, block_hasher=hasher, model_dir=model_dir)
@@ -87,6 +88,7 @@ def build_scheduler(config: EngineConfig) -> BuiltScheduler:
 def _attention_spec(config: EngineConfig, group: int) -> AttentionSpec:
     kv_group = config.kv_cache_groups[group]
     shape = {"block_size": config.block_size, "num_kv_heads": 1, "head_size": 1}
+    shape.update(v1_eras.attention_spec_kwargs(FullAttentionSpec))
     if kv_group.kind == "sliding":
         return SlidingWindowSpec(
             **shape, dtype=torch.float32, sliding_window=kv_group.sliding_window
@@ -101,17 +103,19 @@ def _vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
         dtype="float32",
         max_model_len=config.max_model_len,
         seed=0,
+        **v1_eras.model_config_kwargs(ModelConfig),
     )
+    has_encoder_flag = v1_eras.has_param(SchedulerConfig, "is_encoder_decoder")
     scheduler_config = SchedulerConfig(
         max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens,
         max_model_len=config.max_model_len,
         enable_chunked_prefill=config.enable_chunked_prefill,
         long_prefill_token_threshold=config.long_prefill_token_threshold,
-        is_encoder_decoder=False,
         async_scheduling=is_async_scheduling(config),
         policy=config.extra.get("policy", "fcfs"),
         **scheduler_kwargs(config.extra),
+        **({"is_encoder_decoder": False} if has_encoder_flag else {}),  # 0.11.1 on
     )
     cache_config = CacheConfig(
         block_size=config.block_size,

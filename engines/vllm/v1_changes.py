@@ -36,6 +36,14 @@ def _ids(blocks: Iterable[Any]) -> list[int]:
     return [b.block_id for b in blocks]
 
 
+def _touched(blocks: Iterable[Any]) -> list[int]:
+    """touch() takes a list of blocks (0.2x on) or one list per KV-cache group (before)."""
+    out: list[int] = []
+    for item in blocks:
+        out += _ids(item) if isinstance(item, list | tuple) else [item.block_id]
+    return out
+
+
 def _cached_full(args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> list[int]:
     blocks = _arg(args, kwargs, 1, "blocks")
     first = _arg(args, kwargs, 2, "num_cached_blocks")
@@ -46,7 +54,7 @@ def _cached_full(args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> list[
 # method -> the ids of the blocks a call changes (from its arguments and result)
 _CHANGES: dict[str, Ids] = {
     "get_new_blocks": lambda args, kwargs, result: _ids(result),
-    "touch": lambda args, kwargs, result: _ids(_arg(args, kwargs, 0, "blocks")),
+    "touch": lambda args, kwargs, result: _touched(_arg(args, kwargs, 0, "blocks")),
     "cache_full_blocks": _cached_full,
     "cache_partial_block": lambda args, kwargs, result: _ids([_arg(args, kwargs, 1, "block")]),
     "move_block_hashes": lambda args, kwargs, result: _ids(args[:2] or kwargs.values()),

@@ -1,6 +1,7 @@
 """fit_config for vllm-v1: the shared rules (common.fit_config) and those of the scheduler
-options in EngineConfig.extra (engines/vllm/v1_options.py). No vLLM import: the fuzzer
-fits configs while it draws.
+options in EngineConfig.extra (engines/vllm/v1_options.py), then what the installed
+release lacks (`_fit_release`). vLLM's config classes are read only where vLLM is
+installed: the fuzzer fits configs while it draws, with or without vLLM.
 
 vLLM 0.33 refuses (SchedulerConfig.verify_max_model_len):
 
@@ -24,15 +25,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from schedcheck.engines.protocol import EngineConfig
+from schedcheck.engines.protocol import EngineConfig, is_async_scheduling
+from schedcheck.engines.vllm import v1_eras
 from schedcheck.engines.vllm.common import fit_config
 
+OPTION_PREFIX = "vllm:"  # as v1_options.OPTION_PREFIX (which imports vLLM)
 ACTIVE_SEQS_KEY = "vllm:max_num_active_seqs"
 SCHEDULED_TOKENS_KEY = "vllm:max_num_scheduled_tokens"
 
 
 def fit_config_v1(config: EngineConfig) -> EngineConfig:
-    config = fit_config(config)
+    config = _fit_release(fit_config(config))
     extra = dict(config.extra)
     active = _int_or_none(extra.get(ACTIVE_SEQS_KEY))
     if active is not None and active > config.max_num_seqs:
@@ -41,6 +44,46 @@ def fit_config_v1(config: EngineConfig) -> EngineConfig:
     if not config.enable_chunked_prefill and scheduled is not None:
         extra[SCHEDULED_TOKENS_KEY] = str(max(scheduled, config.max_model_len))
     return config if extra == config.extra else dataclasses.replace(config, extra=extra)
+
+
+def _fit_release(config: EngineConfig) -> EngineConfig:
+    """Fit away what the installed release lacks (engines/vllm/v1_eras.py): the `vllm:`
+    options its SchedulerConfig has no field for (e.g. max_num_scheduled_tokens before
+    0.2x, the queue limits before 0.3x), drafts before 0.11.0 (the scheduler took
+    them in ModelRunnerOutput then, which the adapter does not drive), and drafts with
+    async scheduling where the release refuses that pair (0.12.0). Without vLLM
+    installed, nothing is moved."""
+    fields = v1_eras.scheduler_config_fields()
+    if not fields:
+        return config
+    extra = {
+        k: v
+        for k, v in config.extra.items()
+        if not k.startswith(OPTION_PREFIX) or k[len(OPTION_PREFIX) :] in fields
+    }
+    changes: dict[str, object] = {} if extra == config.extra else {"extra": extra}
+    if config.num_speculative_tokens and not v1_eras.has_draft_token_ids_api():
+        changes["num_speculative_tokens"] = 0
+    elif (
+        config.num_speculative_tokens
+        and is_async_scheduling(config)
+        and not v1_eras.async_drafts_accepted()
+    ):
+        changes["num_speculative_tokens"] = 0  # the release refuses n-gram drafts when async
+    config = dataclasses.replace(config, **changes) if changes else config
+    return _fit_refused_spec_budget(config)
+
+
+def _fit_refused_spec_budget(config: EngineConfig) -> EngineConfig:
+    """0.25.0 refuses max_num_scheduled_tokens with drafts unless it leaves the drafts'
+    slots in max_num_batched_tokens; probed on the config itself (vLLM's own check),
+    and the option dropped where refused."""
+    if not config.num_speculative_tokens or SCHEDULED_TOKENS_KEY not in config.extra:
+        return config
+    if v1_eras.vllm_config_accepted(config):
+        return config
+    extra = {k: v for k, v in config.extra.items() if k != SCHEDULED_TOKENS_KEY}
+    return dataclasses.replace(config, extra=extra)
 
 
 def _int_or_none(text: str | None) -> int | None:

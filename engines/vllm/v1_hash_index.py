@@ -20,10 +20,9 @@ answers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-from vllm.v1.core.kv_cache_utils import get_block_hash, get_group_id
 
 
 class BlockHashIndex:
@@ -44,9 +43,9 @@ class BlockHashIndex:
                     del self._where[h]
         for request_id, request in requests.items():
             indexed = self._hashes_of.setdefault(request_id, [])
-            block_hashes = request.block_hashes
+            block_hashes = getattr(request, "block_hashes", ())  # 0.10.1.1: in the manager
             for i in range(len(indexed), len(block_hashes)):  # bounded: the new hashes
-                h = bytes(block_hashes[i])
+                h = _request_hash_key(block_hashes[i])
                 indexed.append(h)
                 self._where.setdefault(h, []).append((request_id, i))
 
@@ -54,15 +53,37 @@ class BlockHashIndex:
         self, hashes: Sequence[bytes], block_size: int, grouped: bool
     ) -> list[tuple[str, int, int] | None]:
         """Per cached hash (with vLLM's group id when `grouped`): (request id, position of
-        the block's last token, KV-cache group), or None for a hash no live request names."""
+        the block's last token, KV-cache group), or None for a hash no live request names
+        (or, before 0.11.0, any hash with a group id: those are not bytes to split)."""
         assert block_size >= 1
+        split = _group_split() if grouped else None
         out: list[tuple[str, int, int] | None] = []
         for h in hashes:
-            plain, group = (bytes(get_block_hash(h)), get_group_id(h)) if grouped else (h, 0)
-            where = self._where.get(plain)
+            plain, group = (h, 0) if split is None else split(h)
+            where = None if grouped and split is None else self._where.get(plain)
             if where is None:
                 out.append(None)
                 continue
             request_id, block_index = where[0]
             out.append((request_id, (block_index + 1) * block_size - 1, group))
         return out
+
+
+def _request_hash_key(block_hash: Any) -> bytes:
+    """A request's block hash as the snapshot names cached hashes (v1_eras.block_hash_bytes):
+    vLLM's bytes from 0.11.0 on, else the repr of 0.10.1.1's BlockHash NamedTuple."""
+    if isinstance(block_hash, bytes | bytearray | memoryview):
+        return bytes(block_hash)
+    return repr(block_hash).encode()
+
+
+@functools.cache
+def _group_split() -> Callable[[bytes], tuple[bytes, int]] | None:
+    """(hash, group id) of a BlockHashWithGroupId's bytes, where the release packs it so
+    (get_group_id exists: 0.11.0 on); None before."""
+    from vllm.v1.core import kv_cache_utils
+
+    if not hasattr(kv_cache_utils, "get_group_id"):
+        return None
+    get_block_hash, get_group_id = kv_cache_utils.get_block_hash, kv_cache_utils.get_group_id
+    return lambda h: (bytes(get_block_hash(h)), int(get_group_id(h)))

@@ -6,7 +6,8 @@ step (the protocol's rule).
 
 The null block. vLLM's BlockPool pops block 0 off the free queue at start-up and keeps it
 as `null_block`, a placeholder for table entries that hold no KV (sliding-window and Mamba
-groups); its ref_cnt is "not maintained" (block_pool.py), i.e. stays 0. With the one
+groups); its ref_cnt is "not maintained" (block_pool.py): 0.33 leaves it 0, older
+releases move it when a hybrid prefix hit touches or frees it. With the one
 full-attention group we build, no request's table ever holds it. This snapshot reports it
 as vLLM's own accounting does (`reset_prefix_cache`: "the null block is always marked as
 used"): ref_cnt 1, never free, never cached, in no block table, and lists it in
@@ -35,10 +36,10 @@ from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
-from vllm.v1.core.kv_cache_utils import get_block_hash
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from schedcheck.engines.vllm.v1_changes import BlockChangeLog
+from schedcheck.engines.vllm.v1_eras import block_hash_bytes
 from schedcheck.engines.vllm.v1_hash_index import BlockHashIndex
 
 NULL_BLOCK_REF_CNT = 1  # reported for vLLM's null block: held by the pool itself
@@ -83,9 +84,13 @@ class V1KVSnapshot:
     def ref_cnt(self) -> npt.NDArray[np.int64]:
         blocks = self._pool.blocks
         out = np.fromiter((b.ref_cnt for b in blocks), np.int64, len(blocks))
-        null_id = self._pool.null_block.block_id
-        assert out[null_id] == 0, "vLLM's null block ref_cnt is not maintained (stays 0)"
-        out[null_id] = NULL_BLOCK_REF_CNT
+        null = self._pool.null_block
+        # its ref_cnt is "not maintained": 0.33 leaves it 0, older releases' touch() and
+        # free_blocks() move it (hybrid prefix hits). Before 0.25.0, cache_full_blocks
+        # may even give it a hash (a sliding window nulled a block before it was cached):
+        # cached_blocks() reports that as it is, for the invariants to judge
+        assert null.prev_free_block is None, "vLLM's null block is in its free list"
+        out[null.block_id] = NULL_BLOCK_REF_CNT
         return out
 
     def free_block_ids(self) -> Sequence[int]:
@@ -125,9 +130,8 @@ class V1KVSnapshot:
     def hash_of(self, ids: npt.NDArray[np.int64]) -> list[bytes | None]:
         blocks = self._pool.blocks
         hashes = [blocks[b].block_hash for b in ids.tolist()]
-        if len(self._managers) > 1:  # the group id stays, as in cached_blocks()
-            return [None if h is None else bytes(h) for h in hashes]
-        return [None if h is None else bytes(get_block_hash(h)) for h in hashes]
+        keep_group = len(self._managers) > 1  # the group id stays, as in cached_blocks()
+        return [None if h is None else block_hash_bytes(h, keep_group) for h in hashes]
 
     def hash_positions(self, hashes: Sequence[bytes]) -> list[tuple[str, int, int] | None]:
         """Per cached hash (as `cached_blocks` gives it): (request id, position of the last
@@ -155,10 +159,9 @@ class V1KVSnapshot:
 
     def cached_blocks(self) -> Mapping[int, bytes]:
         """block id -> vLLM's BlockHash (bytes, group id stripped), in block-id order."""
-        if len(self._managers) > 1:  # the group id stays: groups hold different KV
-            return {b.block_id: bytes(b.block_hash) for b in self._pool.blocks if b.block_hash}
+        keep_group = len(self._managers) > 1  # the group id stays: groups hold different KV
         return {
-            b.block_id: bytes(get_block_hash(b.block_hash))
+            b.block_id: block_hash_bytes(b.block_hash, keep_group)
             for b in self._pool.blocks
             if b.block_hash is not None
         }

@@ -19,8 +19,10 @@ from schedcheck.sim.bisect import (
 )
 from schedcheck.sim.commands.common import UsageError, add_json_flag, progress, run_guarded
 
-# releases with a tox env in this repository (tox.ini), oldest first
-RELEASES = ("0.5.4", "0.6.0", "0.33.0")
+# releases with a tox env in this repository (tox.ini), oldest first; any other
+# `vllm-v1-RELEASE` env found under --tox-dir is tried too
+RELEASES = ("0.5.4", "0.6.0", "0.10.1.1", "0.11.0", "0.11.1", "0.12.0", "0.25.0", "0.33.0")
+V1_ENV_PREFIX = "vllm-v1-"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,9 +71,9 @@ def _releases(args: argparse.Namespace, pythons: dict[str, Path]) -> list[str]:
     if args.releases:
         chosen = [r.strip() for r in args.releases.split(",")]
     elif args.all:
-        chosen = list(RELEASES)
+        chosen = list(pythons)
     else:
-        chosen = [r for r in RELEASES if pythons[r].exists()] or list(RELEASES)
+        chosen = [r for r, python in pythons.items() if python.exists()] or list(RELEASES)
     for release in chosen:
         try:
             release_key(release)
@@ -80,8 +82,24 @@ def _releases(args: argparse.Namespace, pythons: dict[str, Path]) -> list[str]:
     return sorted(set(chosen), key=release_key)
 
 
+def _found_v1_releases(tox_dir: Path) -> list[str]:
+    """The releases of the `vllm-v1-RELEASE` envs under tox_dir (a name that is not a
+    release number is skipped)."""
+    found = []
+    for env in sorted(tox_dir.glob(V1_ENV_PREFIX + "*")):
+        release = env.name[len(V1_ENV_PREFIX) :]
+        try:
+            release_key(release)
+        except ValueError:
+            continue
+        found.append(release)
+    return found
+
+
 def _pythons(args: argparse.Namespace) -> dict[str, Path]:
-    pythons = {r: Path(args.tox_dir) / tox_env(r) / "bin" / "python" for r in RELEASES}
+    tox_dir = Path(args.tox_dir)
+    releases = sorted({*RELEASES, *_found_v1_releases(tox_dir)}, key=release_key)
+    pythons = {r: tox_dir / tox_env(r) / "bin" / "python" for r in releases}
     for item in args.env:
         release, sep, python = item.partition("=")
         if not sep or not python:

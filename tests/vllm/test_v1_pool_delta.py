@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from vllm_driver import NEEDS_VLLM_V1
+from vllm_driver import NEEDS_VLLM_V1, frees_unhashed_blocks_to_the_head, skip_unless_drafts
 
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.sim.cost_model import profile
@@ -44,7 +44,21 @@ def test_a_block_appended_twice_to_vllms_free_list_is_found_at_its_step():
     sim = Simulation(_trace(), "planted_v1_engine:make_engine", CFG, SimOptions(), profile("unit"))
     result = sim.run()
     assert sim.engine.planted == (6, 3)
-    assert [(v.invariant, v.step, v.block, v.message) for v in result.violations] == [
+    found = [(v.invariant, v.step, v.block, v.message) for v in result.violations]
+    if not frees_unhashed_blocks_to_the_head():
+        # before 0.2x block 3 was appended at the tail when freed: appended again, the walk
+        # still reaches every block and finds one entry short of the count
+        assert found == [
+            (
+                "block-pool.free-queue",
+                6,
+                -1,
+                "the free queue counts 199990 entries but holds 199989: a block was linked "
+                "in twice or unlinked unseen",
+            )
+        ]
+        return
+    assert found == [
         (
             "block-pool.free-queue",
             6,
@@ -68,6 +82,8 @@ def test_sliding_window_groups_are_followed_incrementally(num_speculative_tokens
     """Full + sliding-window groups: each request's table is its groups concatenated, named
     rewritten every step, so the check stays in step without a full sweep between the first
     step's and the end's, and agrees with the full sweep every step."""
+    if num_speculative_tokens:
+        skip_unless_drafts()
     config = dataclasses.replace(
         CFG, num_gpu_blocks=64, kv_groups="full,sliding:20",
         num_speculative_tokens=num_speculative_tokens,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from schedcheck.sim.bisect import tox_env
 from schedcheck.sim.fuzz.regression import assert_caught
 
 BUNDLES = sorted((Path(__file__).resolve().parent / "bundles").iterdir())
@@ -30,5 +31,37 @@ def _vllm_version() -> str | None:
 def test_the_finding_reproduces(bundle: Path) -> None:
     version = bundle.name.split("-", 1)[0]
     if _vllm_version() != version:
-        pytest.skip(f"needs vllm=={version} (tox -e vllm-v{version} or vllm-v1)")
+        pytest.skip(f"needs vllm=={version} (tox -e {tox_env(version)})")
     assert_caught(bundle, None)
+
+
+# bundles recorded in one release that fail as the same kind in others (docs/bisect.md,
+# measured with `schedcheck bisect`): replayed there too, the kind checked (the schedule,
+# and so the fingerprint, may differ between releases)
+ALSO_FAILS_IN = {
+    "0.11.0-v1-priority-engine-crash": ("0.10.1.1",),
+    "0.33.0-spec-engine-crash": ("0.25.0",),
+    "0.33.0-v1-liveness-scheduled-tokens": ("0.25.0",),
+    "0.11.1-v1-async-sliding-block-pool-cached-unwritten": ("0.10.1.1", "0.11.0", "0.12.0"),
+    "0.25.0-spec-priority-block-pool-hash-content": ("0.33.0",),
+}
+ALSO = [(name, release) for name, releases in ALSO_FAILS_IN.items() for release in releases]
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(("name", "release"), ALSO, ids=[f"{n}@{r}" for n, r in ALSO])
+def test_the_finding_also_fails_in_the_releases_it_applies_to(name: str, release: str) -> None:
+    if _vllm_version() != release:
+        pytest.skip(f"needs vllm=={release} (tox -e {tox_env(release)})")
+    from schedcheck.sim.bisect import recorded_kind
+    from schedcheck.sim.bundles import rerun_bundle
+
+    bundle = Path(__file__).resolve().parent / "bundles" / name
+    result, _ = rerun_bundle(bundle)
+    kind = recorded_kind(bundle)
+    found = (
+        "liveness"
+        if result.stuck
+        else (result.violations[0].invariant if result.violations else "clean")
+    )
+    assert found == kind

@@ -1,4 +1,5 @@
-"""vLLM 0.33's real v1 Scheduler + KVCacheManager behind the Engine protocol (tox -e vllm-v1).
+"""vLLM v1's real Scheduler + KVCacheManager behind the Engine protocol (tox -e vllm-v1, 0.33.0;
+vllm-v1-RELEASE for the other releases the adapter drives).
 
 Block size 4; vLLM keeps block 0 as its null block, so the first request gets block 1.
 Stand-in tokens: 1000 + 10 * step + sum of the id's bytes ("a" -> +97, "b" -> +98).
@@ -7,7 +8,14 @@ Stand-in tokens: 1000 + 10 * step + sum of the id's bytes ("a" -> +97, "b" -> +9
 from __future__ import annotations
 
 import pytest
-from vllm_driver import NEEDS_VLLM_V1, check_snapshot, request, run_step, summary
+from vllm_driver import (
+    NEEDS_VLLM_V1,
+    check_snapshot,
+    frees_unhashed_blocks_to_the_head,
+    request,
+    run_step,
+    summary,
+)
 
 from schedcheck.engines.protocol import EngineConfig, FinishedRequest
 
@@ -70,8 +78,11 @@ def test_shared_prefix_with_chunked_prefill():
         FinishedRequest("b", (1118, 1128), "length"),
     ]
     snap = engine.kv_snapshot()
-    # freed tail first: unhashed 3, 4 to the head (reused first), hashed 2, 1 to the tail
-    assert list(snap.free_block_ids()) == [4, 3, *range(5, 16), 2, 1]
+    if frees_unhashed_blocks_to_the_head():  # 0.2x on
+        # freed tail first: unhashed 3, 4 to the head (reused first), hashed 2, 1 to the tail
+        assert list(snap.free_block_ids()) == [4, 3, *range(5, 16), 2, 1]
+    else:  # before: every freed block to the tail, in the order freed: a's 3, b's 4, 2, 1
+        assert list(snap.free_block_ids()) == [*range(5, 16), 3, 4, 2, 1]
     assert sorted(snap.cached_blocks()) == [1, 2]
     assert not engine.has_unfinished_requests()
     assert run_step(engine).output.finished_req_ids == ("a", "b")

@@ -1,4 +1,5 @@
-"""vLLM 0.33's scheduler options behind the vllm-v1 adapter (tox -e vllm-v1): async
+"""vLLM v1's scheduler options behind the vllm-v1 adapter (tox -e vllm-v1; a test of an
+option an older release lacks skips there, naming the release): async
 scheduling's placeholders, the API server's queue limits, priority preemption of a request
 scheduled in the same step, --vllm-option validation.
 
@@ -12,9 +13,18 @@ import subprocess
 import sys
 
 import numpy as np
-from vllm_driver import NEEDS_VLLM_V1, request, summary
+import pytest
+from vllm_driver import (
+    NEEDS_VLLM_V1,
+    needs_options,
+    needs_release,
+    request,
+    summary,
+    vllm_version,
+)
 
 from schedcheck.engines.protocol import EngineConfig, EngineRequest
+from schedcheck.engines.vllm.v1_eras import release_key
 
 pytestmark = NEEDS_VLLM_V1
 
@@ -31,6 +41,7 @@ def _engine(extra=None, **overrides):
     return make_engine("vllm-v1", EngineConfig(**base, extra=extra or {}))
 
 
+@needs_release("0.11.1", "0.11.0's AsyncScheduler schedules a step past max_tokens (seen here)")
 def test_async_scheduling_schedules_a_step_before_the_previous_one_is_applied():
     """Step 2 is scheduled before step 1's token reaches vLLM: a's decode runs position 10
     as a placeholder (-1); the step after max_tokens is known to be reached is empty."""
@@ -53,6 +64,7 @@ def test_async_scheduling_schedules_a_step_before_the_previous_one_is_applied():
     assert not engine.has_unfinished_requests()
 
 
+@needs_options("max_num_queued_reqs")
 def test_a_request_over_max_num_queued_reqs_is_rejected_as_the_api_server_does():
     engine = _engine({"vllm:max_num_queued_reqs": "1"})
     engine.add_request(request("a", PROMPT, 1))
@@ -64,6 +76,7 @@ def test_a_request_over_max_num_queued_reqs_is_rejected_as_the_api_server_does()
     assert engine.rare_path_counts()["queue-full-rejection"] == 1
 
 
+@needs_options("max_num_queued_tokens")
 def test_a_request_over_max_num_queued_tokens_is_rejected():
     """a's 10 prompt tokens have no output yet: 10 >= 10 refuses b."""
     engine = _engine({"vllm:max_num_queued_tokens": "10"})
@@ -81,6 +94,7 @@ def _prioritized(rid: str, prompt, priority: int) -> EngineRequest:
     return EngineRequest(request_id=rid, prompt_token_ids=arr, max_tokens=4, priority=priority)
 
 
+@needs_release("0.11.1", "0.11.0 keeps the preempted request scheduled (the test below)")
 def test_priority_preempts_the_request_it_scheduled_earlier_in_the_same_step():
     """3 usable blocks. low (priority 1) is admitted first, alone: block 1. Step 2: low's
     decode takes block 2, high (priority 0) is admitted into block 3. Step 3: low, first in
@@ -105,6 +119,9 @@ def test_priority_preempts_the_request_it_scheduled_earlier_in_the_same_step():
     assert engine.rare_path_counts()["preempt-scheduled-same-step"] == 1
 
 
+@needs_options(
+    "watermark", "max_num_scheduled_tokens", "scheduler_reserve_full_isl", "max_num_queued_reqs"
+)
 def test_vllm_options_reach_the_scheduler_config():
     engine = _engine(
         {
@@ -134,6 +151,7 @@ def _replay(*flags: str) -> subprocess.CompletedProcess:
     )
 
 
+@needs_release("0.33.0", "the known-option list is 0.33.0's SchedulerConfig")
 def test_an_unknown_vllm_option_is_exit_2_naming_the_known_ones():
     done = _replay("--vllm-option", "bogus=1")
     assert done.returncode == 2
@@ -146,6 +164,7 @@ def test_an_unknown_vllm_option_is_exit_2_naming_the_known_ones():
     )
 
 
+@needs_options("watermark")
 def test_a_vllm_option_of_the_wrong_type_or_owned_by_a_flag_is_exit_2():
     done = _replay("--vllm-option", "watermark=high")
     assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (
@@ -175,6 +194,7 @@ def test_requests_added_at_one_simulated_time_get_increasing_arrival_times():
     assert stamps == [0.0, 1e-6, 2e-6]
 
 
+@needs_options("max_num_active_seqs", "scheduler_reserve_full_isl")  # the bundle's
 def test_the_tied_arrivals_liveness_was_a_harness_false_positive():
     """The first priority campaign's liveness finding: r7 and r9 arrived in one tick with
     one priority, so max((priority, arrival_time)) picked the head of the running queue
@@ -188,3 +208,25 @@ def test_the_tied_arrivals_liveness_was_a_harness_false_positive():
     result, recorded = rerun_bundle(bundle)
     assert recorded.summary["stuck"]  # it was recorded as a liveness failure
     assert (result.exit_code, result.finished, result.steps) == (0, 5, 27)
+
+
+@pytest.mark.skipif(
+    vllm_version() is None or release_key(vllm_version() or "0") >= (0, 11, 1),
+    reason="a bug of vLLM 0.11.0 and older, fixed in 0.11.1",
+)
+def test_0_11_0_keeps_a_request_it_preempted_in_num_scheduled_tokens():
+    """The scenario above before 0.11.1: the priority policy preempts low after scheduling
+    it, but low stays in num_scheduled_tokens (0.11.1 also drops its tokens, blocks and
+    drafts from the step). 0.11.0: the adapter reports it as the engine's fault; 0.10.1.1:
+    vLLM's own count check at the end of schedule() fails first. Both: engine-crash."""
+    engine = _engine({"policy": "priority"}, num_gpu_blocks=4, max_num_batched_tokens=8)
+    engine.add_request(_prioritized("low", range(100, 104), priority=1))
+    engine.update_from_output(engine.schedule(), {"low": 7001})
+    engine.add_request(_prioritized("high", range(200, 204), priority=0))
+    engine.update_from_output(engine.schedule(), {"low": 7002, "high": 7003})
+    with pytest.raises(AssertionError) as raised:
+        engine.schedule()
+    if vllm_version() == "0.10.1.1":
+        assert raised.traceback[-1].path.name == "scheduler.py"  # vLLM's assert
+    else:
+        assert "vLLM scheduled ['low'] in num_scheduled_tokens" in str(raised.value)

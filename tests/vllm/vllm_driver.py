@@ -22,6 +22,12 @@ from schedcheck.engines.protocol import (
     ScheduledRequest,
     SchedulerOutput,
 )
+from schedcheck.engines.vllm.v1_eras import (
+    NEWEST,
+    SUPPORTED_RANGE,
+    release_key,
+    unsupported_reason,
+)
 
 TOKEN_BASE = 1000
 
@@ -34,11 +40,57 @@ def vllm_version() -> str | None:
         return None
 
 
-# the marks of a module of tests against vLLM 0.33.0 (the vllm-v1 tox env)
+HAS_V1 = unsupported_reason(vllm_version()) is None
+# the marks of a module of tests against any v1 release the adapter drives (the vllm-v1
+# tox env is 0.33.0; vllm-v1-RELEASE the others)
 NEEDS_VLLM_V1 = [
     pytest.mark.vllm,
-    pytest.mark.skipif(vllm_version() != "0.33.0", reason="needs vllm==0.33.0 (tox -e vllm-v1)"),
+    pytest.mark.skipif(
+        not HAS_V1,
+        reason=f"needs a vLLM v1 release {SUPPORTED_RANGE} (tox -e vllm-v1, vllm-v1-RELEASE)",
+    ),
 ]
+
+
+def needs_release(first: str, feature: str) -> pytest.MarkDecorator:
+    """Skip where the installed release predates `first`, the release that has `feature`."""
+    version = vllm_version()
+    older = version is not None and release_key(version) < release_key(first)
+    return pytest.mark.skipif(older, reason=f"{feature}: vLLM {first} on (installed {version})")
+
+
+def needs_options(*names: str) -> pytest.MarkDecorator:
+    """Skip where the installed release's SchedulerConfig lacks one of these fields."""
+    from schedcheck.engines.vllm.v1_eras import scheduler_config_fields
+
+    fields = scheduler_config_fields() if HAS_V1 else frozenset(names)
+    missing = [n for n in names if n not in fields]
+    return pytest.mark.skipif(
+        bool(missing),
+        reason=f"SchedulerConfig.{', '.join(missing)}: absent in vLLM {vllm_version()} "
+        f"(present in {NEWEST})",
+    )
+
+
+def skip_unless_drafts(async_scheduling: bool = False) -> None:
+    """Skip where the release cannot take our drafts: before 0.11.0 (no
+    update_draft_token_ids: drafts came in ModelRunnerOutput.spec_token_ids), or with async
+    scheduling where it refuses n-gram drafts (0.12.0: "only supported with EAGLE/MTP").
+    The fuzzer's fit_config turns the drafts off there."""
+    from schedcheck.engines.vllm.v1_eras import async_drafts_accepted, has_draft_token_ids_api
+
+    if not has_draft_token_ids_api():
+        pytest.skip(f"vLLM {vllm_version()} has no update_draft_token_ids (0.11.0 on)")
+    if async_scheduling and not async_drafts_accepted():
+        pytest.skip(f"vLLM {vllm_version()} refuses async scheduling with n-gram drafts")
+
+
+def frees_unhashed_blocks_to_the_head() -> bool:
+    """0.2x on: BlockPool.free_blocks prepends unhashed blocks (FreeKVCacheBlockQueue has
+    prepend_n); before, every freed block goes to the tail."""
+    from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue
+
+    return hasattr(FreeKVCacheBlockQueue, "prepend_n")
 
 
 def request(rid: str, prompt: Iterable[int], max_tokens: int) -> EngineRequest:
