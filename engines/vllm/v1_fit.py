@@ -24,6 +24,7 @@ max_num_scheduled_tokens is raised to max_model_len there.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from schedcheck.engines.protocol import EngineConfig, is_async_scheduling
 from schedcheck.engines.vllm import v1_eras
@@ -61,7 +62,7 @@ def _fit_release(config: EngineConfig) -> EngineConfig:
         for k, v in config.extra.items()
         if not k.startswith(OPTION_PREFIX) or k[len(OPTION_PREFIX) :] in fields
     }
-    changes: dict[str, object] = {} if extra == config.extra else {"extra": extra}
+    changes: dict[str, Any] = {} if extra == config.extra else {"extra": extra}
     if config.num_speculative_tokens and not v1_eras.has_draft_token_ids_api():
         changes["num_speculative_tokens"] = 0
     elif (
