@@ -22,7 +22,7 @@ from schedcheck.sim.bundles import save_bundle
 from schedcheck.sim.cost_model import StepCostModel
 from schedcheck.sim.fuzz.ddmin import ddmin, subtrace
 from schedcheck.sim.fuzz.scenario import Scenario
-from schedcheck.sim.fuzz.swarm import kv_blocks_needed
+from schedcheck.sim.fuzz.swarm import blocks_to_run_alone
 from schedcheck.sim.fuzz.verdict import LIVENESS
 from schedcheck.sim.loop import RunResult, SimOptions, run
 from schedcheck.traces import read_trace
@@ -55,16 +55,18 @@ def _ddmin_requests(scenario: Scenario, still_fails: Callable[[Scenario], bool])
 
 
 def _fewest_blocks(scenario: Scenario, still_fails: Callable[[Scenario], bool]) -> Scenario:
-    """The scenario with the fewest blocks (of a few tried) that every request fits alone."""
-    blocks = scenario.config.num_gpu_blocks
-    caps = capabilities(scenario.engine)
-    need = caps.spare_blocks + max(
-        kv_blocks_needed(
-            scenario.requests,
-            scenario.config.block_size,
-            caps.kv_of_last_token,
-            scenario.config.num_lookahead_tokens,
-        )
+    """The scenario with the fewest blocks (of a few tried) that every request fits alone:
+    never below the swarm's own bound (`blocks_to_run_alone`: draft slots and every
+    KV-cache group counted), so a shrunk finding is one the swarm could have drawn, not a
+    request larger than the pool (which waits forever in an engine that admits it)."""
+    config = scenario.config
+    blocks = config.num_gpu_blocks
+    need = blocks_to_run_alone(
+        scenario.requests,
+        capabilities(scenario.engine),
+        config.block_size,
+        config.num_lookahead_tokens + config.num_speculative_tokens,
+        len(config.kv_cache_groups),
     )
     if blocks <= need:
         return scenario  # already tight, or an oversize scenario (a rejection path)

@@ -304,22 +304,33 @@ def kv_blocks_needed(
     return out
 
 
+def blocks_to_run_alone(
+    requests: tuple[TraceRequest, ...],
+    caps: Capabilities,
+    block_size: int,
+    num_draft_slots: int,
+    num_kv_groups: int,
+) -> int:
+    """The pool that runs the largest request alone: its blocks (draft slots included) in
+    every KV-cache group (each group holds its own blocks of the one pool), plus the
+    engine's spare blocks. The swarm never draws fewer (unless it draws an oversize
+    request on purpose), and the shrinker never tightens below it."""
+    assert num_kv_groups >= 1 and num_draft_slots >= 0
+    need_max = max(kv_blocks_needed(requests, block_size, caps.kv_of_last_token, num_draft_slots))
+    return need_max * num_kv_groups + caps.spare_blocks
+
+
 def draw_num_gpu_blocks(
     draw: st.DrawFn, spec: SwarmSpec, requests: tuple[TraceRequest, ...], knob: Knobs
 ) -> int:
-    """Enough blocks for the largest request alone, plus a drawn slack (or one too few),
-    plus the engine's spare blocks."""
-    caps = spec.capabilities
-    need_max = max(
-        kv_blocks_needed(
-            requests,
-            knob.block_size,
-            caps.kv_of_last_token,
-            knob.num_lookahead_tokens + knob.num_speculative_tokens,
-        )
+    """Enough blocks for the largest request alone, plus a drawn slack (or one too few)."""
+    need_max = blocks_to_run_alone(
+        requests,
+        spec.capabilities,
+        knob.block_size,
+        knob.num_lookahead_tokens + knob.num_speculative_tokens,
+        knob.num_kv_groups,
     )
-    need_max *= knob.num_kv_groups  # each group holds its own blocks of the one pool
-    need_max += caps.spare_blocks
     if spec.draws_oversize and draw(st.integers(0, 7)) == 7:
         return max(1, need_max - 1)
     return need_max + pick(draw, SLACK_BLOCKS)

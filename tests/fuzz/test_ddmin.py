@@ -73,3 +73,32 @@ def test_a_failing_bundle_shrinks_to_the_request_that_fails(tmp_path):
     small, before, after = shrink_bundle(bundle, tmp_path / "small")
     assert before >= 2 and after == 1  # the bundle holds the requests read before it stopped
     assert (small / "trace.jsonl").read_text().count("\n") == 1
+
+
+def test_shrinking_never_tightens_the_pool_below_one_request_in_every_group():
+    # 7 prompt + 2 output tokens: the reference engine holds KV for 8 of them, 10 with two
+    # draft slots: 3 blocks of 4 in each of two KV-cache groups = 6 blocks, no spare. Any
+    # fewer is a request larger than the pool, which the swarm never draws; the shrinker
+    # once counted neither the drafts nor the second group, and tightened this to 2.
+    from schedcheck.sim.fuzz.scenario import Scenario
+    from schedcheck.sim.fuzz.shrink import shrink_scenario
+
+    request = TraceRequest("r0", 0.0, 2, prompt_token_ids=tuple(range(1000, 1007)))
+    config = EngineConfig(
+        block_size=4,
+        num_gpu_blocks=40,
+        max_num_batched_tokens=16,
+        max_num_seqs=4,
+        num_speculative_tokens=2,
+        kv_groups="full,sliding:4",
+    )
+    scenario = Scenario("reference", (request,), config)
+    tried = []
+
+    def fails(candidate):
+        tried.append(candidate.config.num_gpu_blocks)
+        return True
+
+    shrunk = shrink_scenario(scenario, fails)
+    assert shrunk.config.num_gpu_blocks == 6
+    assert min(tried) == 6
