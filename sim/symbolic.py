@@ -760,15 +760,18 @@ class SymbolicExecutor:
         who = self.req_names[writer] if writer >= 0 else "?"
         pos, step = int(self.writer_pos[slot]), int(self.writer_step[slot])
         req = self.requests.get(who)
-        poisoned = (
-            req is not None and pos < req.num_tokens and req.ids[pos] ^ found == (hash_model.POISON)
-        )
-        what = "a KV entry computed from a wrong token" if poisoned else "the KV"
+        truth = req.ids[pos] if req is not None and pos < req.num_tokens else None
+        untagged, group = _untag(found, truth)  # a hybrid cache: the writer's group tag
+        where = f", KV-cache group {group}" if group else ""
         if found == hash_model.DRAFT:
             what = "the draft KV (speculative decoding)"
-        elif not poisoned and req is not None and pos < req.num_tokens and req.ids[pos] != found:
+        elif truth is None or untagged == truth:
+            what = "the KV"
+        elif untagged ^ truth == hash_model.POISON:
+            what = "a KV entry computed from a wrong token"
+        else:
             what = "a rejected draft's KV"  # its own position, computed after drafted tokens
-        return f"{what} of {who} position {pos} (written at step {step})"
+        return f"{what} of {who} position {pos} (written at step {step}{where})"
 
     def _violate(self, invariant: str, step: int, request_id: str, message: str, **kw) -> None:
         self.violations.append(Violation(invariant, step, message, request_id=request_id, **kw))
@@ -790,3 +793,18 @@ class SymbolicExecutor:
         slots = base[:, None] + np.arange(self.block_size, dtype=I64)[None, :]
         content = self.shadow[slots]
         return content[:, -1], (content != 0).all(axis=1)
+
+
+GROUPS_MAX = 8  # KV-cache groups whose tags `_untag` tries (a hybrid model has 2 or 3)
+
+
+def _untag(found: np.uint64, truth: np.uint64 | None) -> tuple[np.uint64, int]:
+    """(the identity without its KV-cache group's tag, that group): the group whose tag
+    makes `found` the true identity or a poisoned one; else (found, 0)."""
+    if truth is None:
+        return found, 0
+    for group in range(GROUPS_MAX):  # bounded: only for a violation's message
+        untagged = found ^ hash_model.group_tag(group)
+        if untagged in (truth, truth ^ hash_model.POISON):
+            return untagged, group
+    return found, 0

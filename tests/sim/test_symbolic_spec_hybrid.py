@@ -172,6 +172,26 @@ def test_a_freed_out_of_window_block_holding_another_request_kv_is_not_read():
     assert (sampled, v) == ({"A": TRUE[1]}, [])
 
 
+def test_a_window_key_holding_another_request_group_kv_is_named_with_its_group():
+    """B writes its sliding-group KV into block 10, which A's table still names for keys
+    4..7: A's window read of key 7 finds B's KV of position 3, written by group 1 (its
+    identity carries group 1's tag: not a rejected draft's, as it was once described)."""
+    ex = SymbolicExecutor(num_blocks=16, block_size=BS)
+    ex.add_request("A", PROMPT_A)
+    other = np.arange(500, 504, dtype=np.int64)
+    ex.add_request("B", other)
+    groups = ([3, 1, 6], [9, 10, 11])
+    _step(ex, 1, _req("A", PROMPT_A, 0, 10, groups[0], groups=groups), kv_groups=HYBRID)
+    b = ScheduledRequest("B", 0, 4, 4, 4, other, (2,), group_block_tables=((2,), (10,)))
+    _step(ex, 2, b, kv_groups=HYBRID)
+    tokens = np.concatenate([PROMPT_A, [TRUE[0]]])
+    _, v = _step(ex, 3, _req("A", tokens, 10, 1, groups[0], groups=groups), kv_groups=HYBRID)
+    assert [(x.invariant, x.position, x.slot, x.block) for x in v] == [
+        ("shadow-kv.read", 7, 43, 10)
+    ]
+    assert v[0].found == "the KV of B position 3 (written at step 2, KV-cache group 1)"
+
+
 def test_a_block_freed_inside_the_window_is_a_read_of_the_null_block():
     ex = SymbolicExecutor(num_blocks=16, block_size=BS)
     ex.add_request("A", PROMPT_A)
