@@ -284,12 +284,17 @@ class VllmV1Engine:
             tables.drop(so.finished_req_ids)
         computed, admitted = self._update_tables(so)
         unmapped = set(so.num_scheduled_tokens) - set(computed)
-        # vLLM 0.11.0 under the priority policy: a request preempted after it was scheduled
-        # in the same call stays in num_scheduled_tokens (fixed in 0.11.1); the runner has
-        # no block table for it. Reported as the engine's fault (engine-crash), not mapped.
-        assert not unmapped, (
-            f"vLLM scheduled {sorted(unmapped)} in num_scheduled_tokens but as neither a new "
-            f"nor a cached request (preempted this step: {sorted(unmapped & preempted)})"
+        # vLLM 0.10.1.1 and 0.11.0 under the priority policy: a request preempted after it
+        # was scheduled in the same call stays in num_scheduled_tokens (fixed in 0.11.1);
+        # its blocks are freed. 0.11.0 lists it as neither a new nor a cached request,
+        # 0.10.1.1 as a cached one, with the block table it no longer holds. vLLM never
+        # schedules a request it preempted in the same call, so either is the engine's
+        # fault (engine-crash), reported here before the runner would use those blocks.
+        stale = sorted(unmapped | (set(so.num_scheduled_tokens) & preempted))
+        assert not stale, (
+            f"vLLM scheduled {stale} in num_scheduled_tokens though it preempted "
+            f"{sorted(set(stale) & preempted)} in the same call (listed as neither a new nor "
+            f"a cached request: {sorted(unmapped)})"
         )
         spec = so.scheduled_spec_decode_tokens
         scheduled = tuple(

@@ -44,6 +44,7 @@ ALSO_FAILS_IN = {
     "0.33.0-v1-liveness-scheduled-tokens": ("0.25.0",),
     "0.11.1-v1-async-sliding-block-pool-cached-unwritten": ("0.10.1.1", "0.11.0", "0.12.0"),
     "0.25.0-spec-priority-block-pool-cached-unwritten": ("0.33.0",),
+    "0.12.0-spec-priority-block-pool-cached-unwritten": ("0.11.1",),
 }
 ALSO = [(name, release) for name, releases in ALSO_FAILS_IN.items() for release in releases]
 
