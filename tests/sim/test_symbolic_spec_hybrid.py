@@ -153,17 +153,23 @@ def test_sliding_window_edge_key_is_read_and_a_stale_one_is_a_violation():
     assert v[0].expected == "the KV of A position 7 (KV-cache group sliding:4)"
 
 
-def test_a_freed_out_of_window_block_holding_another_request_kv_is_not_read():
-    """A's runner table still names block 9 for keys 0..3 (vLLM's runner keeps freed ids),
-    and B has since written its own KV there: A's window (keys 7..10) never reads it."""
+def _a_then_b_in_sliding_block(block_id):
+    """A prefilled in blocks 3, 1, 6 (full) and 9, 10, 11 (sliding); then B (4 tokens,
+    500..503) in block 2 (full) and `block_id` (sliding). Returns (ex, B's step)."""
     ex = SymbolicExecutor(num_blocks=16, block_size=BS)
     ex.add_request("A", PROMPT_A)
     other = np.arange(500, 504, dtype=np.int64)
     ex.add_request("B", other)
     groups = ([3, 1, 6], [9, 10, 11])
     _step(ex, 1, _req("A", PROMPT_A, 0, 10, groups[0], groups=groups), kv_groups=HYBRID)
-    b = ScheduledRequest("B", 0, 4, 4, 4, other, (2,), group_block_tables=((2,), (9,)))
-    sampled, v = _step(ex, 2, b, kv_groups=HYBRID)
+    b = ScheduledRequest("B", 0, 4, 4, 4, other, (2,), group_block_tables=((2,), (block_id,)))
+    return ex, _step(ex, 2, b, kv_groups=HYBRID)
+
+
+def test_a_freed_out_of_window_block_holding_another_request_kv_is_not_read():
+    """A's runner table still names block 9 for keys 0..3 (vLLM's runner keeps freed ids),
+    and B has since written its own KV there: A's window (keys 7..10) never reads it."""
+    ex, (sampled, v) = _a_then_b_in_sliding_block(9)
     assert v == [] and list(sampled) == ["B"]
     assert ex.writer_req[36] == ex.requests["B"].index  # block 9 now holds B's KV
     tokens = np.concatenate([PROMPT_A, [TRUE[0]]])
@@ -176,14 +182,8 @@ def test_a_window_key_holding_another_request_group_kv_is_named_with_its_group()
     """B writes its sliding-group KV into block 10, which A's table still names for keys
     4..7: A's window read of key 7 finds B's KV of position 3, written by group 1 (its
     identity carries group 1's tag: not a rejected draft's, as it was once described)."""
-    ex = SymbolicExecutor(num_blocks=16, block_size=BS)
-    ex.add_request("A", PROMPT_A)
-    other = np.arange(500, 504, dtype=np.int64)
-    ex.add_request("B", other)
+    ex, _ = _a_then_b_in_sliding_block(10)
     groups = ([3, 1, 6], [9, 10, 11])
-    _step(ex, 1, _req("A", PROMPT_A, 0, 10, groups[0], groups=groups), kv_groups=HYBRID)
-    b = ScheduledRequest("B", 0, 4, 4, 4, other, (2,), group_block_tables=((2,), (10,)))
-    _step(ex, 2, b, kv_groups=HYBRID)
     tokens = np.concatenate([PROMPT_A, [TRUE[0]]])
     _, v = _step(ex, 3, _req("A", tokens, 10, 1, groups[0], groups=groups), kv_groups=HYBRID)
     assert [(x.invariant, x.position, x.slot, x.block) for x in v] == [
