@@ -18,8 +18,8 @@ import sys
 import tempfile
 import time
 
-from schedcheck.sim.fuzz.campaign import CampaignOptions, run_campaign
-from schedcheck.sim.fuzz.swarm import SwarmSpec
+from schedcheck.fuzz.campaign import CampaignOptions, run_campaign
+from schedcheck.fuzz.swarm import SwarmSpec
 
 
 def measure(backend: str, workers: int, budget_s: float, seed: int) -> dict[str, float]:
@@ -53,7 +53,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from schedcheck.sim.ray_cluster import connect
+    from schedcheck.fuzz.ray_cluster import connect
 
     ray = connect(None)  # a local Ray on the loopback address, kept for every Ray row
     rows = []

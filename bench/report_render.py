@@ -34,7 +34,7 @@ LARGE_ARGS = ["--mutant", "stale-cache-hit", "--num-gpu-blocks", "1800"]
 
 
 def make_large(out: Path) -> Path:
-    cmd = [sys.executable, "-m", "schedcheck.sim", "replay", *LARGE_ARGS, "--out", str(out)]
+    cmd = [sys.executable, "-m", "schedcheck.cli", "replay", *LARGE_ARGS, "--out", str(out)]
     code = subprocess.run(cmd, capture_output=True, text=True, check=False).returncode
     assert code == 1, f"expected a finding (exit 1), got {code}"
     return out

@@ -29,7 +29,7 @@ from schedcheck.engines.vllm.common import fit_config_v0
 from schedcheck.engines.vllm.v1_fit import fit_config_v1
 
 # v1 reads priorities under --policy priority (the swarm draws that policy for vllm-v1 with
-# its other scheduler options: sim/fuzz/swarm_vllm.py; docs/vllm-surface.md)
+# its other scheduler options: fuzz/swarm_vllm.py; docs/vllm-surface.md)
 V1_CAPABILITIES = Capabilities(
     fit_config=fit_config_v1,
     priorities=True,

@@ -5,15 +5,15 @@ import json
 import adapters_declared
 from hypothesis import HealthCheck, given, settings
 
+from schedcheck.cli.main import main
 from schedcheck.engines import registry
 from schedcheck.engines.capabilities import UNDECLARED, Capabilities, config_refusals
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.reference.engine import CAPABILITIES
-from schedcheck.sim.cli import main
+from schedcheck.fuzz.campaign import CampaignOptions, run_campaign
+from schedcheck.fuzz.scenario import scenarios
+from schedcheck.fuzz.swarm import SwarmSpec
 from schedcheck.sim.coverage import RARE_PATHS, never_reached
-from schedcheck.sim.fuzz.campaign import CampaignOptions, run_campaign
-from schedcheck.sim.fuzz.scenario import scenarios
-from schedcheck.sim.fuzz.swarm import SwarmSpec
 from schedcheck.traces import TraceRequest, write_trace
 
 DECLARED = "adapters_declared:make_engine"

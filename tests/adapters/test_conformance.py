@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from schedcheck.cli.main import main
 from schedcheck.sim.bundles import rerun_bundle, same_violations
-from schedcheck.sim.cli import main
 from schedcheck.sim.conformance.checks import CHECKS
 
 NAMES = [c.name for c in CHECKS]

@@ -5,14 +5,14 @@ import json
 
 import pytest
 
+from schedcheck.cli.main import main
 from schedcheck.engines.protocol import EngineConfig
+from schedcheck.fuzz.scenario import Scenario
+from schedcheck.fuzz.verdict import judge
+from schedcheck.fuzz.worker import save_scenario_bundle
 from schedcheck.sim import loop
 from schedcheck.sim.arrivals import Arrivals
 from schedcheck.sim.bundles import save_bundle
-from schedcheck.sim.cli import main
-from schedcheck.sim.fuzz.scenario import Scenario
-from schedcheck.sim.fuzz.verdict import judge
-from schedcheck.sim.fuzz.worker import save_scenario_bundle
 from schedcheck.sim.symbolic import SymbolicExecutor
 from schedcheck.traces import TraceRequest
 

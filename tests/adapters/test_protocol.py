@@ -6,18 +6,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from schedcheck.cli.commands.fuzz import IGNORABLE
+from schedcheck.cli.main import main
 from schedcheck.engines.protocol import (
     EngineConfig,
     FinishedRequest,
     ScheduledRequest,
     SchedulerOutput,
 )
+from schedcheck.fuzz.campaign import CampaignOptions, run_campaign
+from schedcheck.fuzz.swarm import SwarmSpec
 from schedcheck.invariants.protocol import ProtocolChecker
 from schedcheck.sim.bundles import rerun_bundle, same_violations
-from schedcheck.sim.cli import main
-from schedcheck.sim.commands.fuzz import IGNORABLE
-from schedcheck.sim.fuzz.campaign import CampaignOptions, run_campaign
-from schedcheck.sim.fuzz.swarm import SwarmSpec
 from schedcheck.sim.loop import SimOptions, run
 from schedcheck.traces import TraceRequest, write_trace
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from schedcheck.cli.main import main
 from schedcheck.engines.protocol import EngineConfig, EngineRequest
-from schedcheck.sim.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 ENGINE = "decode_first_engine:make_engine"

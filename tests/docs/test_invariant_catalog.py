@@ -14,7 +14,7 @@ from pathlib import Path
 from schedcheck.invariants.catalog import INVARIANTS, INVARIANTS_BY_NAME
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("sim", "invariants", "engines", "gpu", "traces")
+PACKAGES = ("sim", "fuzz", "invariants", "engines", "gpu", "traces")
 BUILDERS = {"Violation", "_violate", "bad"}  # callables whose first argument is a name
 RUN_KINDS = {"liveness", "harness-crash", "engine-crash"}
 FILE_SUFFIXES = {"json", "jsonl", "txt", "py", "md", "xz", "gz", "csv"}  # outputs.json is a file

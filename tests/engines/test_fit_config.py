@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.registry import capabilities, fit_config
 from schedcheck.engines.vllm.common import refuse_lookahead
-from schedcheck.sim.fuzz.scenario import scenarios
-from schedcheck.sim.fuzz.swarm import SwarmSpec
+from schedcheck.fuzz.scenario import scenarios
+from schedcheck.fuzz.swarm import SwarmSpec
 
 
 def test_reference_configs_are_unchanged():

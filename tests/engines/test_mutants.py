@@ -23,6 +23,7 @@ from refengine_helpers import (
     tokens,
 )
 
+from schedcheck.cli.main import main
 from schedcheck.engines.metadata import build_metadata
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.reference.engine import make_engine
@@ -35,7 +36,6 @@ from schedcheck.engines.reference.mutants import (
     get_mutant,
     known_names,
 )
-from schedcheck.sim.cli import main
 
 # -- the catalog ---------------------------------------------------------------------------
 

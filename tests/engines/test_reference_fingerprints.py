@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.sim.fuzz.shrink import bundle_run
+from schedcheck.fuzz.shrink import bundle_run
 from schedcheck.sim.loop import RunResult, SimOptions, run
 from schedcheck.traces import read_trace
 from schedcheck.traces.generators import GenOptions, LengthSpec, generate

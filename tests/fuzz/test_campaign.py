@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from schedcheck.sim.fuzz.campaign import CampaignOptions, run_campaign
-from schedcheck.sim.fuzz.swarm import SwarmSpec
-from schedcheck.sim.fuzz.worker import WorkerJob, run_worker
+from schedcheck.fuzz.campaign import CampaignOptions, run_campaign
+from schedcheck.fuzz.swarm import SwarmSpec
+from schedcheck.fuzz.worker import WorkerJob, run_worker
 
 
 def _campaign(tmp_path, spec, **kw):
@@ -177,8 +177,8 @@ def test_a_replayed_finding_that_fails_differently_is_reported_as_it_fails_now(
 
 def test_the_config_tally_counts_drafts_kv_groups_and_each_extra_option():
     from schedcheck.engines.protocol import EngineConfig
-    from schedcheck.sim.fuzz.scenario import Scenario
-    from schedcheck.sim.fuzz.worker import tally_config
+    from schedcheck.fuzz.scenario import Scenario
+    from schedcheck.fuzz.worker import tally_config
     from schedcheck.traces.schema import TraceRequest
 
     configs: dict[str, dict[str, int]] = {}

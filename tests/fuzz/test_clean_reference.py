@@ -5,9 +5,9 @@ block manager. A failure here is a bug of the reference engine (or of the simula
 import pytest
 from hypothesis import given
 
-from schedcheck.sim.fuzz.scenario import Scenario, scenarios
-from schedcheck.sim.fuzz.swarm import SwarmSpec
-from schedcheck.sim.fuzz.verdict import outcome
+from schedcheck.fuzz.scenario import Scenario, scenarios
+from schedcheck.fuzz.swarm import SwarmSpec
+from schedcheck.fuzz.verdict import outcome
 
 
 def _check(scenario: Scenario) -> None:

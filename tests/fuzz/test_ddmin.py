@@ -2,10 +2,10 @@
 subtraces, and a bundle of a real failure shrunk to the requests that matter."""
 
 from schedcheck.engines.protocol import EngineConfig
+from schedcheck.fuzz.ddmin import ddmin, subtrace
+from schedcheck.fuzz.shrink import shrink_bundle
 from schedcheck.sim.bundles import save_bundle
 from schedcheck.sim.cost_model import profile
-from schedcheck.sim.fuzz.ddmin import ddmin, subtrace
-from schedcheck.sim.fuzz.shrink import shrink_bundle
 from schedcheck.sim.loop import SimOptions, run
 from schedcheck.traces.schema import TraceRequest
 
@@ -80,8 +80,8 @@ def test_shrinking_never_tightens_the_pool_below_one_request_in_every_group():
     # draft slots: 3 blocks of 4 in each of two KV-cache groups = 6 blocks, no spare. Any
     # fewer is a request larger than the pool, which the swarm never draws; the shrinker
     # once counted neither the drafts nor the second group, and tightened this to 2.
-    from schedcheck.sim.fuzz.scenario import Scenario
-    from schedcheck.sim.fuzz.shrink import shrink_scenario
+    from schedcheck.fuzz.scenario import Scenario
+    from schedcheck.fuzz.shrink import shrink_scenario
 
     request = TraceRequest("r0", 0.0, 2, prompt_token_ids=tuple(range(1000, 1007)))
     config = EngineConfig(

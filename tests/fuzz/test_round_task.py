@@ -10,12 +10,12 @@ import time
 from io import StringIO
 from pathlib import Path
 
+from schedcheck.cli.commands.campaign_progress import JsonLinesProgress
+from schedcheck.fuzz.campaign import CampaignOptions, run_campaign
+from schedcheck.fuzz.round_task import run_round_task, unpack_bundles
+from schedcheck.fuzz.swarm import SwarmSpec
+from schedcheck.fuzz.worker import WorkerJob
 from schedcheck.sim.bundle_data import pack_dir, unpack_dir
-from schedcheck.sim.commands.campaign_progress import JsonLinesProgress
-from schedcheck.sim.fuzz.campaign import CampaignOptions, run_campaign
-from schedcheck.sim.fuzz.round_task import run_round_task, unpack_bundles
-from schedcheck.sim.fuzz.swarm import SwarmSpec
-from schedcheck.sim.fuzz.worker import WorkerJob
 
 
 def _job(spec: SwarmSpec, out: Path) -> WorkerJob:
@@ -101,7 +101,7 @@ def test_json_progress_counts_examples_findings_and_rounds_in_flight():
 def test_ray_without_ray_is_bad_usage_with_the_install_hint(tmp_path):
     code = (
         "import sys; sys.modules['ray'] = None\n"
-        "from schedcheck.sim.cli import main\n"
+        "from schedcheck.cli.main import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     for argv in (

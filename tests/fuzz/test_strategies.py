@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from schedcheck.sim.fuzz.scenario import Scenario, scenarios
-from schedcheck.sim.fuzz.strategies import TICK_S, TraceFeatures, boundary_lengths, traces
-from schedcheck.sim.fuzz.swarm import SwarmSpec, kv_blocks_needed
+from schedcheck.fuzz.scenario import Scenario, scenarios
+from schedcheck.fuzz.strategies import TICK_S, TraceFeatures, boundary_lengths, traces
+from schedcheck.fuzz.swarm import SwarmSpec, kv_blocks_needed
 from schedcheck.traces import request_to_line
 from schedcheck.traces.reader import read_trace_lines
 

@@ -20,10 +20,10 @@ ray = pytest.importorskip("ray")  # (this folder is not named ray: it would shad
 from ray._private import state as ray_state  # noqa: E402 (per-node free CPUs)
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from schedcheck.sim.fuzz.campaign import CampaignOptions, run_campaign  # noqa: E402
-from schedcheck.sim.fuzz.swarm import SwarmSpec  # noqa: E402
-from schedcheck.sim.ray_cluster import sweep_runner  # noqa: E402
-from schedcheck.sim.sweep import SweepJob, grid, run_here, sweep  # noqa: E402
+from schedcheck.fuzz.campaign import CampaignOptions, run_campaign  # noqa: E402
+from schedcheck.fuzz.ray_cluster import sweep_runner  # noqa: E402
+from schedcheck.fuzz.swarm import SwarmSpec  # noqa: E402
+from schedcheck.fuzz.sweep import SweepJob, grid, run_here, sweep  # noqa: E402
 from schedcheck.traces import iter_trace  # noqa: E402
 
 pytestmark = pytest.mark.ray

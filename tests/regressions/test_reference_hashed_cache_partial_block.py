@@ -9,7 +9,7 @@ Replays the bundle (from tests/regressions/):
 
 from pathlib import Path
 
-from schedcheck.sim.fuzz.regression import assert_caught, assert_clean
+from schedcheck.fuzz.regression import assert_caught, assert_clean
 
 HERE = Path(__file__).resolve().parent
 BUNDLE = HERE / "bundles" / "reference_hashed_cache_partial_block"

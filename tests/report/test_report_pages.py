@@ -13,10 +13,10 @@ import pytest
 
 pytest.importorskip("plotly", reason="the `report` extra (plotly) is not installed")
 
+from schedcheck.cli.main import main
 from schedcheck.gpu.reports import Result, write_json
 from schedcheck.report.figures.finding import story_figure, timeline_figure
 from schedcheck.report.finding import build_finding
-from schedcheck.sim.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 REGRESSIONS = ROOT / "tests" / "regressions" / "bundles"

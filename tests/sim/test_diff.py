@@ -37,7 +37,7 @@ def test_different_outputs_are_a_violation():
 
 def test_diff_cli_json():
     proc = subprocess.run(
-        [sys.executable, "-m", "schedcheck.sim", "diff", "--engines", "reference,reference",
+        [sys.executable, "-m", "schedcheck.cli", "diff", "--engines", "reference,reference",
          "--block-managers", "hashed,radix", "--max-requests", "5", "--json"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

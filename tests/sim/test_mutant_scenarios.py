@@ -141,7 +141,7 @@ def test_replay_names_the_mutants_request_and_position(mutant, tmp_path):
     path = tmp_path / "trace.jsonl"
     write_trace(path, trace)
     bundle = tmp_path / "bundle"
-    cmd = [sys.executable, "-m", "schedcheck.sim", "replay", str(path), "--mutant", mutant,
+    cmd = [sys.executable, "-m", "schedcheck.cli", "replay", str(path), "--mutant", mutant,
            "--cost-profile", "unit", "--out", str(bundle), "--json", *_options(extra)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=os.environ.copy())
     assert proc.returncode == code, proc.stderr

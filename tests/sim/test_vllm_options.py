@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from schedcheck.engines.protocol import EngineConfig, is_async_scheduling
 from schedcheck.engines.registry import fit_config
+from schedcheck.fuzz.swarm import SwarmSpec, draw_knobs
+from schedcheck.fuzz.swarm_vllm import VLLM_FAMILIES
 from schedcheck.sim.coverage import never_reached
-from schedcheck.sim.fuzz.swarm import SwarmSpec, draw_knobs
-from schedcheck.sim.fuzz.swarm_vllm import VLLM_FAMILIES
 from schedcheck.sim.loop import pipeline_depth
 
 
@@ -108,7 +108,7 @@ def test_the_pipeline_depth_is_2_only_for_an_engine_that_models_async_scheduling
 
 def _replay(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "schedcheck.sim", "replay", "--max-requests", "2", *args],
+        [sys.executable, "-m", "schedcheck.cli", "replay", "--max-requests", "2", *args],
         capture_output=True,
         text=True,
         timeout=300,

@@ -102,7 +102,7 @@ def test_trace_stats_on_a_corrupt_xz_file_is_exit_2_with_file_and_line(tmp_path:
     bad = tmp_path / "bad.jsonl.xz"
     bad.write_bytes(b"not xz at all\n")
     done = subprocess.run(
-        [sys.executable, "-m", "schedcheck.sim", "trace", "stats", str(bad)],
+        [sys.executable, "-m", "schedcheck.cli", "trace", "stats", str(bad)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -119,7 +119,7 @@ def test_replay_reads_an_xz_trace_as_its_plain_copy(tmp_path: Path) -> None:
     fingerprints = []
     for name in ("t.jsonl", "t.jsonl.xz"):
         done = subprocess.run(
-            [sys.executable, "-m", "schedcheck.sim", "replay", str(tmp_path / name), "--json"],
+            [sys.executable, "-m", "schedcheck.cli", "replay", str(tmp_path / name), "--json"],
             capture_output=True,
             text=True,
             timeout=300,

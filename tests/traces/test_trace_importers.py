@@ -200,7 +200,7 @@ def test_cli_import_of_a_bad_source_exits_2_and_writes_nothing(tmp_path: Path) -
     name, text, line, expected = BAD[5]
     source, out = tmp_path / name, tmp_path / "out.jsonl"
     source.write_text(text, encoding="utf-8")
-    cli = [sys.executable, "-m", "schedcheck.sim", "trace", "import", str(source), "-o", str(out)]
+    cli = [sys.executable, "-m", "schedcheck.cli", "trace", "import", str(source), "-o", str(out)]
     result = subprocess.run(cli, capture_output=True, text=True, check=False)
     assert (result.returncode, result.stderr) == (2, f"{source}:{line}: {expected}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no output, no temp file

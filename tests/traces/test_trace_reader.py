@@ -143,7 +143,7 @@ def test_cli_exits_2_with_the_message(tmp_path: Path, bad: str, expected: str) -
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "schedcheck.sim", *args], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "schedcheck.cli", *args], capture_output=True, text=True, check=False
     )
 
 

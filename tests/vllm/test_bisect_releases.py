@@ -33,7 +33,7 @@ def _bisect(bundle: str, releases: str = "0.5.4,0.6.0") -> dict:
     path = REPO / "tests/vllm/bundles" / bundle
     argv = ["bisect", str(path), "--releases", releases, "--tox-dir", str(TOX_DIR)]
     done = subprocess.run(
-        [sys.executable, "-m", "schedcheck.sim", *argv, "--json"],
+        [sys.executable, "-m", "schedcheck.cli", *argv, "--json"],
         capture_output=True,
         text=True,
         timeout=1800,

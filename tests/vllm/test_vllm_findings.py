@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from schedcheck.sim.bisect import tox_env
-from schedcheck.sim.fuzz.regression import assert_caught
+from schedcheck.fuzz.bisect import tox_env
+from schedcheck.fuzz.regression import assert_caught
 
 BUNDLES = sorted((Path(__file__).resolve().parent / "bundles").iterdir())
 
@@ -54,7 +54,7 @@ ALSO = [(name, release) for name, releases in ALSO_FAILS_IN.items() for release 
 def test_the_finding_also_fails_in_the_releases_it_applies_to(name: str, release: str) -> None:
     if _vllm_version() != release:
         pytest.skip(f"needs vllm=={release} (tox -e {tox_env(release)})")
-    from schedcheck.sim.bisect import recorded_kind
+    from schedcheck.fuzz.bisect import recorded_kind
     from schedcheck.sim.bundles import rerun_bundle
 
     bundle = Path(__file__).resolve().parent / "bundles" / name

@@ -144,7 +144,7 @@ def test_vllm_options_reach_the_scheduler_config():
 
 def _replay(*flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "schedcheck.sim", "replay", "--engine", "vllm-v1", *flags],
+        [sys.executable, "-m", "schedcheck.cli", "replay", "--engine", "vllm-v1", *flags],
         capture_output=True,
         text=True,
         timeout=600,

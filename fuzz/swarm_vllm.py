@@ -1,0 +1,92 @@
+"""The vLLM v1 scheduler options the swarm draws for `--engine vllm-v1`, by family.
+
+Each family is drawn on or off per example (off shrinks first, to vLLM's defaults; on in
+every example for a family named by `--family`, a campaign per family), and
+its options are written to `EngineConfig.extra` (`policy`, `async_scheduling`, and
+`vllm:<SchedulerConfig field>`, see engines/vllm/v1_options.py); `fit_config` then moves
+them to what vLLM's validation accepts (engines/vllm/v1_fit.py).
+
+    family     options (vLLM 0.33 SchedulerConfig)
+    priority   policy "priority" (traces then carry drawn priorities)
+    async      async_scheduling (AsyncScheduler, pipeline depth 2 in the loop)
+    budget     max_num_scheduled_tokens, long_prefill_token_threshold_adaptive,
+               prefill_schedule_interval
+    admission  watermark, scheduler_reserve_full_isl False, max_num_active_seqs
+    queue      max_num_queued_reqs, max_num_queued_tokens (the API server's 503)
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY
+from schedcheck.fuzz.strategies import draw_boundary_length, pick
+
+VLLM_FAMILIES = ("priority", "async", "budget", "admission", "queue")
+WATERMARKS = ("0.01", "0.1", "0.25", "0.5")
+PREFILL_INTERVALS = ("2", "3", "5")
+ACTIVE_SEQS = ("1", "2", "3")
+QUEUED_REQS = ("1", "2", "3", "5")
+Extra = tuple[tuple[str, str], ...]
+
+
+def draw_vllm_v1_extra(
+    draw: st.DrawFn, families: tuple[str, ...], block_size: int, blocks_max: int
+) -> Extra:
+    """The options of every family drawn on (those in `families` always, the others in
+    half the examples), as sorted EngineConfig.extra pairs."""
+    extra: dict[str, str] = {}
+    for family in VLLM_FAMILIES:  # a fixed order: the same draws for the same choices
+        if family in families or draw(st.booleans()):
+            extra.update(_DRAWS[family](draw, block_size, blocks_max))
+    return tuple(sorted(extra.items()))
+
+
+def _priority(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, str]:
+    return {"policy": "priority"}
+
+
+def _async(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, str]:
+    return {ASYNC_SCHEDULING_KEY: "true"}
+
+
+def _budget(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, str]:
+    out = {}
+    if draw(st.booleans()):
+        tokens = draw_boundary_length(draw, block_size, blocks_max, 1)
+        out["vllm:max_num_scheduled_tokens"] = str(tokens)
+    if draw(st.booleans()):
+        out["vllm:long_prefill_token_threshold_adaptive"] = "true"
+    if draw(st.booleans()):
+        out["vllm:prefill_schedule_interval"] = pick(draw, PREFILL_INTERVALS)
+    return out
+
+
+def _admission(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, str]:
+    out = {}
+    if draw(st.booleans()):
+        out["vllm:watermark"] = pick(draw, WATERMARKS)
+    if draw(st.booleans()):
+        out["vllm:scheduler_reserve_full_isl"] = "false"
+    if draw(st.booleans()):
+        out["vllm:max_num_active_seqs"] = pick(draw, ACTIVE_SEQS)
+    return out
+
+
+def _queue(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, str]:
+    out = {}
+    if draw(st.booleans()):
+        out["vllm:max_num_queued_reqs"] = pick(draw, QUEUED_REQS)
+    if draw(st.booleans()):
+        tokens = draw_boundary_length(draw, block_size, blocks_max, 1)
+        out["vllm:max_num_queued_tokens"] = str(tokens)
+    return out
+
+
+_DRAWS = {
+    "priority": _priority,
+    "async": _async,
+    "budget": _budget,
+    "admission": _admission,
+    "queue": _queue,
+}

@@ -1,5 +1,0 @@
-import sys
-
-from schedcheck.sim.cli import main
-
-sys.exit(main())
