@@ -1,5 +1,5 @@
 import sys
 
-from schedcheck.cli.main import main
+from schedcheck.cli.entry import main
 
 sys.exit(main())

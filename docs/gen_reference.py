@@ -3,7 +3,7 @@
     python docs/gen_reference.py           # rewrite the pages under docs/reference/
     python docs/gen_reference.py --check    # exit 1 and name the stale pages (tox -e docs, tests)
 
-- cli.md: every command, subcommand and flag, walked from `schedcheck.cli.main.build_parser()`
+- cli.md: every command, subcommand and flag, walked from `schedcheck.cli.entry.build_parser()`
   (argparse's own actions: flags, metavars, choices, defaults, help, argument groups);
 - invariants.md: `schedcheck.invariants.catalog` and the tensor replay's finding kinds
   (`schedcheck.gpu.findings.KINDS`);
@@ -33,7 +33,7 @@ WIDTH = "88"  # argparse wraps usage lines at $COLUMNS: fixed, so the page is th
 # ---------------------------------------------------------------- CLI
 def cli_page() -> str:
     os.environ["COLUMNS"] = WIDTH
-    from schedcheck.cli.main import build_parser
+    from schedcheck.cli.entry import build_parser
 
     parser = build_parser()
     lines = [GENERATED, "", "# Command line", ""]
@@ -171,7 +171,7 @@ def invariants_page() -> str:
 
 # ---------------------------------------------------------------- mutants
 def mutants_page() -> str:
-    from schedcheck.cli.main import main
+    from schedcheck.cli.entry import main
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):

@@ -5,7 +5,7 @@ import json
 import adapters_declared
 from hypothesis import HealthCheck, given, settings
 
-from schedcheck.cli.main import main
+from schedcheck.cli.entry import main
 from schedcheck.engines import registry
 from schedcheck.engines.capabilities import UNDECLARED, Capabilities, config_refusals
 from schedcheck.engines.protocol import EngineConfig

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from schedcheck.cli.main import main
+from schedcheck.cli.entry import main
 from schedcheck.sim.bundles import rerun_bundle, same_violations
 from schedcheck.sim.conformance.checks import CHECKS
 

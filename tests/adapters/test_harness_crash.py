@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from schedcheck.cli.main import main
+from schedcheck.cli.entry import main
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.fuzz.scenario import Scenario
 from schedcheck.fuzz.verdict import judge

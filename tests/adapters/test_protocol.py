@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from schedcheck.cli.commands.fuzz import IGNORABLE
-from schedcheck.cli.main import main
+from schedcheck.cli.entry import main
 from schedcheck.engines.protocol import (
     EngineConfig,
     FinishedRequest,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from schedcheck.cli.main import main
+from schedcheck.cli.entry import main
 
 
 def _json(capsys, argv):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from schedcheck.cli.main import build_parser
+from schedcheck.cli.entry import build_parser
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]

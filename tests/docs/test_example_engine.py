@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from schedcheck.cli.main import main
+from schedcheck.cli.entry import main
 from schedcheck.engines.protocol import EngineConfig, EngineRequest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"

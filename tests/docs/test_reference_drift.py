@@ -19,7 +19,7 @@ def test_the_committed_page_is_what_the_code_generates(gen_reference: ModuleType
 
 
 def test_the_cli_page_names_every_subcommand_and_flag(gen_reference: ModuleType):
-    from schedcheck.cli.main import build_parser
+    from schedcheck.cli.entry import build_parser
 
     page = gen_reference.cli_page()
     for path, sub in gen_reference._walk(build_parser(), ("schedcheck",)):

@@ -23,7 +23,7 @@ from refengine_helpers import (
     tokens,
 )
 
-from schedcheck.cli.main import main
+from schedcheck.cli.entry import main
 from schedcheck.engines.metadata import build_metadata
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.reference.engine import make_engine

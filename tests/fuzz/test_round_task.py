@@ -101,7 +101,7 @@ def test_json_progress_counts_examples_findings_and_rounds_in_flight():
 def test_ray_without_ray_is_bad_usage_with_the_install_hint(tmp_path):
     code = (
         "import sys; sys.modules['ray'] = None\n"
-        "from schedcheck.cli.main import main\n"
+        "from schedcheck.cli.entry import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     for argv in (

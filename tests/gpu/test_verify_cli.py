@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from schedcheck.cli.main import main
+from schedcheck.cli.entry import main
 from schedcheck.gpu import scenarios
 
 
@@ -56,7 +56,7 @@ def test_bad_inputs_exit_2(bundles, tmp_path: Path, capsys, monkeypatch) -> None
 def test_importing_gpu_and_the_cli_does_not_import_torch() -> None:
     code = (
         "import sys, schedcheck.gpu, schedcheck.gpu.findings, schedcheck.gpu.scenarios, "
-        "schedcheck.gpu.step_plan, schedcheck.cli.main as c; c.build_parser(); "
+        "schedcheck.gpu.step_plan, schedcheck.cli.entry as c; c.build_parser(); "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

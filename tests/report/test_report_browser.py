@@ -39,7 +39,7 @@ ASK = {
 
 
 def _page(bundle: Path, tmp_path: Path) -> Path:
-    from schedcheck.cli.main import main
+    from schedcheck.cli.entry import main
 
     out = tmp_path / f"{bundle.name}.html"
     assert main(["report", str(bundle), "-o", str(out)]) == 0

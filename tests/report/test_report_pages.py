@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("plotly", reason="the `report` extra (plotly) is not installed")
 
-from schedcheck.cli.main import main
+from schedcheck.cli.entry import main
 from schedcheck.gpu.reports import Result, write_json
 from schedcheck.report.figures.finding import story_figure, timeline_figure
 from schedcheck.report.finding import build_finding
