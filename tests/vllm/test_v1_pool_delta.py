@@ -16,7 +16,7 @@ from schedcheck.sim.cost_model import profile
 from schedcheck.sim.loop import SimOptions, Simulation, run
 
 pytestmark = NEEDS_VLLM_V1
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "invariants"))
 from test_pool_delta import _trace  # noqa: E402  (the same six requests, shared prefixes)
 
 CFG = EngineConfig(block_size=16, num_gpu_blocks=200_000, max_num_batched_tokens=64,
