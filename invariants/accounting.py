@@ -25,10 +25,13 @@ Properties (each checked every step):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from schedcheck.engines.protocol import EngineConfig, SchedulerOutput
 from schedcheck.invariants.violation import Violation
+
+Report = Callable[..., None]  # report(invariant, message, **Violation fields)
 
 
 class AccountingChecker:
@@ -101,60 +104,23 @@ class AccountingChecker:
         return out
 
     def _check_request(self, step: int, req, known: int | None) -> list[Violation]:
-        rid, bs = req.request_id, self.config.block_size
-        ncomp, nsched, end = req.num_computed_tokens, req.num_scheduled_tokens, req.num_end_tokens
+        """Every property of one request's chunk, each failure on its own (the detail of a
+        failure of the fast path of `check_step`)."""
         out: list[Violation] = []
 
-        def bad(invariant: str, message: str, **kw) -> None:
-            out.append(Violation(invariant, step, message, request_id=rid, **kw))
+        def bad(invariant: str, message: str, **kw: Any) -> None:
+            out.append(Violation(invariant, step, message, request_id=req.request_id, **kw))
 
-        if ncomp < 0 or nsched < 1:
-            bad("accounting.range", f"num_computed_tokens {ncomp}, num_scheduled_tokens {nsched}")
-        ndraft = len(req.spec_token_ids)
-        if end > req.num_tokens + ndraft:
-            bad(
-                "accounting.range",
-                f"runs tokens up to {end}, the request has {req.num_tokens} (num_computed_tokens "
-                f"{ncomp} + num_scheduled_tokens {nsched}) and {ndraft} drafts",
-                position=req.num_tokens,
-            )
-        elif ndraft and end - ndraft != req.num_tokens:
-            bad(
-                "accounting.draft-position",
-                f"its {ndraft} drafts end the chunk at {end}, but they must follow its "
-                f"{req.num_tokens} known tokens (end {req.num_tokens + ndraft})",
-                position=req.num_tokens,
-            )
-        if ncomp >= req.num_tokens:
-            bad(
-                "accounting.full-hit-cap",
-                f"num_computed_tokens {ncomp} covers all {req.num_tokens} tokens: at least one "
-                "must still be computed (vllm#7753)",
-                position=ncomp,
-            )
-        if req.token_ids.size != nsched:
-            bad(
-                "accounting.chunk",
-                f"chunk holds {req.token_ids.size} token ids for {nsched} scheduled tokens",
-            )
-        if known is not None and known != req.num_tokens:
-            bad(
-                "accounting.num-tokens",
-                f"scheduled with num_tokens {req.num_tokens}, the request has {known} tokens",
-                position=min(known, req.num_tokens),
-                expected=str(known),
-                found=str(req.num_tokens),
-            )
-        need = -(-end // bs)
-        if len(req.block_table) < need:
-            bad(
-                "accounting.block-table-short",
-                f"block table holds {len(req.block_table)} blocks, tokens up to {end} need {need}",
-                position=end - 1,
-                expected=f">= {need} blocks",
-                found=f"{len(req.block_table)} blocks",
-            )
-        start = self.next_start.get(rid)
+        _check_range(req, bad)
+        _check_chunk(req, known, self.config.block_size, bad)
+        self._check_start(req, bad)
+        self.next_start[req.request_id] = req.num_end_tokens
+        return out
+
+    def _check_start(self, req, bad: Report) -> None:
+        """contiguity: the chunk starts where the previous one ended, or, at a (re)admission,
+        at the prefix-cache hit; a jump forward only onto a declared cache hit."""
+        ncomp, start = req.num_computed_tokens, self.next_start.get(req.request_id)
         if start is None:
             if ncomp != req.num_cached_tokens:
                 bad(
@@ -172,8 +138,6 @@ class AccountingChecker:
                 expected=str(start),
                 found=str(ncomp),
             )
-        self.next_start[rid] = end
-        return out
 
     def check_agreement(
         self,
@@ -212,3 +176,61 @@ class AccountingChecker:
 
     def forget(self, request_id: str) -> None:
         self.next_start.pop(request_id, None)
+
+
+def _check_range(req, bad: Report) -> None:
+    """range and drafts: the chunk runs at least one token, no further than the request's
+    tokens plus its drafts, and never starts past the whole prompt (a full hit is capped)."""
+    ncomp, nsched, end = req.num_computed_tokens, req.num_scheduled_tokens, req.num_end_tokens
+    if ncomp < 0 or nsched < 1:
+        bad("accounting.range", f"num_computed_tokens {ncomp}, num_scheduled_tokens {nsched}")
+    ndraft = len(req.spec_token_ids)
+    if end > req.num_tokens + ndraft:
+        bad(
+            "accounting.range",
+            f"runs tokens up to {end}, the request has {req.num_tokens} (num_computed_tokens "
+            f"{ncomp} + num_scheduled_tokens {nsched}) and {ndraft} drafts",
+            position=req.num_tokens,
+        )
+    elif ndraft and end - ndraft != req.num_tokens:
+        bad(
+            "accounting.draft-position",
+            f"its {ndraft} drafts end the chunk at {end}, but they must follow its "
+            f"{req.num_tokens} known tokens (end {req.num_tokens + ndraft})",
+            position=req.num_tokens,
+        )
+    if ncomp >= req.num_tokens:
+        bad(
+            "accounting.full-hit-cap",
+            f"num_computed_tokens {ncomp} covers all {req.num_tokens} tokens: at least one "
+            "must still be computed (vllm#7753)",
+            position=ncomp,
+        )
+
+
+def _check_chunk(req, known: int | None, block_size: int, bad: Report) -> None:
+    """chunk, knowledge and blocks: the chunk's token ids, the request's token count, and a
+    block table long enough for every token up to the chunk's end."""
+    nsched, end = req.num_scheduled_tokens, req.num_end_tokens
+    if req.token_ids.size != nsched:
+        bad(
+            "accounting.chunk",
+            f"chunk holds {req.token_ids.size} token ids for {nsched} scheduled tokens",
+        )
+    if known is not None and known != req.num_tokens:
+        bad(
+            "accounting.num-tokens",
+            f"scheduled with num_tokens {req.num_tokens}, the request has {known} tokens",
+            position=min(known, req.num_tokens),
+            expected=str(known),
+            found=str(req.num_tokens),
+        )
+    need = -(-end // block_size)
+    if len(req.block_table) < need:
+        bad(
+            "accounting.block-table-short",
+            f"block table holds {len(req.block_table)} blocks, tokens up to {end} need {need}",
+            position=end - 1,
+            expected=f">= {need} blocks",
+            found=f"{len(req.block_table)} blocks",
+        )
