@@ -32,7 +32,7 @@ the same block table (vLLM v1's EAGLE heads, v0's lookahead slots)::
     lookahead_slot_mapping   8*4+2  8*4+3  -1   (C's table covers 12 tokens: slot -1 is
                                                  past its end, an illegal memory access)
 
-The scheduler must have allocated those slots (BUGS #10): computed + new + lookahead.
+The scheduler must have allocated those slots (vllm#16370): computed + new + lookahead.
 
 Engines that address KV per token (`ScheduledRequest.slots`: SGLang's req_to_token rows)
 hand one slot per token instead of one block id per block: a slot list is a block table of

@@ -288,7 +288,7 @@ class EngineConfig:
     long_prefill_token_threshold: int = 0  # 0 = off
     # KV slots allocated past every request's scheduled tokens for speculative decoding's
     # draft KV (vLLM v1's Scheduler.num_lookahead_tokens = num_speculative_tokens); the
-    # runner writes a draft entry into each after a request samples (BUGS #10)
+    # runner writes a draft entry into each after a request samples (vllm#16370)
     num_lookahead_tokens: int = 0
     # draft tokens scheduled per decoding request (vLLM's num_speculative_tokens), proposed
     # by the simulator's drafter and verified with acceptance (SpecDecodeEngine)

@@ -12,7 +12,7 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
                                  prompt fits it)
     long_prefill_token_threshold 0 (off) or a boundary length
     num_lookahead_tokens         engines with draft tokens: half the examples 0 (shrinks
-                                 there), else 1, 2, 3 or 5 (speculative decoding, BUGS #10)
+                                 there), else 1, 2, 3 or 5 (speculative decoding, vllm#16370)
     num_speculative_tokens,      engines that schedule drafts (SPEC_ENGINES): half the
     draft_acceptance             examples 0 (shrinks there), else K in 1, 2, 3, 5 with an
                                  acceptance probability P in 0.7, 0, 0.3, 0.9, 1; every

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Download flash-attn-4 and its dependencies for the GPU machine (Python 3.12, manylinux
 # x86_64, CUDA 13 torch) and pack them into wheels/fa4-site.tar.xz, small enough to travel
-# with the working tree (the GPU machine has no network; see ../shared/GPU_NOTES.md).
+# with the working tree (the GPU machine has no network).
 #
 #   bash gpu/fetch_wheels.sh            # run here, with network to the package index
 #   -> wheels/fa4-site.tar.xz           # `site/`: every wheel unzipped into one folder

@@ -223,7 +223,7 @@ def _sanitize_slots(
 
 
 def _sanitize_draft_slots(md: RunnerMetadata, num_slots: int) -> tuple[IntArray, list[Finding]]:
-    """The drafter's lookahead slots; an invalid one (past the block table: BUGS #10) -> -1
+    """The drafter's lookahead slots; an invalid one (past the block table: vllm#16370) -> -1
     with a finding."""
     return _invalid_slots(
         md,

@@ -1,6 +1,7 @@
 """Rare paths, counted as "sometimes" assertions: a campaign that never reaches one of these
-has not tested what BUGS.md says breaks. Counted from the schedule alone (plus the engine's
-optional `num_evicted_blocks` counter on its KV snapshot), so any engine can be measured.
+has not tested what the bug classes of docs/bug-classes.md say breaks. Counted from the
+schedule alone (plus the engine's optional `num_evicted_blocks` counter on its KV snapshot),
+so any engine can be measured.
 
     fully-cached-prompt            admitted with every full block of its tokens a cache hit
     same-prefix-same-step          two requests of one step share their first block, and

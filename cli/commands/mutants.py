@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the reference engine's named mutants (re-created real bugs)",
         description=(
             "The reference engine's catalog of mutants: each re-creates one real bug class "
-            "of ../shared/BUGS.md in the scheduler, a block manager or the runner metadata, "
+            "of docs/bug-classes.md in the scheduler, a block manager or the runner metadata, "
             "and is switched on by name (replay --mutant NAME)."
         ),
     )

@@ -6,14 +6,14 @@ Modules, one idea each:
 - `scheduler.py`       the vLLM v1 rule: running first, then waiting; chunked prefill,
                        preemption by recompute, aborts, rejection of what can never fit
 - `request.py`         a request's state (vLLM v1 names); `request_queue.py` FCFS / priority
-- `chunking.py`        where a chunk may end (block-alignment modes, BUGS #1)
+- `chunking.py`        where a chunk may end (block-alignment modes, vllm#7753)
 - `kv_manager.py`      the interface both block managers implement (KVCacheManager)
 - `block_hash.py`      chained BLAKE2b block hashes
 - `block_pool.py`, `hashed_manager.py`   vLLM v1 BlockPool + KVCacheManager ("hashed")
 - `radix_cache.py`, `radix_manager.py`   SGLang RadixCache + page pool ("radix")
 - `snapshot.py`        live read-only views for KV snapshots
 - `fast_output.py`     the per-step ScheduledRequest constructor
-- `mutants/`          the catalog of named mutants (real bug classes of BUGS.md), each a
-                       subclass of a clean class above (or a runner-metadata transform);
-                       the clean modules never test for one
+- `mutants/`          the catalog of named mutants (the real bug classes of
+                       docs/bug-classes.md), each a subclass of a clean class above (or a
+                       runner-metadata transform); the clean modules never test for one
 """

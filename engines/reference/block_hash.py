@@ -12,7 +12,7 @@ block i, through the chain of parent hashes, plus the extra keys (vLLM's cache_s
 `H` is BLAKE2b-256 over the parent hash, the little-endian int64 bytes of the block's token
 ids, and the extra keys (first block only: the chain carries them on). Python's `hash()` is
 never used: it is salted per process and 64 bits wide. Equal hashes therefore imply equal
-tokens, an equal chain of parents and equal extra keys (BUGS.md #9).
+tokens, an equal chain of parents and equal extra keys (vllm#12621, GHSA-rm76-4mrf-v9r8).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ What vLLM v1 does today (`vllm/v1/core/sched/scheduler.py`): the chunk is cut on
 token budget and `long_prefill_token_threshold`; it does *not* have to end on a block
 boundary, even with prefix caching. That is safe because a block is cached only once it is
 full (the cache-hit length is a whole number of blocks, and a partly written block is never
-offered), so the cached length a chunk relies on never exceeds what was written (BUGS #1).
+offered), so the cached length a chunk relies on never exceeds what was written (vllm#7753).
 vLLM v1 aligns in two opt-in cases only: `--deterministic-prefix-caching` (a cache-miss
 prefill stops at the prompt's last block boundary, so the suffix runs with the same shape as
 on a cache hit) and Mamba "align" mode. vLLM v0 after vllm#7753 required every non-final

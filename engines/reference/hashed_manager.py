@@ -1,7 +1,7 @@
 """The hashed block manager: vLLM v1's KVCacheManager over a `BlockPool`.
 
 A waiting request's prefix hit is the longest run of its block hashes found in the cache,
-capped so that at least one token is computed (BUGS #2)::
+capped so that at least one token is computed (vllm#7753)::
 
     prompt (num_tokens 48, block_size 16), all three blocks cached:
     | block 0 (hit) | block 1 (hit) | block 2 (recomputed) |
@@ -11,7 +11,7 @@ capped so that at least one token is computed (BUGS #2)::
 After each step `cache_blocks` caches the blocks that became full and written; a block is
 never cached earlier (vLLM v1 caches at allocation because its forward writes every KV
 before any attention reads it; the reference engine is stricter so that the same-step case of
-BUGS #4 cannot arise at all). A request's blocks are freed in reverse order.
+vllm#7822 cannot arise at all). A request's blocks are freed in reverse order.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class HashedKVManager:
         memo = self._hit_memo.get(request.request_id)
         key = (self.block_pool.cache_version, request.num_tokens)
         if memo is not None and memo[0] == key:
-            return memo[1]  # the cache has not changed since: the same hit (BUGS #7)
+            return memo[1]  # the cache has not changed since: the same hit (vllm#18957)
         max_num_blocks = self._max_cache_hit_tokens(request) // self.block_size
         block_ids = self._longest_hit(request.block_hashes, max_num_blocks)
         hit = PrefixHit(tuple(block_ids), len(block_ids) * self.block_size)
@@ -65,7 +65,7 @@ class HashedKVManager:
         return hit
 
     def _max_cache_hit_tokens(self, request: Request) -> int:
-        """A hit leaves one prompt token to compute, so that the request samples (BUGS #2)."""
+        """A hit leaves one prompt token to compute, so that the request samples (vllm#7753)."""
         return request.num_tokens - 1
 
     def _longest_hit(self, block_hashes: Sequence[bytes], max_num_blocks: int) -> list[int]:

@@ -19,7 +19,8 @@ Token/block ranges of `allocate_slots` (block_size 4)::
                                   + num_lookahead_tokens, block_size)
 
 A block is cached (offered to other requests) only once it is full and its tokens were
-written, i.e. from `cache_blocks` after the step ran, never at allocation time (BUGS #3, #4).
+written, i.e. from `cache_blocks` after the step ran, never at allocation time (vLLM v0's
+`compute_full_blocks_in_seq`; vllm#7822).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class KVCacheManager(Protocol):
     num_blocks: int
 
     def get_computed_blocks(self, request: Request) -> PrefixHit:
-        """The longest cached prefix of the request, capped at num_tokens - 1 (BUGS #2)."""
+        """The longest cached prefix of the request, capped at num_tokens - 1 (vllm#7753)."""
         ...
 
     def allocate_slots(

@@ -14,11 +14,11 @@ its page list, in two parts::
   pages go in when the request ends, as in SGLang): pages the tree did not hold become tree
   pages; where the tree already held that content (another request inserted it meanwhile)
   the request's duplicate page is freed and its block table switches to the tree's page,
-  whose KV holds the same tokens (BUGS #13: every chunk page is owned by the tree or freed
+  whose KV holds the same tokens (sglang#1858: every chunk page is owned by the tree or freed
   exactly once);
 - at finish, abort or preemption the written full pages are inserted the same way
   (cache_finished_req), the private rest goes back to the free pool, tail first, and the lock
-  is released; tree pages never go back to the pool except by eviction (BUGS #14).
+  is released; tree pages never go back to the pool except by eviction (sglang#38355).
 
 Snapshot semantics: `ref_cnt[p]` = number of request block tables holding page p; a tree
 page with ref_cnt > 0 is on a locked path (lock_ref > 0), one with ref_cnt 0 is evictable;

@@ -9,7 +9,7 @@ Token layout::
 
 `num_tokens` counts the tokens the request knows (prompt + emitted outputs); the scheduler
 makes `num_computed_tokens` catch up with it. After a recompute preemption
-`num_computed_tokens` is 0 again and the re-prefill covers prompt + every output (BUGS #11).
+`num_computed_tokens` is 0 again and the re-prefill covers prompt + every output (vllm#28787).
 
 `block_hashes` are computed lazily, on first use, and extended as outputs fill blocks; they
 are hashed from a byte view of the token buffer (no copy). With prefix caching on, the

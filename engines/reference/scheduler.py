@@ -17,7 +17,7 @@ One step::
        above; with chunked prefill off a prompt that does not fit the remaining budget
        waits; no blocks -> stop (head-of-line, as vLLM does).
     Every allocation also covers num_lookahead_tokens slots past the chunk (capped at
-    max_model_len), where speculative decoding's drafter writes its draft KV (BUGS #10).
+    max_model_len), where speculative decoding's drafter writes its draft KV (vllm#16370).
 
 Speculative decoding with acceptance (num_speculative_tokens K > 0): after a step the
 drafter's proposals reach `update_draft_token_ids`; a decoding request (its last chunk
@@ -91,7 +91,7 @@ class Scheduler:
         self.max_num_seqs = config.max_num_seqs
         self.long_prefill_token_threshold = config.long_prefill_token_threshold
         self.max_model_len = config.max_model_len
-        self.num_lookahead_tokens = config.num_lookahead_tokens  # draft KV slots (BUGS #10)
+        self.num_lookahead_tokens = config.num_lookahead_tokens  # draft KV slots (vllm#16370)
         self.num_speculative_tokens = config.num_speculative_tokens  # scheduled drafts
         self.enable_chunked_prefill = config.enable_chunked_prefill
         self.chunk_align = chunk_align if config.enable_prefix_caching else "none"
@@ -134,7 +134,7 @@ class Scheduler:
         self.waiting.add(request)
 
     def _reject_reason(self, request: Request) -> str | None:
-        """Why the request can never finish here, or None (BUGS #18: reject, never stall)."""
+        """Why the request can never finish here, or None (vllm#39734: reject, never stall)."""
         return (
             self._too_long_reason(request)
             or self._too_many_blocks_reason(request)

@@ -84,7 +84,7 @@ def test_an_engine_mutant_replaces_exactly_one_clean_class(name: str) -> None:
     assert len(changed) == 1
     replaced = getattr(parts, changed[0])
     assert issubclass(replaced, getattr(clean, changed[0]))
-    assert replaced.__doc__ is not None and replaced.__doc__.startswith(f"{name} (BUGS #")
+    assert replaced.__doc__ is not None and replaced.__doc__.startswith(f"{name} (bug class")
 
 
 def test_a_block_manager_mutant_needs_its_block_manager() -> None:

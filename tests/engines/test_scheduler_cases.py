@@ -1,4 +1,4 @@
-"""The BUGS.md cases through the reference engine, for both block managers.
+"""The bug classes of docs/bug-classes.md through the reference engine, for both block managers.
 
 Style of vLLM's tests/v1/core/test_prefix_caching.py: block_size 4, exact block ids,
 exact free-queue order and exact num_computed_tokens after each step. Where the two

@@ -138,7 +138,7 @@ def test_incremental_and_full_agree_under_preemption_eviction_and_aborts(block_m
 
 def test_the_radix_manager_names_the_tables_it_rewrites_in_place(monkeypatch):
     """Two equal prompts prefilled in lockstep (6 tokens a step each): r1 inserts each page
-    first, so r2 switches its copies, in place, to the tree's pages (BUGS #13), e.g. after
+    first, so r2 switches its copies, in place, to the tree's pages (sglang#1858), e.g. after
     step 1 its table [0, 3, 5] becomes [0, 1, 4]. The manager names r2 each time and the
     check compares r2's table whole: no full sweep is needed to stay in step."""
     from schedcheck.engines.reference.radix_manager import RadixKVSnapshot

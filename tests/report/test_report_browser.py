@@ -65,7 +65,7 @@ def test_a_finding_renders_without_errors_with_its_charts_and_highlight(tmp_path
 
 
 def test_a_vllm_finding_renders_too(tmp_path):
-    """vLLM 0.6.0's block manager v2 reads another request's KV (BUGS.md); the page of that
+    """vLLM 0.6.0's block manager v2 reads another request's KV (vllm#7822); the page of that
     finding is the screenshot of docs/reports.md."""
     from schedcheck.report.browser import load
 

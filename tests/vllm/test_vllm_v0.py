@@ -294,7 +294,8 @@ def test_abort_then_same_prefix(block_manager):
 def test_bm_v2_marks_every_touched_block_computed():
     """0.6.0 bm v2 marks all blocks allocated at admission computed after the first chunk,
     though only 8 of 20 tokens were written: the snapshot reports them as cached, which the
-    block-pool invariant flags (BUGS.md #3/#4). bm v1 marks only what was computed."""
+    block-pool invariant flags (bug classes 3 and 4, docs/bug-classes.md). bm v1 marks only what
+    was computed."""
     if VERSION != "0.6.0":
         pytest.skip("0.6.0 chunked prefill")
     cached = {}

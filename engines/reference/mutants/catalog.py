@@ -1,4 +1,4 @@
-"""The mutant catalog: named, documented re-creations of real bug classes (../shared/BUGS.md).
+"""The mutant catalog: named, documented re-creations of real bug classes (docs/bug-classes.md).
 
 What `schedcheck mutants list [--json]` prints, in this order. Each entry's code lives beside
 this file, one module per component (`scheduler.py`, `hashed.py`, `radix.py`, `runner.py`);
@@ -16,7 +16,7 @@ COMPONENTS = ("scheduler", "hashed", "radix", "runner")
 class Mutant:
     name: str
     component: str  # scheduler | hashed | radix | runner
-    bug_class: str  # the BUGS.md row and the property the mutant breaks
+    bug_class: str  # `#N: property`: its class in docs/bug-classes.md, what breaks
     reference: str  # where the real bug was reported
     description: str  # what the mutant changes
 

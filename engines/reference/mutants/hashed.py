@@ -16,7 +16,7 @@ from schedcheck.engines.reference.request import Request
 
 
 class CachePartialBlock(HashedKVManager):
-    """cache-partial-block (BUGS #1, vllm#7753).
+    """cache-partial-block (bug class 1, vllm#7753).
 
     Changes `cache_blocks`: the clean method caches the full blocks of
     [0, num_computed_tokens), ``num_computed_tokens // block_size`` of them; this one also
@@ -39,7 +39,7 @@ class CachePartialBlock(HashedKVManager):
 
 
 class NoCacheHitCap(HashedKVManager):
-    """no-cache-hit-cap (BUGS #2, vllm#7753).
+    """no-cache-hit-cap (bug class 2, vllm#7753).
 
     Changes `_max_cache_hit_tokens` (clean: num_tokens - 1): the hit is not capped, so a
     fully cached prompt whose length is a multiple of block_size gets num_computed_tokens ==
@@ -68,7 +68,7 @@ class _AllocatesWholePrompt(HashedKVManager):
 
 
 class WholePromptComputed(_AllocatesWholePrompt):
-    """whole-prompt-computed (BUGS #3, vLLM v0 compute_full_blocks_in_seq).
+    """whole-prompt-computed (bug class 3, vLLM v0 compute_full_blocks_in_seq).
 
     Allocates the whole prompt at admission (`_AllocatesWholePrompt`) and changes
     `cache_blocks`: the clean method caches blocks up to num_computed_tokens; after the
@@ -86,7 +86,7 @@ class WholePromptComputed(_AllocatesWholePrompt):
 
 
 class SameStepCached(_AllocatesWholePrompt):
-    """same-step-cached (BUGS #4, vllm#7822 / vllm#7619).
+    """same-step-cached (bug class 4, vllm#7822 / vllm#7619).
 
     Allocates the whole prompt at admission (`_AllocatesWholePrompt`) and changes
     `allocate_slots`: the clean method caches nothing (blocks are cached by `cache_blocks`
@@ -110,7 +110,7 @@ class SameStepCached(_AllocatesWholePrompt):
 
 
 class BlockTableShort(HashedKVManager):
-    """block-table-short (BUGS #5, vllm#7380 / vllm#7371).
+    """block-table-short (bug class 5, vllm#7380 / vllm#7371).
 
     Changes `allocate_slots`: the clean method holds cdiv(n, block_size) blocks for n
     tokens; when n is a multiple of block_size (the chunk ends on a block boundary) this one
@@ -140,7 +140,7 @@ class BlockTableShort(HashedKVManager):
 
 
 class ManagerComputedDisagree(HashedKVManager):
-    """manager-computed-disagree (BUGS #8, vllm#11186).
+    """manager-computed-disagree (bug class 8, vllm#11186).
 
     The scheduler uses the capped prefix hit (clean `get_computed_blocks`); this manager
     also records the uncapped one, and books the difference (a block, on a fully cached
@@ -189,7 +189,7 @@ class ManagerComputedDisagree(HashedKVManager):
 
 
 class HashNoParent(BlockHasher):
-    """hash-no-parent (BUGS #9, vllm#12621).
+    """hash-no-parent (bug class 9, vllm#12621).
 
     Changes `extend`: the clean method chains each block's hash from its parent's; this
     one hashes every block from the root, as if it were a prompt's first block (the extra
@@ -216,7 +216,7 @@ class HashNoParent(BlockHasher):
 
 
 class HashIgnoresSalt(BlockHasher):
-    """hash-ignores-salt (BUGS #9, GHSA-rm76-4mrf-v9r8).
+    """hash-ignores-salt (bug class 9, GHSA-rm76-4mrf-v9r8).
 
     Changes `extend`: the clean method hashes the request's extra keys (its cache_salt)
     into block 0; this one drops them, so requests with different cache_salt share

@@ -12,7 +12,7 @@ from schedcheck.engines.reference.request import Request
 
 
 class RadixLeakChunkKV(RadixKVManager):
-    """radix-leak-chunk-kv (BUGS #13, sglang#1858).
+    """radix-leak-chunk-kv (bug class 13, sglang#1858).
 
     Changes `_release_duplicate`: when a chunk's pages duplicate pages already in the tree,
     the request switches to the tree's pages and the clean method returns its own
@@ -26,7 +26,7 @@ class RadixLeakChunkKV(RadixKVManager):
 
 
 class RadixAbortFreesTreePages(RadixKVManager):
-    """radix-abort-frees-tree-pages (BUGS #14, sglang#38355 / sglang#38319).
+    """radix-abort-frees-tree-pages (bug class 14, sglang#38355 / sglang#38319).
 
     Changes `free` for an aborted request: the clean method inserts its written pages into
     the tree and frees only its private pages; this one returns every page of its block
@@ -63,7 +63,7 @@ class RadixAbortFreesTreePages(RadixKVManager):
 
 
 class RadixPrefixNotAdvanced(RadixKVManager):
-    """radix-prefix-not-advanced (BUGS #15, sglang#33996 / sglang#36855).
+    """radix-prefix-not-advanced (bug class 15, sglang#33996 / sglang#36855).
 
     Changes `_cache_unfinished`: the clean method inserts a chunk's new full pages and
     leaves the request's count at what ran; when the chunk completes no new page (the insert

@@ -18,7 +18,7 @@ RunnerMutant = Callable[[RunnerMetadata], RunnerMetadata]
 
 
 def slot_mapping_from_zero(meta: RunnerMetadata) -> RunnerMetadata:
-    """slot-mapping-from-zero (BUGS #12, vllm#36580).
+    """slot-mapping-from-zero (bug class 12, vllm#36580).
 
     Clean (`build_metadata`): ``gather_slots(tables, [r.num_computed_tokens ...], ...)``,
     the slots of positions [num_computed_tokens, num_end_tokens) of each chunk. The bug:
@@ -33,7 +33,7 @@ def slot_mapping_from_zero(meta: RunnerMetadata) -> RunnerMetadata:
 
 
 def seq_len_full_prompt(meta: RunnerMetadata) -> RunnerMetadata:
-    """seq-len-full-prompt (BUGS #16, nano-vllm 25794a1).
+    """seq-len-full-prompt (bug class 16, nano-vllm 25794a1).
 
     Clean: ``seq_lens = num_computed_tokens + num_scheduled_tokens`` (the keys written so
     far). The bug: the key length of a prefill chunk is the whole prompt, so attention
@@ -47,7 +47,7 @@ def seq_len_full_prompt(meta: RunnerMetadata) -> RunnerMetadata:
 
 
 def block_table_hits_only(meta: RunnerMetadata) -> RunnerMetadata:
-    """block-table-hits-only (BUGS #6, vllm#7018).
+    """block-table-hits-only (bug class 6, vllm#7018).
 
     Clean: every scheduled request's block table is passed to the kernels. The bug: once a
     request of the step reads KV from before the step (a prefix hit or an earlier chunk),

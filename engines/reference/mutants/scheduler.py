@@ -22,7 +22,7 @@ from schedcheck.engines.reference.scheduler import Scheduler
 
 
 class NoLookaheadSlots(Scheduler):
-    """no-lookahead-slots (BUGS #10, vllm#16370).
+    """no-lookahead-slots (bug class 10, vllm#16370).
 
     Changes `Scheduler._num_lookahead`: the clean step returns
     ``min(num_lookahead_tokens, max_model_len - num_end_tokens)`` draft slots past each
@@ -37,7 +37,7 @@ class NoLookaheadSlots(Scheduler):
 
 
 class StaleCacheHit(Scheduler):
-    """stale-cache-hit (BUGS #7, vllm#18957).
+    """stale-cache-hit (bug class 7, vllm#18957).
 
     Changes `_prefix_hit` (the clean step looks the prefix up again at every attempt) and
     `_allocate_waiting` (the clean step forgets a failed attempt): the hit found when a
@@ -72,7 +72,7 @@ class StaleCacheHit(Scheduler):
 
 
 class ResumeDropsLastToken(Scheduler):
-    """resume-drops-last-token (BUGS #11, vllm#28787).
+    """resume-drops-last-token (bug class 11, vllm#28787).
 
     Changes `_num_target_tokens` (clean: ``request.num_tokens``, prompt + every output):
     after a recompute preemption of a request with outputs, and until it samples again, the
@@ -113,7 +113,7 @@ class ResumeDropsLastToken(Scheduler):
 
 
 class ChunkBeforePrefixHit(Scheduler):
-    """chunk-before-prefix-hit (BUGS #17, nano-vllm 77dd709).
+    """chunk-before-prefix-hit (bug class 17, nano-vllm 77dd709).
 
     Changes `_chunk_waiting`: the clean step sizes the first chunk from the end of the prefix
     hit, ``num_tokens - hit.num_tokens``; this one sizes it from the request's own
@@ -183,7 +183,7 @@ class _CachesUpToNumTokens:
 
 
 class NeverReject(Scheduler):
-    """never-reject (BUGS #18, vllm#39734 / vllm#45387).
+    """never-reject (bug class 18, vllm#39734 / vllm#45387).
 
     Changes `_too_many_blocks_reason`: the clean step rejects, at add_request, a request
     that needs more KV blocks than the whole cache has; this one never does, so the request
@@ -195,7 +195,7 @@ class NeverReject(Scheduler):
 
 
 class SpecRollbackOffByOne(Scheduler):
-    """spec-rollback-off-by-one (BUGS #1/#10; vLLM v1 rolls num_computed_tokens back by
+    """spec-rollback-off-by-one (bug classes 1 and 10; vLLM v1 rolls num_computed_tokens back by
     the rejected drafts in `update_from_output`).
 
     Changes `_rolled_back`: the clean step sets num_computed_tokens to the scheduled end
@@ -210,7 +210,7 @@ class SpecRollbackOffByOne(Scheduler):
 
 
 class CacheRejectedDraftBlock(Scheduler):
-    """cache-rejected-draft-block (BUGS #3/#10; vLLM v1's allocate_slots caches at most
+    """cache-rejected-draft-block (bug classes 3 and 10; vLLM v1's allocate_slots caches at most
     request.num_tokens, drafts excluded).
 
     Changes `_cache_after_drafts`: the clean step caches the full blocks of the rolled-back
