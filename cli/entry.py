@@ -7,6 +7,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from schedcheck.cli.output import engine_output_to_stderr
+
 # verb -> module under schedcheck.cli.commands exposing `register(subparsers)`.
 COMMANDS: tuple[str, ...] = (
     "trace",
@@ -48,6 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "json", False) is True:  # standard output carries the JSON alone
+            with engine_output_to_stderr():
+                return int(args.run(args))
         return int(args.run(args))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

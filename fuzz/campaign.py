@@ -172,7 +172,7 @@ def run_campaign(
 
 
 def _db_entry(finding: dict[str, Any]) -> dict[str, Any]:
-    keys = ("bundle", "scenario", "kind", "headline", "shrunk_requests")
+    keys = ("bundle", "scenario", "kind", "signature", "headline", "shrunk_requests")
     return {k: finding.get(k) for k in keys}
 
 

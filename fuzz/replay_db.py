@@ -23,7 +23,12 @@ from typing import Any
 
 from schedcheck.fuzz.database import FailureDB
 from schedcheck.fuzz.scenario import Scenario
-from schedcheck.fuzz.shrink import failure_kind, shrink_bundle, shrink_scenario
+from schedcheck.fuzz.shrink import (
+    failure_kind,
+    failure_signature,
+    shrink_bundle,
+    shrink_scenario,
+)
 from schedcheck.fuzz.swarm import SwarmSpec
 from schedcheck.fuzz.verdict import LIVENESS, judge
 from schedcheck.fuzz.worker import save_scenario_bundle
@@ -38,6 +43,8 @@ def replay_findings(
 ) -> bool:
     """Report the first recorded finding of `spec`'s target that still fails; True if one."""
     for index, entry in enumerate(db.findings(spec)):  # bounded by the file
+        if {entry.get("kind"), entry.get("signature")} & set(spec.ignore):
+            continue  # a bug this campaign goes on past (--ignore, --continue-past-findings)
         try:
             now = _replay_entry(entry, out_dir / f"db{index}")
         except (OSError, ValueError, KeyError, TypeError):
@@ -53,7 +60,7 @@ def replay_findings(
 def _finding_message(
     entry: dict[str, Any], now: dict[str, Any], started_at_s: float
 ) -> dict[str, Any]:
-    recorded = {k: entry.get(k) for k in ("bundle", "kind", "headline")}
+    recorded = {k: entry.get(k) for k in ("bundle", "kind", "signature", "headline")}
     return {
         "type": "finding",
         "worker": -1,
@@ -66,6 +73,7 @@ def _finding_message(
         "hypothesis_requests": now["raw"]["requests"],
         "shrunk_requests": now["shrunk_requests"],
         "kind": now["kind"],
+        "signature": now["signature"],
         "headline": now["headline"],
         "bundle": now["bundle"],
         "raw_bundle": now["raw"]["bundle"],
@@ -94,11 +102,11 @@ def _replay_scenario(scenario: Scenario, base: Path) -> dict[str, Any] | None:
 
     def fails_as_now(candidate: Scenario) -> bool:
         again = judge(candidate)
-        return again.failed and again.kind == verdict.kind
+        return again.failed and again.signature == verdict.signature
 
     shrunk = shrink_scenario(scenario, fails_as_now)
     shrunk_verdict = judge(shrunk)
-    assert shrunk_verdict.failed and shrunk_verdict.kind == verdict.kind
+    assert shrunk_verdict.failed and shrunk_verdict.signature == verdict.signature
     return {
         "raw": {
             "kind": verdict.kind,
@@ -107,6 +115,7 @@ def _replay_scenario(scenario: Scenario, base: Path) -> dict[str, Any] | None:
             "requests": scenario.num_requests,
         },
         "kind": shrunk_verdict.kind,
+        "signature": shrunk_verdict.signature,
         "headline": shrunk_verdict.headline,
         "bundle": save_scenario_bundle(Path(f"{base}-shrunk"), shrunk),
         "scenario": shrunk.to_json(),
@@ -132,6 +141,7 @@ def _replay_bundle(bundle: str, base: Path) -> dict[str, Any] | None:
             "requests": len(result.trace),
         },
         "kind": failure_kind(shrunk),
+        "signature": failure_signature(shrunk),
         "headline": _headline(shrunk),
         "bundle": str(shrunk_path),
         "scenario": None,

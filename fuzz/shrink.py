@@ -85,6 +85,13 @@ def failure_kind(result: RunResult) -> str:
     return LIVENESS if result.stuck else ""
 
 
+def failure_signature(result: RunResult) -> str:
+    """The first violation's signature (the bug), "liveness", or "" for a clean run."""
+    if result.violations:
+        return result.violations[0].signature
+    return LIVENESS if result.stuck else ""
+
+
 @dataclasses.dataclass(frozen=True)
 class BundleRun:
     """What a bundle's run needs besides its requests."""
@@ -119,8 +126,8 @@ def shrink_bundle(
     """Shrink a failing bundle into `out`; returns (bundle, requests before, after)."""
     parts, requests = bundle_run(path)
     first = parts.run(requests)
-    kind = failure_kind(first)
-    if not kind:
+    signature = failure_signature(first)
+    if not signature:
         raise ValueError(f"{path}: the bundle's run does not fail; nothing to shrink")
     if first.violations:
         cut_s = first.violations[0].sim_time_s
@@ -129,7 +136,7 @@ def shrink_bundle(
 
     def fails(candidate: tuple[TraceRequest, ...]) -> bool:
         trace = subtrace(candidate)
-        if failure_kind(parts.run(trace)) != kind:
+        if failure_signature(parts.run(trace)) != signature:
             return False
         return mutant is None or not failure_kind(parts.run(trace, clean=True))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schedcheck.fuzz.scenario import Scenario
+from schedcheck.sim.blame import harness_crash
 from schedcheck.sim.loop import HARNESS_CRASH, RunResult
 
 LIVENESS = "liveness"
@@ -30,6 +31,7 @@ class Verdict:
     headline: str
     clean_failed: bool = False  # a mutant's scenario that fails without the mutant too
     result: RunResult | None = None  # None after a harness crash
+    signature: str = ""  # the bug (Violation.signature): what a campaign counts and shrinks to
 
     @property
     def coverage(self) -> dict[str, int]:
@@ -41,13 +43,17 @@ def outcome(scenario: Scenario) -> Verdict:
     try:
         result = scenario.run()
     except Exception as exc:  # the engine broke the harness: a finding
-        return Verdict(True, HARNESS_CRASH, f"{HARNESS_CRASH}: {type(exc).__name__}: {exc}")
+        headline = f"{HARNESS_CRASH}: {type(exc).__name__}: {exc}"
+        return Verdict(True, HARNESS_CRASH, headline, signature=harness_crash(0, exc).signature)
     if result.violations:
         first = result.violations[0]
-        return Verdict(True, first.invariant, first.headline(), result=result)
+        return Verdict(
+            True, first.invariant, first.headline(), result=result, signature=first.signature
+        )
     if result.stuck and LIVENESS not in scenario.ignore:  # --ignore liveness: a known stall
         rid, why = next(iter(sorted(result.stuck.items())))
-        return Verdict(True, LIVENESS, f"{LIVENESS}: {rid}: {why}", result=result)
+        headline = f"{LIVENESS}: {rid}: {why}"
+        return Verdict(True, LIVENESS, headline, result=result, signature=LIVENESS)
     return Verdict(False, "", "", result=result)
 
 
@@ -59,4 +65,4 @@ def judge(scenario: Scenario) -> Verdict:
     clean = outcome(scenario.with_mutant(None))
     if not clean.failed:
         return verdict
-    return Verdict(False, verdict.kind, verdict.headline, True, verdict.result)
+    return Verdict(False, verdict.kind, verdict.headline, True, verdict.result, verdict.signature)

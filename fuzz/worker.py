@@ -89,7 +89,8 @@ class RoundProbe:
     shrink_runs: int = 0
     coverage: dict[str, int] = field(default_factory=dict)
     best: Scenario | None = None  # the simplest failing example so far
-    kind: str = ""  # the first failure's kind: shrinking keeps to it
+    kind: str = ""  # the first failure's kind (its invariant)
+    signature: str = ""  # the first failure's signature: shrinking keeps to that bug
     detected_at_s: float | None = None
     shrink_deadline_s: float = 0.0
     clean_failure: dict[str, Any] | None = None
@@ -104,7 +105,7 @@ class RoundProbe:
             tally_config(self.configs, scenario)
         if verdict.clean_failed and self.clean_failure is None:
             self.clean_failure = self._save(scenario.with_mutant(None), "clean-failure", verdict)
-        if verdict.failed and self.kind in ("", verdict.kind):  # no slipping to another bug
+        if verdict.failed and self.signature in ("", verdict.signature):  # not another bug
             if self.best is None or shrink_key(scenario) < shrink_key(self.best):
                 self.best = scenario
             if self.detected_at_s is None:
@@ -126,6 +127,7 @@ class RoundProbe:
     def _first_failure(self, scenario: Scenario, verdict: Verdict) -> None:
         self.detected_at_s = time.time() - self.job.started_at_s
         self.kind = verdict.kind
+        self.signature = verdict.signature
         self.shrink_deadline_s = time.monotonic() + self.job.shrink_budget_s
         raw = self._save(scenario, "raw", verdict)
         self.report({"type": "raw", **raw, "examples": self.examples})
@@ -137,6 +139,7 @@ class RoundProbe:
             "worker": self.job.worker_index,
             "round": self.round_index,
             "kind": verdict.kind,
+            "signature": verdict.signature,
             "headline": verdict.headline,
             "bundle": bundle,
             "requests": scenario.num_requests,
@@ -231,8 +234,8 @@ def finish_finding(
 ) -> dict[str, Any]:
     """ddmin after Hypothesis, the shrunk bundle, and the finding's report."""
     started = time.monotonic()
-    kind = probe.kind or judge(hypothesis_shrunk).kind
-    shrunk = shrink_scenario(hypothesis_shrunk, lambda s: _fails_as(s, kind))
+    signature = probe.signature or judge(hypothesis_shrunk).signature
+    shrunk = shrink_scenario(hypothesis_shrunk, lambda s: _fails_as(s, signature))
     verdict = judge(shrunk)
     assert verdict.failed, "a shrunk scenario still fails"
     name = f"r{probe.round_index}-shrunk"
@@ -249,15 +252,16 @@ def finish_finding(
         "hypothesis_requests": hypothesis_shrunk.num_requests,
         "shrunk_requests": shrunk.num_requests,
         "kind": verdict.kind,
+        "signature": verdict.signature,
         "headline": verdict.headline,
         "bundle": bundle,
         "scenario": shrunk.to_json(),
     }
 
 
-def _fails_as(scenario: Scenario, kind: str) -> bool:
+def _fails_as(scenario: Scenario, signature: str) -> bool:
     verdict = judge(scenario)
-    return verdict.failed and verdict.kind == kind
+    return verdict.failed and verdict.signature == signature
 
 
 def run_worker(

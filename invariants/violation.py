@@ -25,11 +25,22 @@ class Violation:
     found: str = ""
     sim_time_s: float = 0.0
     context: tuple[str, ...] = field(default=())  # the last few steps of that request
+    # The sub-case that makes this violation one bug among the invariant's (signature.py):
+    # for a crash, the exception and the frame that raised it; for a shadow-KV read, what
+    # was read instead and how the request got there. "" where the invariant says it all.
+    case: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["context"] = list(self.context)
+        if not self.case:  # absent when empty: bundles recorded before it keep their bytes
+            del out["case"]
         return out
+
+    @property
+    def signature(self) -> str:
+        """The bug this violation is, as a campaign counts findings: `invariant[case]`."""
+        return f"{self.invariant}[{self.case}]" if self.case else self.invariant
 
     def headline(self) -> str:
         where = f" request {self.request_id}" if self.request_id else ""

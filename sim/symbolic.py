@@ -80,6 +80,7 @@ class _ShadowRequest:
     verified_len: int = 0  # count of keys [0, verified_len) read and found right
     verified_table: tuple[int, ...] = ()  # block table prefix covering those keys
     seen_table: tuple[int, ...] | None = None  # the block table of the last check
+    resumed: bool = False  # preempted at least once (its KV recomputed since)
 
     def append(self, token: int, term: int) -> None:
         """Append a sampled token whose hash-model term (for its position) is `term`."""
@@ -151,6 +152,7 @@ class SymbolicExecutor:
             preempted = self.requests.get(rid)
             if preempted is not None:
                 self._unverify(preempted, 0)
+                preempted.resumed = True
         for src, dst in meta.output.block_copies:  # copy-on-write, before the forward: into
             self._copy_block(step, src, dst)  # blocks this step's preemptions may have freed
         if meta.num_reqs and meta.block_size != self.block_size:
@@ -199,20 +201,38 @@ class SymbolicExecutor:
             if lo and prev == 0:  # the chain's start was never written: nothing right to write
                 ids ^= hash_model.POISON
             ok = (slots >= 0) & (slots < self.num_slots)
-            hurt = [int(x) for x in slots[ok] if self.verifiers[x // self.block_size] > 0]
-            if hurt:
+            hurt = self._hurt_by_discarded(slots[ok])
+            if hurt >= 0:
                 self._violate(
                     "block-pool.write-into-shared-block",
                     step,
                     r.request_id,
-                    f"the discarded step of aborted {r.request_id} writes slot {hurt[0]}, "
+                    f"the discarded step of aborted {r.request_id} writes slot {hurt}, "
                     "which holds KV a live request verified",
-                    slot=hurt[0],
+                    slot=hurt,
                 )
             self.shadow[slots[ok]] = ids[ok]
             self.writer_req[slots[ok]] = -1
             self.writer_pos[slots[ok]] = np.arange(lo, hi, dtype=I64)[ok]
             self.writer_step[slots[ok]] = step
+
+    def _hurt_by_discarded(self, slots: np.ndarray) -> int:
+        """The first slot of a discarded write that holds KV a live request verified and
+        still holds (-1 if none). A request that verified a slot but no longer maps it (the
+        radix cache's dedup moved its row onto the tree's copy and freed the slot, which an
+        aborted request's last step then took) is not hurt; it verifies again from there."""
+        first = -1
+        for slot in slots.tolist():  # bounded: the discarded chunk's slots
+            if self.verifiers[slot // self.block_size] == 0:
+                continue
+            for name, req in self.requests.items():  # bounded: the live requests
+                key = self._verified_key(req, slot)
+                if key < 0:
+                    continue
+                if first < 0 and self._still_holds(name, key, slot):
+                    first = slot
+                self._unverify(req, key)
+        return first
 
     def _identity_before(self, request_id: str, slots: Sequence[int], lo: int) -> int:
         """The identity a discarded chunk starting at position `lo` chains from: the KV at
@@ -408,16 +428,7 @@ class SymbolicExecutor:
         if other.size:
             parts.append(self._gather_keys(reqs, tables, other, lows, highs))
         key_req, keys, slots, expected = (np.concatenate(p) for p in zip(*parts, strict=True))
-        in_cache = (slots >= 0) & (slots < self.num_slots)
-        found = np.where(in_cache, self.shadow[np.where(in_cache, slots, 0)], U64(0))
-        bad_keys = np.flatnonzero((found != expected) | ~in_cache | (expected == 0))
-        self.num_keys_checked += int(keys.size)
-        bad: set[int] = set()
-        for k in bad_keys.tolist():
-            i = int(key_req[k])
-            if i not in bad:
-                bad.add(i)
-                self._report_read(meta, reqs[i], int(keys[k]), int(slots[k]), found[k], expected[k])
+        bad = self._compare(meta, reqs, (key_req, keys, slots, expected))
         for j in np.flatnonzero(highs > lows).tolist():
             if j not in bad:
                 self._verify(reqs[j], tables[j], int(highs[j]))
@@ -573,18 +584,30 @@ class SymbolicExecutor:
         key_req, keys, slots, expected = self._gather_keys(reqs, tables, todo, lows, highs)
         tag = hash_model.group_tag(group)
         expected = np.where(expected != 0, expected ^ tag, expected)
+        return self._compare(meta, reqs, (key_req, keys, slots, expected), kv_group)
+
+    def _compare(
+        self,
+        meta: RunnerMetadata,
+        reqs: list[_ShadowRequest],
+        reads: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        kv_group: KVCacheGroup | None = None,
+    ) -> set[int]:
+        """Gather the slots read and compare with the identities expected there; reports
+        each bad request's first bad key and returns the bad requests (indices into reqs).
+        `reads` is (request index, key, slot, expected identity) per key read."""
+        key_req, keys, slots, expected = reads
         in_cache = (slots >= 0) & (slots < self.num_slots)
         found = np.where(in_cache, self.shadow[np.where(in_cache, slots, 0)], U64(0))
         bad_keys = np.flatnonzero((found != expected) | ~in_cache | (expected == 0))
         self.num_keys_checked += int(keys.size)
         bad: set[int] = set()
-        for k in bad_keys.tolist():
+        for k in bad_keys.tolist():  # bounded: the keys read
             i = int(key_req[k])
             if i not in bad:
                 bad.add(i)
-                self._report_read(
-                    meta, reqs[i], int(keys[k]), int(slots[k]), found[k], expected[k], kv_group
-                )
+                read = (int(keys[k]), int(slots[k]), found[k], expected[k])
+                self._report_read(meta, i, reqs[i], read, kv_group)
         return bad
 
     # -- helpers ----------------------------------------------------------------------------
@@ -667,24 +690,29 @@ class SymbolicExecutor:
         if not (self.verifiers[slots // self.block_size] > self_verified).any():
             return
         for name, req in self.requests.items():  # rare path: only on overwrites of verified KV
-            table = np.asarray(req.verified_table, I64)
             for slot, row_req in zip(slots.tolist(), row_reqs.tolist(), strict=True):
-                hits = np.flatnonzero(table == slot // self.block_size)
-                key = int(hits[0]) * self.block_size + slot % self.block_size if hits.size else -1
-                if 0 <= key < req.verified_len:
-                    writer = reqs[row_req]
-                    if writer is not req and self._still_holds(name, key, slot):
-                        self._violate(
-                            "block-pool.write-into-shared-block",
-                            step,
-                            self.req_names[writer.index],
-                            f"writes slot {slot} of block {slot // self.block_size}, which holds "
-                            f"key {key} of live request {name}",
-                            slot=slot,
-                            block=slot // self.block_size,
-                        )
-                    self._unverify(req, key)
-                    table = table[: len(req.verified_table)]
+                key = self._verified_key(req, slot)
+                if key < 0:
+                    continue
+                writer = reqs[row_req]
+                if writer is not req and self._still_holds(name, key, slot):
+                    self._violate(
+                        "block-pool.write-into-shared-block",
+                        step,
+                        self.req_names[writer.index],
+                        f"writes slot {slot} of block {slot // self.block_size}, which holds "
+                        f"key {key} of live request {name}",
+                        slot=slot,
+                        block=slot // self.block_size,
+                    )
+                self._unverify(req, key)
+
+    def _verified_key(self, req: _ShadowRequest, slot: int) -> int:
+        """The key of `req` whose verified KV lies in `slot`, or -1."""
+        block = slot // self.block_size
+        index = next((i for i, b in enumerate(req.verified_table) if b == block), -1)
+        key = index * self.block_size + slot % self.block_size if index >= 0 else -1
+        return key if 0 <= key < req.verified_len else -1
 
     def _still_holds(self, request_id: str, key: int, slot: int) -> bool:
         """Does the request's *current* block table (as the engine has it now) still map
@@ -699,13 +727,13 @@ class SymbolicExecutor:
     def _report_read(
         self,
         meta: RunnerMetadata,
+        index: int,
         req: _ShadowRequest,
-        key: int,
-        slot: int,
-        found: np.uint64,
-        expected: np.uint64,
+        read: tuple[int, int, np.uint64, np.uint64],
         kv_group: KVCacheGroup | None = None,
     ) -> None:
+        """Report request `index`'s bad read of `read` = (key, slot, found, expected)."""
+        key, slot, found, expected = read
         name = self.req_names[req.index]
         step = meta.output.step
         block = slot // self.block_size if slot >= 0 else -1
@@ -725,8 +753,8 @@ class SymbolicExecutor:
                 found="no block",
             )
             return
+        what, got = self._describe(slot, found, name)
         if expected == 0:
-            got = self._describe(slot, found)
             msg = f"reads key {key}, but the request has only {req.num_tokens} tokens"
             self._violate(
                 "shadow-kv.read-past-tokens",
@@ -740,7 +768,6 @@ class SymbolicExecutor:
                 found=got,
             )
             return
-        got = self._describe(slot, found)
         self._violate(
             "shadow-kv.read",
             step,
@@ -751,11 +778,13 @@ class SymbolicExecutor:
             block=block,
             expected=want,
             found=got,
+            case=f"{what} via {read_path(meta.output.scheduled[index], key, req.resumed)}",
         )
 
-    def _describe(self, slot: int, found: np.uint64) -> str:
+    def _describe(self, slot: int, found: np.uint64, reader: str) -> tuple[str, str]:
+        """(what was read, as a signature's case word; the message's words for it)."""
         if found == 0:
-            return "nothing (never written)"
+            return "never-written", "nothing (never written)"
         writer = int(self.writer_req[slot])
         who = self.req_names[writer] if writer >= 0 else "?"
         pos, step = int(self.writer_pos[slot]), int(self.writer_step[slot])
@@ -764,14 +793,15 @@ class SymbolicExecutor:
         untagged, group = _untag(found, truth)  # a hybrid cache: the writer's group tag
         where = f", KV-cache group {group}" if group else ""
         if found == hash_model.DRAFT:
-            what = "the draft KV (speculative decoding)"
+            what, words = "draft", "the draft KV (speculative decoding)"
         elif truth is None or untagged == truth:
-            what = "the KV"
+            what = "own-stale" if who == reader else "another-request"
+            words = "the KV"
         elif untagged ^ truth == hash_model.POISON:
-            what = "a KV entry computed from a wrong token"
-        else:
-            what = "a rejected draft's KV"  # its own position, computed after drafted tokens
-        return f"{what} of {who} position {pos} (written at step {step}{where})"
+            what, words = "wrong-token", "a KV entry computed from a wrong token"
+        else:  # its own position, computed after drafted tokens
+            what, words = "rejected-draft", "a rejected draft's KV"
+        return what, f"{words} of {who} position {pos} (written at step {step}{where})"
 
     def _violate(self, invariant: str, step: int, request_id: str, message: str, **kw) -> None:
         self.violations.append(Violation(invariant, step, message, request_id=request_id, **kw))
@@ -808,3 +838,24 @@ def _untag(found: np.uint64, truth: np.uint64 | None) -> tuple[np.uint64, int]:
         if untagged in (truth, truth ^ hash_model.POISON):
             return untagged, group
     return found, 0
+
+
+def read_path(sched: ScheduledRequest, key: int, resumed: bool) -> str:
+    """How the reading request came to read `key` this step, for a finding's signature::
+
+    draft          a draft token's position (past the tokens it knows)
+    this-step      KV the step itself writes (its chunk)
+    prefix-hit     KV granted as a prefix-cache hit at (re)admission
+    resume         KV recomputed since the request was preempted
+    earlier-chunk  an earlier chunk of its prefill
+    decode         KV of an earlier step, the prompt done
+    """
+    if sched.spec_token_ids and key >= sched.num_tokens:
+        return "draft"
+    if key >= sched.num_computed_tokens:
+        return "this-step"
+    if key < sched.num_cached_tokens:
+        return "prefix-hit"
+    if resumed:
+        return "resume"
+    return "earlier-chunk" if sched.num_computed_tokens < sched.num_prompt_tokens else "decode"

@@ -4,11 +4,10 @@ is it fixed. Exit codes: 0 a verdict, 2 bad input (no bundle, no finding, a bad 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 
 from schedcheck.cli.commands.common import UsageError, add_json_flag, progress, run_guarded
+from schedcheck.cli.output import emit_json
 from schedcheck.fuzz.bisect import (
     Outcome,
     classify,
@@ -124,8 +123,7 @@ def _run(args: argparse.Namespace) -> int:
         outcomes.append(run_release(release, python, bundle))
     verdict = classify(outcomes, kind)
     if args.json:
-        json.dump(report(bundle, outcomes, verdict), sys.stdout, indent=1, sort_keys=True)
-        sys.stdout.write("\n")
+        emit_json(report(bundle, outcomes, verdict), indent=1, sort_keys=True)
         return 0
     print(f"bundle {bundle} (recorded: {kind})")
     print(f"{'release':<10} {'outcome':<34} first violation")

@@ -7,10 +7,9 @@ needs), 1 a check failed, 2 bad input.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from schedcheck.cli.commands.common import UsageError, add_json_flag, run_guarded
+from schedcheck.cli.output import emit_json
 from schedcheck.engines.registry import EngineLoadError
 from schedcheck.sim.conformance.checks import CHECKS
 from schedcheck.sim.conformance.kit import FAIL, CheckResult, run_kit
@@ -59,8 +58,7 @@ def _run(args: argparse.Namespace) -> int:
             "passed": not failed,
             "checks": [r.to_json() for r in results],
         }
-        json.dump(report, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        emit_json(report, indent=1)
     else:
         _print(f"{args.engine} ({args.block_manager or 'its default block manager'})", results)
     return EXIT_FAILED if failed else EXIT_PASSED

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from importlib import resources
 
@@ -26,6 +25,7 @@ from schedcheck.cli.commands.replay import (
     cost_model,
     engine_config,
 )
+from schedcheck.cli.output import emit_json
 from schedcheck.engines.registry import EngineLoadError
 from schedcheck.sim.diff import DiffReport, compare
 from schedcheck.sim.loop import EXIT_USAGE, SimOptions, run
@@ -95,8 +95,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _print(args: argparse.Namespace, report: DiffReport) -> None:
     if args.json:
-        json.dump(report.to_json(), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        emit_json(report.to_json(), indent=1)
         return
     for name, res in zip(report.engines, report.results, strict=True):
         print(

@@ -31,6 +31,7 @@ from schedcheck.cli.commands.common import (
     positive_int,
     run_guarded,
 )
+from schedcheck.cli.output import emit_json
 from schedcheck.engines.registry import EngineLoadError
 from schedcheck.fuzz.campaign import CampaignOptions, CampaignResult, run_campaign
 from schedcheck.fuzz.database import DEFAULT_DB_DIR
@@ -40,9 +41,10 @@ from schedcheck.fuzz.shrink import shrink_bundle
 from schedcheck.fuzz.swarm import FAMILIES, SwarmSpec
 
 EXIT_NOTHING, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
+# an invariant (a kind of finding), or a finding's signature: `kind[case]` (Violation.signature)
 IGNORABLE = re.compile(
-    r"(accounting|shadow-kv|block-pool|outputs|protocol)\.[a-z-]+|engine-crash|harness-crash"
-    r"|liveness"
+    r"((accounting|shadow-kv|block-pool|outputs|protocol)\.[a-z-]+|engine-crash|harness-crash)"
+    r"(\[[^\]\n]+\])?|liveness"
 )
 DEFAULT_OUT = DEFAULT_DB_DIR / "findings"
 
@@ -80,9 +82,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--continue-past-findings",
         action="store_true",
-        help="after a finding, go on with its invariant ignored (a new campaign in the "
-        "budget left, bundles under OUT/campaign-N), until the budget is spent (each kind "
-        "of finding is ignored once); for campaigns against real engines",
+        help="after a finding, go on with its signature ignored (a new campaign in the "
+        "budget left, bundles under OUT/campaign-N), until the budget is spent: every "
+        "distinct bug (signature: the crash's exception and frame, what a bad read found "
+        "and how, else the invariant) is reported once, shrunk on its own; for campaigns "
+        "against real engines",
     )
     parser.add_argument(
         "--shrink",
@@ -112,11 +116,12 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         "--ignore",
         action="append",
         default=[],
-        metavar="INVARIANT",
-        help="an invariant of a known behaviour (e.g. outputs.length): its violations are "
-        "counted, not findings, so the campaign looks past it; engine-crash, liveness: "
-        "examples that crash the engine, or stall, count as clean (the run still ends "
-        "there); repeatable",
+        metavar="INVARIANT|SIGNATURE",
+        help="an invariant of a known behaviour (e.g. outputs.length), or one finding's "
+        "signature (e.g. 'engine-crash[AssertionError at vllm/v1/core/sched/scheduler.py:"
+        "schedule:412]', as a campaign prints it): its violations are counted, not findings, "
+        "so the campaign looks past it; engine-crash, liveness: examples that crash the "
+        "engine, or stall, count as clean (the run still ends there); repeatable",
     )
     target.add_argument(
         "--family",
@@ -231,7 +236,8 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--ignore {name!r}: not an invariant name (engine-crash, harness-crash, liveness, "
                 "or family.name with the family one of accounting, shadow-kv, block-pool, "
-                "outputs, protocol; see README 'What is checked')"
+                "outputs, protocol; see README 'What is checked') nor a finding's signature "
+                "(NAME[case])"
             )
     spec = SwarmSpec(
         engine=args.engine,
@@ -281,19 +287,32 @@ def _continue_past_findings(args: argparse.Namespace, spec: SwarmSpec) -> int:
         reports.append(report)
         if not args.json:
             _print(args, report)
-        kind = report["kind"] or ""
-        if not report["found"] or report["interrupted"] or not IGNORABLE.fullmatch(kind):
+        signature = report["signature"] or ""
+        if not report["found"] or report["interrupted"] or not IGNORABLE.fullmatch(signature):
             break
-        assert kind not in spec.ignore, f"an ignored invariant {kind} was reported"
-        spec = dataclasses.replace(spec, ignore=(*spec.ignore, kind))
-    kinds = [r["kind"] for r in reports if r["found"]]
+        assert signature not in spec.ignore, f"an ignored finding {signature} was reported"
+        spec = dataclasses.replace(spec, ignore=(*spec.ignore, signature))
+    findings = [_distinct(r) for r in reports if r["found"]]
     if args.json:
-        summary = {"found": bool(kinds), "kinds": kinds, "campaigns": reports}
-        json.dump(summary, sys.stdout, indent=1, sort_keys=True)
-        sys.stdout.write("\n")
+        summary = {
+            "found": bool(findings),
+            "kinds": [f["kind"] for f in findings],
+            "findings": findings,
+            "campaigns": reports,
+        }
+        emit_json(summary, indent=1, sort_keys=True)
     else:
-        print(f"{len(reports)} campaign(s); found: {', '.join(kinds) or 'nothing'}")
-    return EXIT_FOUND if kinds else EXIT_NOTHING
+        print(f"{len(reports)} campaign(s); {len(findings)} distinct finding(s)")
+        for f in findings:
+            print(f"  {f['signature']}: {f['time_to_detect_s']} s, {f['shrunk_requests']} "
+                  f"request(s), {f['bundle']}")  # fmt: skip
+    return EXIT_FOUND if findings else EXIT_NOTHING
+
+
+def _distinct(report: dict[str, Any]) -> dict[str, Any]:
+    """One distinct finding of a --continue-past-findings run, as its summary lists it."""
+    keys = ("signature", "kind", "headline", "time_to_detect_s", "shrunk_requests", "bundle")
+    return {k: report.get(k) for k in keys}
 
 
 def write_campaign_json(out_dir: Path, report: dict[str, Any]) -> None:
@@ -355,6 +374,7 @@ def campaign_report(result: CampaignResult, command: str) -> dict[str, Any]:
         "bundle": finding.get("bundle") or raw.get("bundle"),
         "shrunk_requests": finding.get("shrunk_requests"),
         "kind": finding.get("kind") or raw.get("kind"),
+        "signature": finding.get("signature") or raw.get("signature"),
         "headline": finding.get("headline") or raw.get("headline"),
         "seed": opts.seed,
         "workers": opts.workers,
@@ -369,7 +389,7 @@ def campaign_report(result: CampaignResult, command: str) -> dict[str, Any]:
         "finding": finding or None,
         "raw_bundles": [r.get("bundle") for r in result.raw],
         "other_findings": [
-            {k: f.get(k) for k in ("worker", "round", "round_seed", "kind", "bundle")}
+            {k: f.get(k) for k in ("worker", "round", "round_seed", "kind", "signature", "bundle")}
             for f in result.findings
             if f is not result.finding
         ],
@@ -405,8 +425,7 @@ def _origin(finding: dict[str, Any]) -> str:
 
 def _print(args: argparse.Namespace, report: dict[str, Any]) -> None:
     if args.json:
-        json.dump(report, sys.stdout, indent=1, sort_keys=True)
-        sys.stdout.write("\n")
+        emit_json(report, indent=1, sort_keys=True)
         return
     print(
         f"fuzz {report['engine']} (mutant {report['mutant'] or 'none'}): "
@@ -420,6 +439,8 @@ def _print(args: argparse.Namespace, report: dict[str, Any]) -> None:
             f"FOUND {finding['kind']} after {finding['time_to_detect_s']:.2f} s {_origin(finding)}"
         )
         print(f"  {finding['headline']}")
+        if finding.get("signature") and finding["signature"] != finding["kind"]:
+            print(f"  signature: {finding['signature']}")
         print(
             f"  shrunk to {finding['shrunk_requests']} requests; options "
             f"{json.dumps(finding['scenario']['config'] if finding.get('scenario') else None)}"
@@ -472,8 +493,7 @@ def _shrink(args: argparse.Namespace) -> int:
     if args.regressions:
         report["regression"] = str(write_regression(bundle, args.regressions))
     if args.json:
-        json.dump(report, sys.stdout, indent=1, sort_keys=True)
-        sys.stdout.write("\n")
+        emit_json(report, indent=1, sort_keys=True)
     else:
         print(f"shrunk {before} -> {after} requests: {bundle}\nreproduce: {report['reproduce']}")
     return EXIT_FOUND

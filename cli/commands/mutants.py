@@ -12,9 +12,9 @@ Exit codes: 0 ok, 2 bad usage.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from schedcheck.cli.output import emit_json
 from schedcheck.engines.reference.mutants import MUTANTS
 
 
@@ -49,8 +49,7 @@ def _register_list(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def run_list(args: argparse.Namespace) -> int:
     if args.json:
-        json.dump([m.to_json() for m in MUTANTS], sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        emit_json([m.to_json() for m in MUTANTS], indent=2)
         return 0
     name_width = max(len(m.name) for m in MUTANTS)
     component_width = max(len(m.component) for m in MUTANTS)
@@ -123,8 +122,7 @@ def run_score(args: argparse.Namespace) -> int:
     show = None if args.json else (lambda row: print(format_table([row]).splitlines()[1]))
     rows = score_mutants(opts, show)
     if args.json:
-        json.dump({"rows": [r.to_json() for r in rows], **summary(rows)}, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        emit_json({"rows": [r.to_json() for r in rows], **summary(rows)}, indent=1)
     else:
         print(format_table(rows))
     return 0 if all(r.found for r in rows) else 1

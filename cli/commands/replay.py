@@ -6,7 +6,6 @@ Exit codes: 0 clean, 1 a violation (a bundle is written), 2 bad input, 3 livenes
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterable, Iterator
 from importlib import resources
@@ -22,6 +21,7 @@ from schedcheck.cli.commands.common import (
     positive_int,
     run_guarded,
 )
+from schedcheck.cli.output import emit_json
 from schedcheck.engines.capabilities import (
     Capabilities,
     EngineRefusal,
@@ -367,8 +367,7 @@ def _report(
     summary["bundle"] = str(bundle.resolve()) if bundle else extra.get("bundle")
     summary.update(extra)
     if args.json:
-        json.dump(summary, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        emit_json(summary, indent=1)
         return
     speed = result.sim_time_s / result.wall_time_s if result.wall_time_s > 0 else float("inf")
     print(

@@ -8,12 +8,12 @@ Exit codes: 0 written, 2 bad input (or plotly missing).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import webbrowser
 from pathlib import Path
 
 from schedcheck.cli.commands.common import EXIT_BAD_INPUT, EXIT_OK, add_json_flag, run_guarded
+from schedcheck.cli.output import emit_json
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,7 +66,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"schedcheck: error: {why}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.json:
-        print(json.dumps({"report": str(written.resolve()), "bytes": written.stat().st_size}))
+        emit_json({"report": str(written.resolve()), "bytes": written.stat().st_size})
     else:
         print(f"report written to {written.resolve()} ({written.stat().st_size / 1e6:.1f} MB)")
     if args.open:

@@ -6,8 +6,6 @@ Exit codes: 0 every point clean, 1 a point found something (bundles written), 2 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -23,6 +21,7 @@ from schedcheck.cli.commands.common import (
     run_guarded,
 )
 from schedcheck.cli.commands.replay import DEFAULT_TRACE
+from schedcheck.cli.output import emit_json
 from schedcheck.fuzz.ray_cluster import RayMissing, import_ray, sweep_runner
 from schedcheck.fuzz.sweep import (
     PointRunner,
@@ -175,8 +174,7 @@ def _requests(args: argparse.Namespace, window: Window | None) -> list[Any]:
 def _print(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     if args.json:
         findings = sum(row["outcome"] not in ("clean", "refused") for row in rows)
-        json.dump({"points": rows, "findings": findings}, sys.stdout, indent=1, sort_keys=True)
-        sys.stdout.write("\n")
+        emit_json({"points": rows, "findings": findings}, indent=1, sort_keys=True)
         return
     print(f"{'point':<44} {'requests':>8} {'steps':>7}  outcome")
     for row in rows:

@@ -7,7 +7,6 @@ answered with `FILE:LINE: FIELD: what is wrong` on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from itertools import islice
@@ -25,6 +24,7 @@ from schedcheck.cli.commands.common import (
     run_guarded,
     write_trace_output,
 )
+from schedcheck.cli.output import emit_json, emit_line
 from schedcheck.traces import TraceRequest, request_to_line
 from schedcheck.traces.generators import KINDS, GenOptions, LengthSpec, generate
 from schedcheck.traces.prefix import DEFAULT_TOKEN_BLOCK_SIZE
@@ -137,7 +137,7 @@ def _run_stats(args: argparse.Namespace) -> int:
     requests = progress(open_trace(args), enabled=not args.json, desc="stats")
     stats = compute_stats(requests, token_block_size=args.block_size)
     if args.json:
-        print(json.dumps({"trace": args.trace, **stats.to_json()}, indent=1, sort_keys=True))
+        emit_json({"trace": args.trace, **stats.to_json()}, indent=1, sort_keys=True)
     else:
         print(format_stats(args.trace, stats))
     return EXIT_OK
@@ -147,7 +147,7 @@ def _run_head(args: argparse.Namespace) -> int:
     requests = islice(open_trace(args), min(args.count, _HEAD_MAX))
     if args.json:
         for request in requests:
-            print(request_to_line(request))
+            emit_line(request_to_line(request))
         return EXIT_OK
     print(f"{'request_id':<20} {'arrival_s':>12} {'prompt':>8} {'output':>7}  session/parent")
     for request in requests:

@@ -12,7 +12,6 @@ backend that refuses the configuration, an unreadable bundle).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +23,7 @@ from schedcheck.cli.commands.common import (
     positive_int,
     run_guarded,
 )
+from schedcheck.cli.output import emit_json
 
 EXIT_CONSISTENT, EXIT_MISALIGNED, EXIT_BAD_INPUT = 0, 1, 2
 BACKENDS = ("auto", "torch-ref", "flash-attn-4", "flash-attn", "torch-flash", "sdpa")
@@ -114,8 +114,7 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, KeyError, RuntimeError) as exc:
         return _bad(f"{path}: {exc}")
     if args.json:
-        json.dump(report.to_json(), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        emit_json(report.to_json(), indent=1)
     else:
         _print(report.to_json())
     return report.exit_code

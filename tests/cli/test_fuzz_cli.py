@@ -2,11 +2,11 @@
 
 import importlib.util
 import json
-import re
 from pathlib import Path
 
 import pytest
 
+from schedcheck.cli.commands.fuzz import IGNORABLE
 from schedcheck.cli.entry import main
 
 
@@ -153,23 +153,26 @@ def test_an_ignored_invariant_is_no_finding(tmp_path, capsys):
         assert config["sim"]["ignore"] == [kind]
 
 
-def test_continue_past_findings_ignores_each_kind_found_and_goes_on(tmp_path, capsys):
-    """The toy swap engine, campaign after campaign: each ignores every kind found before
-    it, writes its bundles under OUT/campaign-N, and the run ends at a campaign that finds
-    nothing (here: at its example bound) or one it cannot look past."""
+def test_continue_past_findings_ignores_each_signature_found_and_goes_on(tmp_path, capsys):
+    """The toy swap engine, campaign after campaign: each ignores every signature found
+    before it, writes its bundles under OUT/campaign-N, and the run ends at a campaign that
+    finds nothing (here: at its example bound) or one it cannot look past."""
     argv = ["fuzz", "--engine", "toy_engine:make_swap_engine", "--seed", "3", "--no-db"]
     argv += ["--budget-s", "60", "--max-examples", "300", "--shrink-runs-max", "30"]
     code, out = _json(capsys, [*argv, "--out", str(tmp_path), "--continue-past-findings", "--json"])
     campaigns = out["campaigns"]
     assert code == 1 and out["found"] and len(campaigns) >= 2
+    signatures = [f["signature"] for f in out["findings"]]
+    assert signatures == [c["signature"] for c in campaigns if c["found"]]
     assert out["kinds"] == [c["kind"] for c in campaigns if c["found"]]
-    assert len(set(out["kinds"])) == len(out["kinds"])  # never the same kind twice
+    assert len(set(signatures)) == len(signatures)  # never the same bug twice
     for i, campaign in enumerate(campaigns):
-        assert campaign["ignore"] == out["kinds"][:i]
+        assert campaign["ignore"] == signatures[:i]
         if campaign["found"]:
             assert Path(campaign["bundle"]).parent == tmp_path / f"campaign-{i}"
+            assert out["findings"][i]["bundle"] == campaign["bundle"]
     last = campaigns[-1]
-    assert not last["found"] or not re.fullmatch(r"[a-z-]+\.[a-z-]+|engine-crash", last["kind"])
+    assert not last["found"] or not IGNORABLE.fullmatch(last["signature"])
 
 
 def test_an_ignored_liveness_failure_is_no_finding(tmp_path, capsys):

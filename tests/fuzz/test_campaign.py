@@ -163,6 +163,7 @@ def test_a_replayed_finding_that_fails_differently_is_reported_as_it_fails_now(
     assert finding["replayed_from"] == {
         "bundle": old_bundle,
         "kind": first.finding["kind"],
+        "signature": first.finding["signature"],
         "headline": first.finding["headline"],
     }
     new_violations = _violations(finding["bundle"])
