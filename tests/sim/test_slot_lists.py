@@ -73,3 +73,42 @@ def test_without_the_discarded_write_the_shared_slot_reads_as_never_written():
         10,
     )
     assert first.found == "nothing (never written)"
+    assert first.case == "never-written via prefix-hit"  # key 6 of b's 7 cached tokens
+    assert first.signature == "shadow-kv.read[never-written via prefix-hit]"
+
+
+def _c_verified_slots_0_to_5() -> SymbolicExecutor:
+    """c wrote and read its prompt through slots 0..5 (it verified them)."""
+    ex = SymbolicExecutor(num_blocks=4, block_size=4)
+    ex.add_request("c", PROMPT)
+    ex.execute(build_metadata(SchedulerOutput(1, (_req("c", 0, 6, 6, PROMPT, range(6)),)), 4))
+    assert ex.violations == [] and ex.verifiers[:6].tolist() == [1] * 6
+    return ex
+
+
+def _discarded_write_into_slot_2(ex: SymbolicExecutor) -> None:
+    """Aborted e's discarded step writes its position 0 into slot 2."""
+    e = ScheduledRequest("e", 0, 1, 1, 1, np.asarray([7], np.int64), (0,), slots=(2,))
+    ex.execute(build_metadata(SchedulerOutput(2, (), discarded=(e,)), 4))
+
+
+def test_a_discarded_write_into_a_slot_the_live_request_no_longer_holds_is_legal():
+    """SGLang's dedup moved c's row onto the tree's copy (slots 8..13) and freed 0..5; the
+    aborted request's last step took slot 2. Nothing c holds is written: no violation, and c
+    verifies its keys again through its new row."""
+    ex = _c_verified_slots_0_to_5()
+    ex.current_table = lambda rid: tuple(range(8, 14)) if rid == "c" else None
+    _discarded_write_into_slot_2(ex)
+    assert ex.violations == []
+    assert ex.verifiers[:6].tolist() == [1, 1, 0, 0, 0, 0]  # c keeps keys 0, 1 only
+
+
+def test_a_discarded_write_into_a_slot_the_live_request_still_holds_is_reported():
+    ex = _c_verified_slots_0_to_5()
+    ex.current_table = lambda rid: tuple(range(6)) if rid == "c" else None
+    _discarded_write_into_slot_2(ex)
+    [v] = ex.violations
+    assert (v.invariant, v.request_id, v.slot) == ("block-pool.write-into-shared-block", "e", 2)
+    assert v.message == (
+        "the discarded step of aborted e writes slot 2, which holds KV a live request verified"
+    )
