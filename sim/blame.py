@@ -58,6 +58,13 @@ def harness_crash(step: int, exc: BaseException) -> Violation:
     )
 
 
+def setup_error(engine: str, exc: BaseException) -> str:
+    """One line for an engine that cannot even be built (its factory raised: a wrong path
+    in the user's environment, a missing package): bad input, exit 2, not a finding."""
+    _, case = crash_case(exc)
+    return f"engine {engine!r}: its factory raised {type(exc).__name__}: {exc} ({case})"
+
+
 def crash_case(exc: BaseException) -> tuple[bool, str]:
     """(whether schedcheck's harness raised it, `Type at path:function:line`)."""
     frames = traceback.extract_tb(exc.__traceback__)

@@ -53,3 +53,20 @@ def test_without_json_the_engine_prints_where_it_prints(tmp_path):
     proc = _cli("replay", str(_trace(tmp_path)), "--engine", "noisy_engine:make_engine", *SMALL)
     assert proc.returncode == 0, proc.stderr
     assert "noisy radix tree at step 1" in proc.stdout and "noisy C extension line" in proc.stdout
+
+
+def test_a_factory_that_raises_is_one_setup_error_not_a_finding(tmp_path):
+    """conformance and fuzz: exit 2 with one line naming the factory's exception and frame."""
+    for argv in (
+        ["conformance"],
+        ["fuzz", "--no-db", "--max-examples", "4", "--out", str(tmp_path)],
+    ):
+        proc = _cli(*argv, "--engine", "broken_factory:make_engine")
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        [line] = proc.stderr.strip().splitlines()
+        assert line.startswith(
+            "schedcheck: error: engine 'broken_factory:make_engine': its factory "
+        )
+        assert "ModuleNotFoundError: No module named 'nano_vllm_not_installed'" in line
+        assert "broken_factory.py:make_engine:7" in line
+        assert "FAIL" not in proc.stdout
