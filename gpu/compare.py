@@ -14,7 +14,6 @@ near tie, else `consistent`. `first_divergence` gives each request's first diver
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from schedcheck.gpu.baseline import run_baseline
 from schedcheck.gpu.checks import ReplayChecker
 from schedcheck.gpu.dtypes import dtype_name, torch_dtype
 from schedcheck.gpu.executor import TensorExecutor
+from schedcheck.gpu.executor import cpu_threads as cpu_threads  # its callers' import
 from schedcheck.gpu.findings import MISALIGNMENT, NEAR_TIE, Finding, first_per_request
 from schedcheck.gpu.model import LlamaModel, ModelConfig, make_model
 from schedcheck.gpu.replay import Transform, replay_schedule
@@ -217,13 +217,6 @@ def verify_bundle(
         max_kv_error=checker.max_kv_error,
         max_logprob_error=checker.max_logprob_error,
     )
-
-
-def cpu_threads(device: str) -> None:
-    """For the command-line entry points: on a CPU, the tiny model runs fastest on one
-    thread (SCHEDCHECK_TORCH_THREADS overrides); a no-op on CUDA."""
-    if torch.device(device).type == "cpu":
-        torch.set_num_threads(int(os.environ.get("SCHEDCHECK_TORCH_THREADS", "1")))
 
 
 def _sync(device: torch.device) -> None:

@@ -46,6 +46,7 @@ Raises BackendRefused (a ValueError) if the backend does not take the configurat
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -290,6 +291,13 @@ def _violation(f: Finding) -> Violation:
     )
 
 
+def cpu_threads(device: str) -> None:
+    """For the command-line entry points: on a CPU, the tiny model runs fastest on one
+    thread (SCHEDCHECK_TORCH_THREADS overrides); a no-op on CUDA."""
+    if torch.device(device).type == "cpu":
+        torch.set_num_threads(int(os.environ.get("SCHEDCHECK_TORCH_THREADS", "1")))
+
+
 def make_executor(
     backend: str = "auto",
     device: str = "cpu",
@@ -306,8 +314,6 @@ def make_executor(
 
     On a CPU it sets torch to one thread (SCHEDCHECK_TORCH_THREADS overrides): the tiny
     model is fastest so, and two threads spinning on a loaded machine are 60x slower."""
-    from schedcheck.gpu.compare import cpu_threads
-
     cpu_threads(device)
     torch_dt = torch_dtype(dtype) if isinstance(dtype, str) else dtype
     if model_dir is not None:
