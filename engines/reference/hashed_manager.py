@@ -193,6 +193,9 @@ class HashedKVManager:
     def num_free_blocks(self) -> int:
         return self.block_pool.num_free_blocks
 
+    def num_evicted_blocks(self) -> int:
+        return self.block_pool.num_evicted_blocks
+
     def evict_cached_free(self, num_blocks_max: int) -> int:
         return self.block_pool.evict_cached_free(num_blocks_max)
 
@@ -211,11 +214,6 @@ class HashedKVSnapshot(ManagerSnapshot):
 
     __slots__ = ()
     _manager: HashedKVManager
-
-    @property
-    def num_evicted_blocks(self) -> int:
-        """Cached blocks evicted for new allocations so far (read by sim/coverage.py)."""
-        return self._manager.block_pool.num_evicted_blocks
 
     def free_block_ids(self) -> Sequence[int]:
         """The free queue, head (evicted first) to tail; cached blocks with ref_cnt 0 included."""

@@ -272,6 +272,9 @@ class RadixKVManager:
     def num_free_blocks(self) -> int:
         return len(self.free_pool) + self.tree.evictable_num_pages
 
+    def num_evicted_blocks(self) -> int:
+        return self.tree.num_evicted_pages
+
     def num_computed_tokens_of(self, request_id: str) -> int:
         pages = self._requests.get(request_id)
         return -1 if pages is None else pages.num_computed_tokens
@@ -288,11 +291,6 @@ class RadixKVSnapshot(ManagerSnapshot):
 
     __slots__ = ()
     _manager: RadixKVManager
-
-    @property
-    def num_evicted_blocks(self) -> int:
-        """Cached blocks evicted for new allocations so far (read by sim/coverage.py)."""
-        return self._manager.tree.num_evicted_pages
 
     def free_block_ids(self) -> Sequence[int]:
         return self._manager.free_pool

@@ -54,7 +54,8 @@ class ManagerSnapshot:
     """What both block managers' snapshots share: the geometry and the live ref_cnt view.
 
     A subclass answers the rest (free queue, cached blocks, block tables) from its manager;
-    the manager must have `block_size`, `num_blocks` and `_ref_cnt_view`.
+    the manager must have `block_size`, `num_blocks`, `_ref_cnt_view` and
+    `num_evicted_blocks()`.
     """
 
     __slots__ = ("_manager",)
@@ -69,6 +70,11 @@ class ManagerSnapshot:
     @property
     def num_blocks(self) -> int:
         return int(self._manager.num_blocks)
+
+    @property
+    def num_evicted_blocks(self) -> int:
+        """Cached blocks evicted for new allocations so far (read by sim/coverage.py)."""
+        return int(self._manager.num_evicted_blocks())
 
     def ref_cnt(self) -> npt.NDArray[np.int64]:
         view: npt.NDArray[np.int64] = self._manager._ref_cnt_view

@@ -13,7 +13,7 @@ shared-prefix, the follow-up text of later turns for multi-turn).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -54,6 +54,30 @@ class GenOptions:
 
 
 Kind = Callable[[np.random.Generator, GenOptions], Iterator[TraceRequest]]
+_FIELDS = frozenset(f.name for f in fields(GenOptions))
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    """A generator called with the GenOptions it reads: `same` (space-separated) under
+    their own name, `renamed` as (the generator's parameter, the option); `vocab_size`
+    always."""
+
+    generator: Callable[..., Iterator[TraceRequest]]
+    same: str
+    renamed: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        read = {*self.same.split(), *(option for _, option in self.renamed)}
+        assert read <= _FIELDS, f"not GenOptions fields: {sorted(read - _FIELDS)}"
+
+    def __call__(self, rng: np.random.Generator, o: GenOptions) -> Iterator[TraceRequest]:
+        kwargs = {name: getattr(o, name) for name in self.same.split()}
+        kwargs.update((param, getattr(o, option)) for param, option in self.renamed)
+        return self.generator(rng, **kwargs, vocab_size=o.vocab_size)
+
+
+_gamma = _Options(open_loop, "num_requests rate_per_s burstiness input_lengths output_lengths")
 
 
 def _poisson(rng: np.random.Generator, o: GenOptions) -> Iterator[TraceRequest]:
@@ -61,68 +85,25 @@ def _poisson(rng: np.random.Generator, o: GenOptions) -> Iterator[TraceRequest]:
     return _gamma(rng, o)
 
 
-def _gamma(rng: np.random.Generator, o: GenOptions) -> Iterator[TraceRequest]:
-    return open_loop(
-        rng,
-        num_requests=o.num_requests,
-        rate_per_s=o.rate_per_s,
-        burstiness=o.burstiness,
-        input_lengths=o.input_lengths,
-        output_lengths=o.output_lengths,
-        vocab_size=o.vocab_size,
-    )
-
-
-def _closed_loop(rng: np.random.Generator, o: GenOptions) -> Iterator[TraceRequest]:
-    return closed_loop(
-        rng,
-        num_users=o.num_users,
-        requests_per_user=o.requests_per_user,
-        spawn_rate_per_s=o.spawn_rate_per_s,
-        think_min_s=o.think_min_s,
-        think_max_s=o.think_max_s,
-        input_lengths=o.input_lengths,
-        output_lengths=o.output_lengths,
-        vocab_size=o.vocab_size,
-    )
-
-
-def _shared_prefix(rng: np.random.Generator, o: GenOptions) -> Iterator[TraceRequest]:
-    return shared_prefix(
-        rng,
-        num_groups=o.num_groups,
-        group_size=o.group_size,
-        prefix_lengths=o.prefix_lengths,
-        suffix_lengths=o.input_lengths,
-        output_lengths=o.output_lengths,
-        rate_per_s=o.rate_per_s,
-        burstiness=o.burstiness,
-        vocab_size=o.vocab_size,
-    )
-
-
-def _multi_turn(rng: np.random.Generator, o: GenOptions) -> Iterator[TraceRequest]:
-    return multi_turn(
-        rng,
-        num_sessions=o.num_sessions,
-        turns=o.turns,
-        rate_per_s=o.rate_per_s,
-        burstiness=o.burstiness,
-        think_min_s=o.think_min_s,
-        think_max_s=o.think_max_s,
-        first_lengths=o.first_lengths,
-        followup_lengths=o.input_lengths,
-        output_lengths=o.output_lengths,
-        vocab_size=o.vocab_size,
-    )
-
-
 KINDS: dict[str, Kind] = {
     "poisson": _poisson,
     "gamma": _gamma,
-    "closed-loop": _closed_loop,
-    "shared-prefix": _shared_prefix,
-    "multi-turn": _multi_turn,
+    "closed-loop": _Options(
+        closed_loop,
+        "num_users requests_per_user spawn_rate_per_s think_min_s think_max_s "
+        "input_lengths output_lengths",
+    ),
+    "shared-prefix": _Options(
+        shared_prefix,
+        "num_groups group_size prefix_lengths output_lengths rate_per_s burstiness",
+        renamed=(("suffix_lengths", "input_lengths"),),
+    ),
+    "multi-turn": _Options(
+        multi_turn,
+        "num_sessions turns rate_per_s burstiness think_min_s think_max_s "
+        "first_lengths output_lengths",
+        renamed=(("followup_lengths", "input_lengths"),),
+    ),
 }
 
 
