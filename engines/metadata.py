@@ -61,12 +61,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from schedcheck.engines.protocol import KVCacheGroup, ScheduledRequest, SchedulerOutput
+from schedcheck.engines.protocol import (
+    Engine,
+    KVCacheGroup,
+    ScheduledRequest,
+    SchedulerOutput,
+)
 
 IntArray = npt.NDArray[np.int64]
 _EMPTY: IntArray = np.zeros(0, dtype=np.int64)
@@ -360,3 +365,22 @@ def _first_difference(
     got = int(theirs[k]) if k < theirs.size else "none"
     want = int(mine[k]) if k < mine.size else "none"
     return rid, f"{name}[{k}]: runner {got}, derived {want}"
+
+
+@runtime_checkable
+class RunnerMetadataEngine(Engine, Protocol):
+    """Optional protocol: an engine that runs its own model runner hands its metadata.
+
+    By default the simulator derives a step's runner metadata from its SchedulerOutput
+    (`build_metadata`, as a model runner would). An engine with a runner of its own (vLLM's
+    whole engine, `--engine vllm-engine`, or yours) may instead hand, per step, the
+    metadata its runner really gave its attention kernels: a `RunnerMetadata` (positions,
+    input_ids, slot_mapping, query_start_loc, seq_lens, block_tables, logits indices) whose
+    `output` is the SchedulerOutput schedule() returned, with its requests in the runner's
+    batch order. The shadow KV then checks that metadata, so a bug between the scheduler's
+    decision and the kernel's indices is seen; `disagreements` says where it differs from
+    the derivation. None: derive it as usual."""
+
+    def runner_metadata(self, step: int) -> RunnerMetadata | None:
+        """The runner's metadata of step `step` (the output schedule() just returned)."""
+        ...

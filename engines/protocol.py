@@ -25,13 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
-
-if TYPE_CHECKING:  # metadata.py imports this module
-    from schedcheck.engines.metadata import RunnerMetadata
 
 TokenArray = npt.NDArray[np.int64]
 
@@ -233,23 +230,8 @@ class SpecDecodeEngine(Engine, Protocol):
         ...
 
 
-@runtime_checkable
-class RunnerMetadataEngine(Engine, Protocol):
-    """Optional: an engine that runs its own model runner hands that runner's metadata.
-
-    By default the simulator derives a step's runner metadata from its SchedulerOutput
-    (`metadata.build_metadata`, as a model runner would). An engine with a runner of its
-    own (vLLM's whole engine, `--engine vllm-engine`, or yours) may instead hand, per step,
-    the metadata its runner really gave its attention kernels: the same fields
-    (`RunnerMetadata`: positions, input_ids, slot_mapping, query_start_loc, seq_lens,
-    block_tables, logits indices), with `output` the step's SchedulerOutput and requests in
-    the runner's batch order. The shadow KV then checks that metadata, so a bug between the
-    scheduler's decision and the kernel's indices is seen; the loop also derives its own
-    and reports where the two disagree. None: derive it as usual."""
-
-    def runner_metadata(self, step: int) -> RunnerMetadata | None:
-        """The runner's metadata of step `step` (the output schedule() just returned)."""
-        ...
+# Optional: an engine with a model runner of its own hands that runner's metadata per step
+# (`runner_metadata(step)`, metadata.RunnerMetadataEngine); the shadow KV then checks it.
 
 
 @dataclass(frozen=True, slots=True)

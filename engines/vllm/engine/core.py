@@ -58,7 +58,7 @@ from schedcheck.engines.vllm.common import (
     read_only_prompt,
 )
 from schedcheck.engines.vllm.engine import model, shadow_backend
-from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
+from schedcheck.engines.vllm.engine.model import DEFAULT_VOCAB_SIZE
 
 ENGINE_NAME = "vllm-engine"
 ARRIVAL_TIME_TICK_S = 1e-6  # as the vllm-v1 adapter: arrival stamps never tie

@@ -25,6 +25,7 @@ NUM_KV_HEADS = 1
 NUM_LAYERS = 2
 INTERMEDIATE_SIZE = 128
 WEIGHT_SEED = 0
+DEFAULT_VOCAB_SIZE = 32_000  # the simulator's default vocabulary (traces/tokens.py)
 
 
 def tiny_llama_config(vocab_size: int, max_model_len: int) -> dict[str, Any]:
