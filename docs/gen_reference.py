@@ -20,6 +20,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -186,18 +187,26 @@ def mutants_page() -> str:
         "`schedcheck mutants score` runs one fuzz campaign per mutant; every mutant also has a",
         "shrunk regression bundle under `tests/regressions/bundles/`.",
         "",
-        "| mutant | component | property it breaks | real bug |",
+        "| mutant | component | [bug class](../bug-classes.md): property it breaks | real bug |",
         "|---|---|---|---|",
     ]
     for m in mutants:
         lines.append(
-            f"| [`{m['name']}`](#{m['name']}) | {m['component']} | {_cell(m['bug_class'])} "
+            f"| [`{m['name']}`](#{m['name']}) | {m['component']} | {_bug_class(m['bug_class'])} "
             f"| {_cell(m['reference'])} |"
         )
     lines.append("")
     for m in mutants:
         lines += [f"## {m['name']}", "", _cell(m["description"]), ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _bug_class(text: str) -> str:
+    """`#3/#10: property`, each class linked to its section of docs/bug-classes.md."""
+    classes, sep, prop = text.partition(": ")
+    assert sep and all(re.fullmatch(r"#\d+", c) for c in classes.split("/")), text
+    links = "/".join(f"[{c}](../bug-classes.md#class-{c[1:]})" for c in classes.split("/"))
+    return f"{links}: {_cell(prop)}"
 
 
 PAGES: dict[str, Callable[[], str]] = {
