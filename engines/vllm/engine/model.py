@@ -79,4 +79,4 @@ def redraw_dummy_weights(seed: int = WEIGHT_SEED) -> None:
                     param.fill_(1.0)
 
     load_weights.schedcheck_redraw = True  # type: ignore[attr-defined]
-    DummyModelLoader.load_weights = load_weights  # type: ignore[method-assign]
+    DummyModelLoader.load_weights = load_weights

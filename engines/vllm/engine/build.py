@@ -1,0 +1,174 @@
+"""Building vLLM's EngineCore for the whole-engine mode, and reading its runner's metadata.
+
+`build_engine_core`: the tiny model, dummy weights re-drawn (model.py), the shadow attention
+backend selected (shadow_backend.py), in-process. `ForcedSampler`: vLLM's sampler with the
+harness's tokens. `runner_metadata_of`: what vLLM's runner handed its attention backend, as
+a RunnerMetadata.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from schedcheck.engines.metadata import RunnerMetadata
+from schedcheck.engines.protocol import EngineConfig, SchedulerOutput
+from schedcheck.engines.vllm.engine import model, shadow_backend
+
+# the KV snapshot of the vllm-v1 adapter reads vLLM's BlockPool; its module moved with
+# the adapters' reorganisation: the first that imports
+SNAPSHOT_MODULES = ("schedcheck.engines.vllm.v1.snapshot", "schedcheck.engines.vllm.v1_snapshot")
+
+
+def snapshot_class() -> Any:
+    errors = []
+    for name in SNAPSHOT_MODULES:  # bounded: two candidates
+        try:
+            return importlib.import_module(name).V1KVSnapshot
+        except ImportError as exc:
+            errors.append(f"{name}: {exc}")
+    raise ImportError("; ".join(errors))
+
+
+def engine_args(config: EngineConfig, model_dir: str, vocab_size: int) -> Any:
+    """vLLM's EngineArgs for `config`: the tiny model, dummy weights, eager, the shadow backend."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    return EngineArgs(
+        model=model_dir,
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        dtype="float32",
+        enforce_eager=True,
+        seed=0,
+        block_size=config.block_size,
+        num_gpu_blocks_override=config.num_gpu_blocks,
+        enable_chunked_prefill=config.enable_chunked_prefill,
+        enable_prefix_caching=config.enable_prefix_caching,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_num_seqs=config.max_num_seqs,
+        max_model_len=config.max_model_len,
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
+        attention_backend="CUSTOM",
+    )
+
+
+@contextlib.contextmanager
+def shadow_backend_selected() -> Iterator[None]:
+    """vLLM's CUSTOM backend is ours; while the engine is built, CPU_ATTN's slot too.
+
+    vLLM's CPU platform picks CPU_ATTN whatever backend is asked for ("Cannot use ...
+    backend on CPU"), and resolves it through the same registry: overriding that entry
+    for the build is how the CUSTOM backend reaches a CPU engine. Restored afterwards."""
+    from vllm.v1.attention.backends import registry
+
+    enum = registry.AttentionBackendEnum
+    registry.register_backend(enum.CUSTOM, shadow_backend.CLASS_PATH)
+    previous = registry._ATTN_OVERRIDES.get(enum.CPU_ATTN)
+    registry.register_backend(enum.CPU_ATTN, shadow_backend.CLASS_PATH)
+    try:
+        yield
+    finally:
+        if previous is None:
+            registry._ATTN_OVERRIDES.pop(enum.CPU_ATTN, None)
+        else:
+            registry._ATTN_OVERRIDES[enum.CPU_ATTN] = previous
+
+
+@contextlib.contextmanager
+def pool_size_check_skipped() -> Iterator[None]:
+    """vLLM refuses at start-up a pool that cannot hold one max_model_len request; the
+    fuzzer draws small pools (as the vllm-v1 adapter, which builds the Scheduler itself,
+    never meets that check). A request larger than the pool is then the scheduler's to
+    handle, as in vllm-v1."""
+    from vllm.v1.core import kv_cache_utils
+
+    original = kv_cache_utils._check_enough_kv_cache_memory
+    kv_cache_utils._check_enough_kv_cache_memory = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        kv_cache_utils._check_enough_kv_cache_memory = original
+
+
+def build_engine_core(config: EngineConfig, model_dir: str, vocab_size: int) -> Any:
+    """vLLM's EngineCore in this process, running the shadow attention backend."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm.v1.engine.core import EngineCore
+    from vllm.v1.executor.abstract import Executor
+
+    model.redraw_dummy_weights()
+    vllm_config = engine_args(config, model_dir, vocab_size).create_engine_config()
+    with shadow_backend_selected(), pool_size_check_skipped():
+        return EngineCore(vllm_config, Executor.get_class(vllm_config), log_stats=False)
+
+
+class ForcedSampler:
+    """vLLM's sampler, with the sampled ids of the requests the harness names replaced.
+
+    The runner's logits rows follow its persistent batch (`input_batch.req_ids`); a row of
+    a request with no forced token keeps vLLM's own sample (the runner discards it: a
+    partial prefill chunk)."""
+
+    def __init__(self, sampler: Any, input_batch_of: Any) -> None:
+        self.sampler = sampler
+        self.input_batch_of = input_batch_of
+        self.forced: Mapping[str, int] = {}
+
+    def __call__(self, logits: Any, sampling_metadata: Any) -> Any:
+        out = self.sampler(logits=logits, sampling_metadata=sampling_metadata)
+        req_ids = self.input_batch_of().req_ids
+        ids = out.sampled_token_ids
+        for row, rid in enumerate(req_ids[: ids.shape[0]]):  # bounded: the batch
+            token = self.forced.get(rid)
+            if token is not None:
+                ids[row, 0] = int(token)
+                ids[row, 1:] = -1
+        return out
+
+
+def runner_metadata_of(
+    m: shadow_backend.ShadowAttentionMetadata, output: SchedulerOutput, runner: Any
+) -> RunnerMetadata:
+    """A RunnerMetadata holding vLLM's own indices (the fields engines/metadata.py
+    derives, taken from what vLLM's runner handed its attention backend)::
+
+        query_start_loc, seq_lens, slot_mapping   <- CommonAttentionMetadata
+        block_tables[i]   <- block_table_tensor[i, :ceil(seq_lens[i] / block_size)]
+                             (the entries the kernel reads; vLLM pads rows with 0)
+        positions, input_ids                      <- the runner's input buffers
+        num_computed_tokens                       <- seq_lens - query lens
+    """
+    n = m.num_actual_tokens
+    qsl, seq_lens = m.query_start_loc, m.seq_lens
+    query_lens = np.diff(qsl)
+    positions = m.positions if m.positions is not None else _buffer(runner.positions, n)
+    input_ids = _buffer(runner.input_ids, n)
+    widths = -(-seq_lens // m.block_size)
+    tables = tuple(tuple(int(b) for b in m.block_table[i, : widths[i]]) for i in range(m.num_reqs))
+    sampling = [i for i, r in enumerate(output.scheduled) if r.samples]
+    return RunnerMetadata(
+        output=output,
+        block_size=m.block_size,
+        req_ids=tuple(r.request_id for r in output.scheduled),
+        num_computed_tokens=seq_lens - query_lens,
+        query_start_loc=qsl,
+        seq_lens=seq_lens,
+        positions=positions,
+        input_ids=input_ids,
+        slot_mapping=m.slot_mapping,
+        logits_indices=(qsl[1:][sampling] - 1).astype(np.int64),
+        sampling_req_ids=tuple(output.scheduled[i].request_id for i in sampling),
+        block_tables=tables,
+    )
+
+
+def _buffer(buf: Any, n: int) -> np.ndarray:
+    """The first n entries of one of the runner's input buffers, as int64."""
+    tensor = getattr(buf, "cpu", buf)
+    return np.asarray(tensor[:n].numpy(), dtype=np.int64).copy()
