@@ -9,7 +9,7 @@ never bypassed.
 from __future__ import annotations
 
 import dataclasses
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -46,16 +46,8 @@ class StaleCacheHit(Scheduler):
     vLLM kept `num_computed_tokens` from the failed attempt on the request.
     """
 
-    def __init__(
-        self,
-        config: EngineConfig,
-        kv_manager: KVCacheManager,
-        hasher: BlockHasher,
-        *,
-        policy: str = "fcfs",
-        chunk_align: str = "none",
-    ) -> None:
-        super().__init__(config, kv_manager, hasher, policy=policy, chunk_align=chunk_align)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # Scheduler's arguments
+        super().__init__(*args, **kwargs)
         self._stale_hits: dict[Request, PrefixHit] = {}  # looked up, never iterated
 
     def _prefix_hit(self, request: Request) -> PrefixHit:
@@ -83,16 +75,8 @@ class ResumeDropsLastToken(Scheduler):
     capped below num_tokens, one token short of this target).
     """
 
-    def __init__(
-        self,
-        config: EngineConfig,
-        kv_manager: KVCacheManager,
-        hasher: BlockHasher,
-        *,
-        policy: str = "fcfs",
-        chunk_align: str = "none",
-    ) -> None:
-        super().__init__(config, kv_manager, hasher, policy=policy, chunk_align=chunk_align)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # Scheduler's arguments
+        super().__init__(*args, **kwargs)
         # request -> its num_tokens when preempted; stale once it samples (num_tokens grows)
         self._num_tokens_at_preemption: dict[Request, int] = {}  # looked up, never iterated
 
