@@ -23,6 +23,7 @@ BUILTIN_ENGINES: dict[str, str] = {
     "vllm-v1": "schedcheck.engines.vllm.factories:make_v1_engine",
     "vllm-v0": "schedcheck.engines.vllm.factories:make_v0_engine",
     "sglang": "schedcheck.engines.sglang_rt.factory:make_engine",
+    "vllm-engine": "schedcheck.engines.vllm.engine.factory:make_engine",
 }
 
 
