@@ -2,7 +2,7 @@
 one run.
 
 The same Mooncake window (default: 1,800 s + 120 s at --time-scale 0.28) goes through vLLM
-0.33's real v1 Scheduler (built the same way, by `engines/vllm/v1_build.py`) three ways,
+0.33's real v1 Scheduler (built the same way, by `engines/vllm/v1/build.py`) three ways,
 with a fixed `--step-ms` per step (arrivals added before each step, a jump to the next
 arrival when idle):
 
@@ -123,7 +123,7 @@ def run_bare(config: EngineConfig, reqs: list[EngineRequest], args) -> RunTimes:
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
-    from schedcheck.engines.vllm.v1_build import build_scheduler
+    from schedcheck.engines.vllm.v1.build import build_scheduler
 
     built = build_scheduler(config)
     sched, index = built.scheduler, {r.request_id: i for i, r in enumerate(reqs)}
@@ -170,7 +170,7 @@ def _prompt_done(request) -> bool:
 
 def run_adapter(config: EngineConfig, reqs: list[EngineRequest], args) -> RunTimes:
     """The same loop through the Engine protocol."""
-    from schedcheck.engines.vllm_v1 import VllmV1Engine
+    from schedcheck.engines.vllm.v1.adapter import VllmV1Engine
 
     engine, index = VllmV1Engine(config), {r.request_id: i for i, r in enumerate(reqs)}
     clock, times, perf = VirtualClock(reqs, args.step_ms), RunTimes(), time.perf_counter_ns

@@ -20,9 +20,9 @@ EngineFactory = Callable[[EngineConfig], Engine]
 
 BUILTIN_ENGINES: dict[str, str] = {
     "reference": "schedcheck.engines.reference.engine:make_engine",
-    "vllm-v1": "schedcheck.engines.vllm.factories:make_v1_engine",
-    "vllm-v0": "schedcheck.engines.vllm.factories:make_v0_engine",
-    "sglang": "schedcheck.engines.sglang_rt.factory:make_engine",
+    "vllm-v1": "schedcheck.engines.vllm.v1.factory:make_engine",
+    "vllm-v0": "schedcheck.engines.vllm.v0.factory:make_engine",
+    "sglang": "schedcheck.engines.sglang.factory:make_engine",
     "vllm-engine": "schedcheck.engines.vllm.engine.factory:make_engine",
 }
 

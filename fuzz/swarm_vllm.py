@@ -3,8 +3,8 @@
 Each family is drawn on or off per example (off shrinks first, to vLLM's defaults; on in
 every example for a family named by `--family`, a campaign per family), and
 its options are written to `EngineConfig.extra` (`policy`, `async_scheduling`, and
-`vllm:<SchedulerConfig field>`, see engines/vllm/v1_options.py); `fit_config` then moves
-them to what vLLM's validation accepts (engines/vllm/v1_fit.py).
+`vllm:<SchedulerConfig field>`, see engines/vllm/v1/options.py); `fit_config` then moves
+them to what vLLM's validation accepts (engines/vllm/v1/fit.py).
 
     family     options (vLLM 0.33 SchedulerConfig)
     priority   policy "priority" (traces then carry drawn priorities)

@@ -207,7 +207,7 @@ def scheduler_option_extra(args: argparse.Namespace) -> dict[str, str]:
         if args.engine != "vllm-v1":
             raise UsageError(f"--vllm-option is for --engine vllm-v1, not {args.engine!r}")
         try:
-            from schedcheck.engines.vllm.v1_options import options_extra, parse_option
+            from schedcheck.engines.vllm.v1.options import options_extra, parse_option
 
             extra.update(options_extra(parse_option(text) for text in args.vllm_option))
         except ImportError as exc:

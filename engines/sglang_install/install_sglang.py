@@ -8,7 +8,7 @@ env's pure-Python pins (`requirements-sglang.txt` beside this file):
 
 SGLang's own requirements pin a CUDA torch (2.14.1), flashinfer and sgl-kernel, none of
 which the scheduler path needs; the two GPU-only imports it does reach (`sgl_kernel`,
-`torchvision`) are stubbed in-process by the adapter (`engines/sglang_rt/stubs.py`), so
+`torchvision`) are stubbed in-process by the adapter (`engines/sglang/stubs.py`), so
 nothing is written into site-packages beyond SGLang itself. Leave SGLANG_USE_CPU_ENGINE
 unset: with it, `mem_cache/allocation.py` imports a CPU sgl_kernel op PyPI does not ship.
 

@@ -1,5 +1,6 @@
-"""What both vLLM adapters need and no vLLM version owns: environment, a tiny local model
-config, the frontend's prompt-length check, the runner-side block tables, chunk tokens.
+"""What both vLLM adapters (v1/, v0/) need and no vLLM release owns: environment, a tiny
+local model config, the shared fit rules, the frontend's prompt-length check, loading an
+adapter module, the runner-side block tables, chunk tokens. Imports no vLLM.
 """
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import functools
-import importlib.metadata
+import importlib
 import json
 import os
 import shutil
@@ -17,7 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from schedcheck.engines.protocol import EngineConfig, EngineRequest, TokenArray
+from schedcheck.engines.protocol import (
+    PLACEHOLDER_TOKEN_ID,
+    EngineConfig,
+    EngineRequest,
+    TokenArray,
+)
+from schedcheck.engines.registry import EngineLoadError
 
 TINY_VOCAB_SIZE = 1 << 20  # token ids are never embedded; only metadata reads this
 EOS_TOKEN_ID = 2  # every request sets ignore_eos, so EOS never stops one
@@ -74,31 +81,6 @@ def refuse_lookahead(config: EngineConfig) -> None:
         )
 
 
-def fit_config_v0(config: EngineConfig) -> EngineConfig:
-    """fit_config, and for chunked prefill with prefix caching:
-    - 0.5.x: chunked prefill off. That version's model runner raises on the first prefix
-      hit under chunked prefill ("chunked prefill cannot be used with prefix caching
-      now", model_runner.py L354-385), so the fuzzer draws each of the two alone there;
-    - 0.6.x: a budget that is a multiple of block_size, rounded up (the scheduler raises
-      otherwise when it chunks a prompt, `_get_num_new_tokens`, scheduler.py L1466-1479).
-    """
-    if config.enable_chunked_prefill and config.enable_prefix_caching:
-        if _is_v05():
-            config = dataclasses.replace(config, enable_chunked_prefill=False)
-        else:
-            bs = config.block_size
-            budget = -(-config.max_num_batched_tokens // bs) * bs
-            config = dataclasses.replace(config, max_num_batched_tokens=budget)
-    return fit_config(config)
-
-
-def _is_v05() -> bool:
-    try:
-        return importlib.metadata.version("vllm").startswith("0.5.")
-    except importlib.metadata.PackageNotFoundError:  # no vLLM: no engine to fit, only draws
-        return False
-
-
 @functools.cache
 def write_tiny_model_dir(max_model_len: int) -> str:
     """A temp directory holding a tiny Llama `config.json`, so vLLM's ModelConfig resolves
@@ -141,6 +123,17 @@ def frontend_rejection(request: EngineRequest, max_model_len: int) -> str | None
             f"max_model_len {max_model_len}"
         )
     return None
+
+
+def load_adapter(module_name: str, tox_env: str) -> Any:
+    """An adapter module, for its factory; without (that release line of) vLLM, bad usage
+    (EngineLoadError, exit 2), not a crash."""
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EngineLoadError(
+            f"{module_name} cannot import vLLM here ({exc}); its tox env has it: tox -e {tox_env}"
+        ) from exc
 
 
 class RunnerBlockTables:
@@ -216,6 +209,22 @@ class TokenBuffer:
         """Tokens [start, stop) as a read-only view."""
         assert 0 <= start < stop <= self.num_tokens, (start, stop, self.num_tokens)
         return self._view[start:stop]
+
+    def chunk_with_placeholders(self, start: int, stop: int) -> TokenArray:
+        """Tokens [start, stop); the positions the engine has no token for yet (async
+        scheduling: the previous step's sample, still in flight) hold PLACEHOLDER_TOKEN_ID,
+        which the runner fills in::
+
+            known tokens:  | ............ num_tokens |
+            chunk:                    | start ...... | placeholders | stop
+        """
+        known = self.num_tokens
+        if stop <= known:  # e.g. drafts after a step already applied: no placeholder here
+            return self.chunk(start, stop)
+        placeholders = np.full(stop - max(start, known), PLACEHOLDER_TOKEN_ID, dtype=np.int64)
+        if start >= known:
+            return placeholders
+        return np.concatenate([self.chunk(start, known), placeholders])
 
 
 def read_only_prompt(prompt: TokenArray) -> TokenArray:

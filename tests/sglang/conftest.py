@@ -9,7 +9,7 @@ import pytest
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 
 if HAS_SGLANG:  # before any test module imports sglang: its GPU-only imports are stubbed
-    from schedcheck.engines.sglang_rt import stubs
+    from schedcheck.engines.sglang import stubs
 
     stubs.install()
 

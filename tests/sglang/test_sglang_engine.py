@@ -164,7 +164,7 @@ def test_sglang_is_registered_and_replays_through_the_simulator():
     from schedcheck.sim.loop import run
     from schedcheck.traces.schema import TraceRequest
 
-    assert BUILTIN_ENGINES["sglang"] == "schedcheck.engines.sglang_rt.factory:make_engine"
+    assert BUILTIN_ENGINES["sglang"] == "schedcheck.engines.sglang.factory:make_engine"
     caps = capabilities("sglang")
     assert (caps.spare_blocks, caps.block_sizes, caps.priorities) == (3, (1, 4, 16), False)
     trace = [

@@ -5,7 +5,7 @@ appended to vLLM's FreeKVCacheBlockQueue a second time. `planted` is (step, bloc
 from __future__ import annotations
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.engines.vllm_v1 import VllmV1Engine
+from schedcheck.engines.vllm.v1.adapter import VllmV1Engine
 
 
 class FreedTwiceEngine(VllmV1Engine):

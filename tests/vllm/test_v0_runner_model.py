@@ -1,4 +1,4 @@
-"""The model of vLLM v0's runner arithmetic (engines/vllm/v0_runner.py), without vLLM.
+"""The model of vLLM v0's runner arithmetic (engines/vllm/v0/runner.py), without vLLM.
 
 The vllm-v0.* tox envs also check it against the real runner methods (test_vllm_v0.py).
 """
@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import pytest
 
-from schedcheck.engines.vllm.v0_runner import (
+from schedcheck.engines.vllm.v0.runner import (
     V054_CHUNKED_HIT_ERROR,
     RunnerInputError,
     runner_seq_inputs,
 )
 
+# the runner of each release, as engines/vllm/v0/eras.py tells them apart
+HITS_INSIDE_CHUNKS = {"0.5.4": False, "0.6.0": True}
+
 
 def _view(version, *, prompt=True, computed=0, length=20, chunk=8, blocks=0, chunked=True):
     return runner_seq_inputs(
-        version,
+        hits_inside_chunks=HITS_INSIDE_CHUNKS[version],
         is_prompt=prompt,
         num_computed_tokens=computed,
         seq_data_len=length,

@@ -1,4 +1,4 @@
-"""BlockHashIndex (engines/vllm/v1_hash_index.py): what a vLLM v1 block hash means, with
+"""BlockHashIndex (engines/vllm/v1/hash_index.py): what a vLLM v1 block hash means, with
 exact values (tox -e vllm-v1: it reads vLLM's own hash-with-group-id layout)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ pytestmark = NEEDS_VLLM_V1
 
 
 def _index():
-    from schedcheck.engines.vllm.v1_hash_index import BlockHashIndex
+    from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
 
     return BlockHashIndex()
 

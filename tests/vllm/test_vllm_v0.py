@@ -59,7 +59,7 @@ def _real_runner(monkeypatch):
     """Check every ScheduledRequest against the installed vLLM's own runner methods."""
     if VERSION not in ("0.5.4", "0.6.0"):
         return
-    from schedcheck.engines.vllm_v0 import VllmV0Engine
+    from schedcheck.engines.vllm.v0.adapter import VllmV0Engine
 
     mapped = VllmV0Engine._scheduled_request
 
@@ -379,7 +379,7 @@ def test_a_request_filling_the_cache_exactly_is_preempted_forever(block_manager)
     managers: "assume each touched block will require a new allocation") wants a free
     block for the decode although block 0 has room, so it preempts; the recompute, one
     token per step (budget 1), decodes again: a livelock (hence the adapter's declared
-    spare_blocks, engines/vllm/factories.py)."""
+    spare_blocks, engines/vllm/v0/factory.py)."""
     engine = _engine(
         block_manager,
         num_gpu_blocks=1,

@@ -24,7 +24,7 @@ from vllm_driver import (
 )
 
 from schedcheck.engines.protocol import EngineConfig, EngineRequest
-from schedcheck.engines.vllm.v1_eras import release_key
+from schedcheck.engines.vllm.v1.eras import release_key
 
 pytestmark = NEEDS_VLLM_V1
 

@@ -22,7 +22,7 @@ from schedcheck.engines.protocol import (
     ScheduledRequest,
     SchedulerOutput,
 )
-from schedcheck.engines.vllm.v1_eras import (
+from schedcheck.engines.vllm.v1.eras import (
     NEWEST,
     SUPPORTED_RANGE,
     release_key,
@@ -61,7 +61,7 @@ def needs_release(first: str, feature: str) -> pytest.MarkDecorator:
 
 def needs_options(*names: str) -> pytest.MarkDecorator:
     """Skip where the installed release's SchedulerConfig lacks one of these fields."""
-    from schedcheck.engines.vllm.v1_eras import scheduler_config_fields
+    from schedcheck.engines.vllm.v1.eras import scheduler_config_fields
 
     fields = scheduler_config_fields() if HAS_V1 else frozenset(names)
     missing = [n for n in names if n not in fields]
@@ -77,11 +77,12 @@ def skip_unless_drafts(async_scheduling: bool = False) -> None:
     update_draft_token_ids: drafts came in ModelRunnerOutput.spec_token_ids), or with async
     scheduling where it refuses n-gram drafts (0.12.0: "only supported with EAGLE/MTP").
     The fuzzer's fit_config turns the drafts off there."""
-    from schedcheck.engines.vllm.v1_eras import async_drafts_accepted, has_draft_token_ids_api
+    from schedcheck.engines.vllm.v1.adapter import make_engine
+    from schedcheck.engines.vllm.v1.eras import async_drafts_accepted, has_draft_token_ids_api
 
     if not has_draft_token_ids_api():
         pytest.skip(f"vLLM {vllm_version()} has no update_draft_token_ids (0.11.0 on)")
-    if async_scheduling and not async_drafts_accepted():
+    if async_scheduling and not async_drafts_accepted(make_engine):
         pytest.skip(f"vLLM {vllm_version()} refuses async scheduling with n-gram drafts")
 
 

@@ -1,19 +1,20 @@
 """Engine under test: vLLM v0's real Scheduler (0.5.4 or 0.6.0, whichever is installed) with
-block manager v1 or v2 (`EngineConfig.block_manager`), driven with no model.
+block manager v1 or v2 (`EngineConfig.block_manager`), driven with no model. Where the two
+releases differ, a shim of engines/vllm/v0/eras.py picks the branch by a feature test.
 
-Per step, as `LLMEngine.step()` of that version does it:
+Per step, as `LLMEngine.step()` of that release does it:
 
     schedule():            Scheduler.schedule() -> (seq_group_metadata_list, SchedulerOutputs)
                            get_and_reset_finished_requests_ids() when the batch is not empty
                            each SequenceGroupMetadata -> what the model runner derives from
-                           it (vllm/v0_runner.py: context_len, seq_len, prefix-cache-hit
-                           branch of that version) -> our ScheduledRequest
+                           it (runner.py: context_len, seq_len, prefix-cache-hit
+                           branch of that release) -> our ScheduledRequest
     update_from_output():  per scheduled group: update_num_computed_tokens(token_chunk_size);
                            if do_sample: the real SingleStepOutputProcessor (+ StopChecker,
                            detokenize=False) appends our sampled token and stops the sequence;
                            then free_finished_seq_groups()
     abort_request():       Scheduler.abort_seq_group(request_id)
-    kv_snapshot():         the block manager's own state (vllm/v0_snapshot.py)
+    kv_snapshot():         the block manager's own state (snapshot.py)
 
 ScheduledRequest for v0 (one sequence per group):
     num_computed_tokens  = the runner's context_len (after its prefix-cache-hit branch), so
@@ -49,14 +50,15 @@ from schedcheck.engines.vllm.common import (
     read_only_prompt,
     refuse_lookahead,
 )
-from schedcheck.engines.vllm.v0_build import (
+from schedcheck.engines.vllm.v0 import eras
+from schedcheck.engines.vllm.v0.build import (
     VLLM_VERSION,
     build_v0,
     make_sequence_group,
     sampler_output,
 )
-from schedcheck.engines.vllm.v0_runner import runner_seq_inputs
-from schedcheck.engines.vllm.v0_snapshot import V0KVSnapshot, gpu_evictor
+from schedcheck.engines.vllm.v0.runner import runner_seq_inputs
+from schedcheck.engines.vllm.v0.snapshot import V0KVSnapshot, gpu_evictor
 
 from vllm.sequence import SequenceGroup, SequenceStatus  # isort: skip
 
@@ -72,7 +74,9 @@ class VllmV0Engine:
         refuse_lookahead(config)
         built = build_v0(config)
         self.config = config
-        self.version = VLLM_VERSION
+        self.version = VLLM_VERSION  # for reports only: branches go by eras.py
+        self._async_output_proc = eras.has_async_output_processor()
+        self._hits_inside_chunks = not eras.runner_refuses_chunked_prefix_hits()
         self.scheduler = built.scheduler
         self._processor = built.output_processor
         self._chunked = built.scheduler_config.chunked_prefill_enabled
@@ -165,7 +169,7 @@ class VllmV0Engine:
                 assert _seq(group).get_len() == self._tokens[group.request_id].num_tokens
             if group.is_finished():
                 finished_now.append(group)
-        if finished_now or self.version == "0.5.4":  # 0.5.4 frees every step
+        if finished_now or not self._async_output_proc:  # 0.5.4 frees every step
             self.scheduler.free_finished_seq_groups()
         for group in finished_now:
             self._report_finished(group, SequenceStatus.get_finished_reason(_seq(group).status))
@@ -194,7 +198,7 @@ class VllmV0Engine:
         data = meta.seq_data[seq.seq_id]
         num_tokens = data.get_len()
         view = runner_seq_inputs(
-            self.version,
+            hits_inside_chunks=self._hits_inside_chunks,
             is_prompt=meta.is_prompt,
             num_computed_tokens=data.get_num_computed_tokens(),
             seq_data_len=num_tokens,
@@ -218,10 +222,10 @@ class VllmV0Engine:
     def _process_sample(self, group: SequenceGroup, token_id: int) -> None:
         step_output = [sampler_output(_seq(group).seq_id, int(token_id))]
         self._processor.process_prompt_logprob(group, step_output)
-        if self.version == "0.5.4":
-            self._processor.process_outputs(group, step_output)
-        else:
+        if self._async_output_proc:
             self._processor.process_outputs(group, step_output, False)  # is_async
+        else:
+            self._processor.process_outputs(group, step_output)
 
     def _preempted(self, running_before: list[str]) -> tuple[str, ...]:
         """Groups running before schedule() that it sent back to waiting (recompute)."""

@@ -1,7 +1,7 @@
 """Engine under test: SGLang 0.5.23's real scheduler, radix cache and KV allocator, no model.
 
 The adapter owns no scheduling logic. SGLang's `Scheduler` is built with `__new__` (as
-SGLang's own CPU tests do; `sglang_rt/build.py` says what it holds) and driven through its
+SGLang's own CPU tests do; `build.py` says what it holds) and driven through its
 own methods, in the order of `Scheduler.event_loop_normal` (overlap off):
 
     add_request():         Req(...) -> Scheduler.init_req_max_new_tokens -> _add_request_to_queue
@@ -31,7 +31,7 @@ own methods, in the order of `Scheduler.event_loop_normal` (overlap off):
                            goes to SchedulerOutput.discarded (the simulator has retired the
                            request; the shadow KV still sees the write, which the tree may
                            keep and share)
-    kv_snapshot():         SGLang's allocator, tree and rows (`sglang_rt/snapshot.py`)
+    kv_snapshot():         SGLang's allocator, tree and rows (`snapshot.py`)
 
 Glue written here instead of SGLang code: `Scheduler.run_batch`'s counters (forward_ct,
 forward_iter) and the stand-in model output; nothing else.
@@ -59,14 +59,14 @@ from schedcheck.engines.protocol import (
     ScheduledRequest,
     SchedulerOutput,
 )
-from schedcheck.engines.sglang_rt import stubs
+from schedcheck.engines.sglang import stubs
 
 stubs.install()  # before the first sglang import (here or in the helpers below)
 
-from schedcheck.engines.sglang_rt import faults  # noqa: E402
-from schedcheck.engines.sglang_rt.build import SglangOptions, build_scheduler  # noqa: E402
-from schedcheck.engines.sglang_rt.rows import RowReader, page_table  # noqa: E402
-from schedcheck.engines.sglang_rt.snapshot import SglangKVSnapshot  # noqa: E402
+from schedcheck.engines.sglang import faults  # noqa: E402
+from schedcheck.engines.sglang.build import SglangOptions, build_scheduler  # noqa: E402
+from schedcheck.engines.sglang.rows import RowReader, page_table  # noqa: E402
+from schedcheck.engines.sglang.snapshot import SglangKVSnapshot  # noqa: E402
 from schedcheck.engines.vllm.common import frontend_rejection, read_only_prompt  # noqa: E402
 
 import torch  # noqa: E402  # isort: skip
@@ -321,7 +321,7 @@ class SglangEngine:
             del self._by_rid[rid]
 
     def inject_fault(self, kind: str, rng: np.random.Generator) -> str | None:
-        """Fault points of sim/faults.py through SGLang's own hooks (sglang_rt/faults.py)."""
+        """Fault points of sim/faults.py through SGLang's own hooks (faults.py)."""
         if kind == "preempt":
             self._force_retract = True
             return "SGLANG_TEST_RETRACT until the next decode step"

@@ -121,7 +121,8 @@ class V0KVSnapshot:
 
     def computed_block_ids(self) -> tuple[int, ...]:
         """Blocks the manager marks computed (bm v1: `block.computed`; bm v2: the tracker),
-        i.e. what it would offer to a later prompt as already written (BUGS.md #3, #4)."""
+        i.e. what it would offer to a later prompt as already written (bug classes 3 and 4,
+        docs/bug-classes.md)."""
         if self._state is not None:
             return self._state.computed_ids()
         return tuple(

@@ -1,7 +1,7 @@
 """Engine under test: vLLM v1's real Scheduler + KVCacheManager, driven with no model.
 
 One mapping for vLLM 0.10.1.1 to 0.33.0; where releases differ, a shim of
-engines/vllm/v1_eras.py picks the branch by a feature test (the era table there and in
+engines/vllm/v1/eras.py picks the branch by a feature test (the era table there and in
 docs/bisect.md). A release outside the range is refused by the factory (exit 2).
 
 The adapter owns no scheduling logic. Each step:
@@ -32,7 +32,7 @@ The adapter owns no scheduling logic. Each step:
                            the step in flight; the runner (the loop) fills in its drafter's
                            tokens and moves the chunk back by the drafts that step rejected
     abort_request():       Scheduler.finish_requests(id, RequestStatus.FINISHED_ABORTED)
-    kv_snapshot():         vLLM's own BlockPool / manager state (see vllm/v1_snapshot.py,
+    kv_snapshot():         vLLM's own BlockPool / manager state (see snapshot.py,
                            which also says how the null block, block 0, is reported)
 
 Token layout of one request in one step (vLLM's `num_computed_tokens` is read from the
@@ -49,22 +49,18 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
 from schedcheck.engines.protocol import (
-    PLACEHOLDER_TOKEN_ID,
     EngineConfig,
     EngineRequest,
     FinishedRequest,
     KVSnapshot,
     ScheduledRequest,
     SchedulerOutput,
-    TokenArray,
     is_async_scheduling,
 )
-from schedcheck.engines.vllm import v1_eras
 from schedcheck.engines.vllm.common import (
     CallCounter,
     RunnerBlockTables,
@@ -73,12 +69,14 @@ from schedcheck.engines.vllm.common import (
     read_only_prompt,
     refuse_lookahead,
 )
-from schedcheck.engines.vllm.v1_build import build_scheduler
-from schedcheck.engines.vllm.v1_changes import BlockChangeLog
-from schedcheck.engines.vllm.v1_frontend import queue_rejection
-from schedcheck.engines.vllm.v1_hash_index import BlockHashIndex
-from schedcheck.engines.vllm.v1_paths import SameStepPreemptions
-from schedcheck.engines.vllm.v1_snapshot import V1KVSnapshot
+from schedcheck.engines.vllm.v1 import eras
+from schedcheck.engines.vllm.v1.build import build_scheduler
+from schedcheck.engines.vllm.v1.changes import BlockChangeLog
+from schedcheck.engines.vllm.v1.frontend import queue_rejection
+from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
+from schedcheck.engines.vllm.v1.paths import SameStepPreemptions, count_window_frees
+from schedcheck.engines.vllm.v1.runner import update_runner_tables
+from schedcheck.engines.vllm.v1.snapshot import V1KVSnapshot
 
 from vllm.sampling_params import SamplingParams  # isort: skip
 from vllm.v1.core.sched.output import SchedulerOutput as VllmSchedulerOutput  # isort: skip
@@ -114,7 +112,7 @@ class VllmV1Engine:
             self.scheduler.kv_cache_manager.block_pool, "_maybe_evict_cached_block"
         )
         self._window_frees = [  # calls that freed blocks before a sliding window
-            _count_window_frees(m)
+            count_window_frees(m)
             for m in self.scheduler.kv_cache_manager.coordinator.single_type_managers
             if isinstance(m, SlidingWindowManager)
         ]
@@ -160,7 +158,7 @@ class VllmV1Engine:
             cache_salt=request.cache_salt,
             block_hasher=self._block_hasher,
         )
-        vllm_request = Request(**v1_eras.request_kwargs(Request, kwargs))
+        vllm_request = Request(**eras.request_kwargs(Request, kwargs))
         self.scheduler.add_request(vllm_request)
         self._tokens[rid] = TokenBuffer(prompt, request.max_tokens)
         self._live[rid] = vllm_request
@@ -177,7 +175,7 @@ class VllmV1Engine:
         if request is None or request.is_finished():
             return
         aborted = self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
-        assert v1_eras.finished_ids(aborted, request_id) == [request_id]
+        assert eras.finished_ids(aborted, request_id) == [request_id]
         self._report_finished(request, "abort")
 
     # ---------------------------------------------------------------------- step --
@@ -189,7 +187,7 @@ class VllmV1Engine:
         self._same_step_preemptions.new_step()
         running = [r for r in self.scheduler.running]  # preempted ids, where vLLM omits them
         vllm_output = self.scheduler.schedule()
-        preempted = _preempted_req_ids(vllm_output, running)
+        preempted = eras.preempted_req_ids(vllm_output, running)
         self._same_step_preemptions.end_step(preempted)
         output = self._map_output(vllm_output, preempted)
         in_flight.append((output, vllm_output))
@@ -220,15 +218,13 @@ class VllmV1Engine:
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, tuple[int, ...]]) -> None:
         """The drafter's proposals, as EngineCore.post_step hands the runner's to vLLM."""
-        from vllm.v1.outputs import DraftTokenIds  # 0.11.0 on: fit_config keeps drafts off before
-
         # the runner returns an entry for every request of its batch, [] where it proposes
         # nothing: 0.11.0's scheduler keeps a request's drafts until they are replaced
         # (0.11.1 on clears them once scheduled, so the [] change nothing there)
         batch = [rid for rid in self._last_batch if rid in self._live]
         req_ids = [*draft_token_ids, *(rid for rid in batch if rid not in draft_token_ids)]
         drafts = [list(draft_token_ids.get(rid, ())) for rid in req_ids]
-        self.scheduler.update_draft_token_ids(DraftTokenIds(req_ids, drafts))
+        self.scheduler.update_draft_token_ids(eras.draft_token_ids(req_ids, drafts))
 
     def _apply(self, vllm_output: VllmSchedulerOutput, runner_output: ModelRunnerOutput) -> None:
         """vLLM's update_from_output; the requests it finishes are reported next update."""
@@ -282,7 +278,7 @@ class VllmV1Engine:
         self._step += 1
         for tables in self._group_tables:
             tables.drop(so.finished_req_ids)
-        computed, admitted = self._update_tables(so)
+        computed, admitted = update_runner_tables(so, self._group_tables)
         unmapped = set(so.num_scheduled_tokens) - set(computed)
         # vLLM 0.10.1.1 and 0.11.0 under the priority policy: a request preempted after it
         # was scheduled in the same call stays in num_scheduled_tokens (fixed in 0.11.1);
@@ -311,39 +307,8 @@ class VllmV1Engine:
             finished_req_ids=tuple(sorted(so.finished_req_ids)),
             rejected_req_ids=tuple(rid for rid, _ in rejected),
             rejected_reasons=tuple(reason for _, reason in rejected),
-            block_copies=tuple(
-                (c.src_block_id, c.dst_block_id)
-                for c in getattr(so, "kv_cache_block_copies", None) or ()  # 0.3x on
-            ),
+            block_copies=eras.block_copies(so),
         )
-
-    def _update_tables(self, so: VllmSchedulerOutput) -> tuple[dict[str, int], set[str]]:
-        """Apply the step's block ids to the runner tables, as `_update_states` does.
-
-        Returns request id -> num_computed_tokens before the step, and the ids (re)admitted
-        this step (new or resumed), whose num_computed_tokens is their prefix-cache hit.
-        """
-        computed: dict[str, int] = {}
-        groups = self._group_tables
-        for new in so.scheduled_new_reqs:
-            for tables, block_ids in zip(groups, new.block_ids, strict=True):
-                tables.set(new.req_id, block_ids)
-            computed[new.req_id] = new.num_computed_tokens
-        admitted = set(computed)
-        cached = so.scheduled_cached_reqs
-        resumed = v1_eras.resumed_req_ids(cached)
-        for i, rid in enumerate(cached.req_ids):
-            new_block_ids = cached.new_block_ids[i]
-            if rid in resumed:
-                assert new_block_ids is not None, f"resumed {rid} without a block table"
-                for tables, block_ids in zip(groups, new_block_ids, strict=True):
-                    tables.set(rid, block_ids)
-                admitted.add(rid)
-            elif new_block_ids is not None:
-                for tables, block_ids in zip(groups, new_block_ids, strict=True):
-                    tables.extend(rid, block_ids)
-            computed[rid] = cached.num_computed_tokens[i]
-        return computed, admitted
 
     def _scheduled_request(
         self,
@@ -359,14 +324,14 @@ class VllmV1Engine:
         assert request.num_computed_tokens == end, rid
         if spec_token_ids and self._depth > 1:  # async: vLLM's own placeholders (-1)
             num_tokens = end - len(spec_token_ids)  # optimistic: every draft accepted
-            known = _chunk_with_placeholders(tokens, num_computed, num_tokens)
+            known = tokens.chunk_with_placeholders(num_computed, num_tokens)
             chunk = np.concatenate([known, np.asarray(spec_token_ids, dtype=np.int64)])
         elif spec_token_ids:  # the runner appends the drafts after the known tokens
             known = tokens.chunk(num_computed, end - len(spec_token_ids))
             num_tokens = tokens.num_tokens
             chunk = np.concatenate([known, np.asarray(spec_token_ids, dtype=np.int64)])
         elif self._depth > 1 and end > tokens.num_tokens:  # async: runs in-flight samples
-            num_tokens, chunk = end, _chunk_with_placeholders(tokens, num_computed, end)
+            num_tokens, chunk = end, tokens.chunk_with_placeholders(num_computed, end)
         else:
             num_tokens, chunk = tokens.num_tokens, tokens.chunk(num_computed, end)
         return ScheduledRequest(  # positional, in field order: this runs per request per step
@@ -402,7 +367,7 @@ class VllmV1Engine:
             accepted = list(accepted_token_ids.get(r.request_id, ()))
             assert len(accepted) <= r.num_draft_tokens, f"{r.request_id}: accepted > drafts"
             sampled.append([] if token is None else [*accepted, int(token)])
-        return v1_eras.runner_output(ModelRunnerOutput, req_ids, sampled)
+        return eras.runner_output(ModelRunnerOutput, req_ids, sampled)
 
     def _append_tokens(self, rid: str, token_ids: tuple[int, ...]) -> None:
         """Mirror the tokens vLLM appended: the first ones up to its stop (max_tokens), none
@@ -423,75 +388,6 @@ class VllmV1Engine:
         self._pending_finished.append(
             FinishedRequest(rid, tuple(int(t) for t in request.output_token_ids), reason)
         )
-
-
-def _preempted_req_ids(so: VllmSchedulerOutput, running: list[Request]) -> set[str]:
-    """The step's preempted ids: vLLM's own list (0.12.0 on), else the requests running
-    before schedule() that it left PREEMPTED (a preempted request is never rescheduled in
-    the same call: no waiting request is scheduled after a preemption)."""
-    if not hasattr(so, "preempted_req_ids"):
-        return {r.request_id for r in running if r.status == RequestStatus.PREEMPTED}
-    return set(so.preempted_req_ids or ())
-
-
-def _count_window_frees(manager: Any) -> list[int]:
-    """Wrap a SlidingWindowManager's `_remove_blocks_in_range` (called by
-    remove_skipped_blocks) to count the calls that free at least one block; returns the
-    one-element counter. It frees backwards from the range's last block and stops at the
-    first null block, so a call frees something iff that last block is not null."""
-    counter = [0]
-    if not hasattr(manager, "_remove_blocks_in_range"):  # before 0.2x: one method frees
-        return _count_skipped_block_frees(manager, counter)
-    original = manager._remove_blocks_in_range
-    null_block = manager._null_block
-    req_to_blocks = manager.req_to_blocks
-
-    def counted(request_id: str, first_block: int, last_block: int) -> None:
-        blocks = req_to_blocks.get(request_id, ())
-        last = min(last_block, len(blocks))
-        if first_block < last and blocks[last - 1] is not null_block:
-            counter[0] += 1
-        original(request_id, first_block, last_block)
-
-    manager._remove_blocks_in_range = counted
-    return counter
-
-
-def _count_skipped_block_frees(manager: Any, counter: list[int]) -> list[int]:
-    """Older releases (no `_remove_blocks_in_range`): wrap `remove_skipped_blocks`, which
-    replaces the freed blocks of the table by the null block, and count the calls after
-    which the request's table holds more null blocks than before."""
-    original = manager.remove_skipped_blocks
-    null_block = manager._null_block
-    req_to_blocks = manager.req_to_blocks
-
-    def num_null(request_id: str) -> int:
-        return sum(b is null_block for b in req_to_blocks.get(request_id, ()))
-
-    def counted(request_id: str, *args: object, **kwargs: object) -> None:
-        before = num_null(request_id)
-        original(request_id, *args, **kwargs)
-        counter[0] += num_null(request_id) > before
-
-    manager.remove_skipped_blocks = counted
-    return counter
-
-
-def _chunk_with_placeholders(tokens: TokenBuffer, start: int, stop: int) -> TokenArray:
-    """Tokens [start, stop); the positions the engine has no token for yet (async
-    scheduling: the previous step's sample, still in flight) hold PLACEHOLDER_TOKEN_ID,
-    which the runner fills in::
-
-        known tokens:  | ............ num_tokens |
-        chunk:                    | start ...... | placeholders | stop
-    """
-    known = tokens.num_tokens
-    if stop <= known:  # e.g. drafts after a step already applied: no placeholder here
-        return tokens.chunk(start, stop)
-    placeholders = np.full(stop - max(start, known), PLACEHOLDER_TOKEN_ID, dtype=np.int64)
-    if start >= known:
-        return placeholders
-    return np.concatenate([tokens.chunk(start, known), placeholders])
 
 
 def make_engine(config: EngineConfig) -> VllmV1Engine:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.engines.sglang_rt import stubs
+from schedcheck.engines.sglang import stubs
 
 stubs.install()
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from schedcheck.engines.sglang_rt import stubs
+from schedcheck.engines.sglang import stubs
 
 stubs.install()
 

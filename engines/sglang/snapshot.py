@@ -18,7 +18,7 @@ an engine that hands slot lists (`engines/metadata.py`):
 
 So the block-pool invariants read: a free slot is held by no live row and listed once
 (double free), and every slot is free, in the tree, or held (leak). SGLang's own checks
-(`sglang_rt/self_check.py`) add the tree-vs-free and idle (available + evictable == total)
+(`self_check.py`) add the tree-vs-free and idle (available + evictable == total)
 properties.
 """
 

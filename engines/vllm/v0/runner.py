@@ -1,13 +1,15 @@
-"""What vLLM v0's GPU model runner derives from one SequenceGroupMetadata, per version.
+"""What vLLM v0's GPU model runner derives from one SequenceGroupMetadata, per release.
 
 The v0 scheduler hands the runner `token_chunk_size`, `seq_data` (num_computed_tokens,
 token ids) and `computed_block_nums`; the runner turns them into `context_len` (KV read from
 the cache) and `seq_len` (context + query). On a prefix-cache hit it moves context_len
-forward over the computed blocks, and the two versions differ there. This module is a
+forward over the computed blocks, and the two releases differ there (the era
+`prefix-hit-inside-chunk` of eras.py: 0.6.0's runner computes a hit inside a chunk, 0.5.4's
+refuses one under chunked prefill). This module is a
 line-by-line model of those two functions of `vllm/worker/model_runner.py`
 (`ModelInputForGPUBuilder._compute_lens` and `._compute_for_prefix_cache_hit`), with no
 sliding window (prefix caching refuses one) and one sequence per group (n=1, no beam).
-Nothing here imports vLLM; tests/vllm/ checks it against the real methods of each version.
+Nothing here imports vLLM; tests/vllm/ checks it against the real methods of each release.
 
 The flash-attn backend (`attention/backends/flash_attn.py`, `_add_seq_group`) then passes the
 full block table whenever chunked prefill is on or any request of the batch hit the cache,
@@ -27,12 +29,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SUPPORTED_VERSIONS = ("0.5.4", "0.6.0")
 V054_CHUNKED_HIT_ERROR = "chunked prefill cannot be used with prefix caching now."
 
 
 class RunnerInputError(RuntimeError):
-    """The runner of this vLLM version would build an impossible query for a sequence."""
+    """The runner of this vLLM release would build an impossible query for a sequence."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +51,8 @@ class RunnerSeqInputs:
 
 
 def runner_seq_inputs(
-    version: str,
     *,
+    hits_inside_chunks: bool,
     is_prompt: bool,
     num_computed_tokens: int,
     seq_data_len: int,
@@ -60,14 +61,14 @@ def runner_seq_inputs(
     block_size: int,
     chunked_prefill_enabled: bool,
 ) -> RunnerSeqInputs:
-    """context_len and seq_len as `version`'s model runner computes them."""
-    assert version in SUPPORTED_VERSIONS, version
+    """context_len and seq_len as the release's model runner computes them:
+    `hits_inside_chunks` 0.6.0's, else 0.5.4's (eras.runner_refuses_chunked_prefix_hits)."""
     assert token_chunk_size >= 1 and block_size >= 1 and num_computed_blocks >= 0
     context_len, seq_len = _compute_lens(
         is_prompt, num_computed_tokens, seq_data_len, token_chunk_size
     )
     hit = num_computed_blocks > 0 and is_prompt  # sliding_window is None
-    if hit and version == "0.5.4":
+    if hit and not hits_inside_chunks:
         new_context = _prefix_hit_v054(
             context_len, num_computed_blocks, block_size, chunked_prefill_enabled
         )
@@ -77,11 +78,17 @@ def runner_seq_inputs(
         new_context = context_len
     out = RunnerSeqInputs(new_context, seq_len, hit, new_context != context_len)
     if out.query_len < 1:
+        release = _release(hits_inside_chunks)
         raise RunnerInputError(
-            f"vLLM {version} model runner: empty query (context_len {out.context_len}, "
+            f"vLLM {release} model runner: empty query (context_len {out.context_len}, "
             f"seq_len {seq_len}, {num_computed_blocks} computed blocks)"
         )
     return out
+
+
+def _release(hits_inside_chunks: bool) -> str:
+    """The release whose runner is modelled, for messages."""
+    return "0.6.0" if hits_inside_chunks else "0.5.4"
 
 
 def _compute_lens(

@@ -1,7 +1,7 @@
-"""Construct vLLM v1's real `Scheduler` (0.10.1.1 to 0.33.0, era shims in v1_eras.py; with
+"""Construct vLLM v1's real `Scheduler` (0.10.1.1 to 0.33.0, era shims in eras.py; with
 its `KVCacheManager` and `BlockPool`) on a CPU, with no model, no tokenizer and no hub:
 what `EngineCore.__init__` would build, minus the executor. Imports vLLM; import it only
-from the vllm-v1 adapter.
+from the vllm-v1 adapter, and from fit.py's probes where vLLM is installed.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedcheck.engines.protocol import EngineConfig, is_async_scheduling
-from schedcheck.engines.vllm import v1_eras
 from schedcheck.engines.vllm.common import prepare_environment, write_tiny_model_dir
-from schedcheck.engines.vllm.v1_options import scheduler_kwargs
+from schedcheck.engines.vllm.v1 import eras
+from schedcheck.engines.vllm.v1.options import scheduler_kwargs
 
 prepare_environment()
 
@@ -60,7 +60,7 @@ def build_scheduler(config: EngineConfig) -> BuiltScheduler:
     slots), which the simulator's drafter proposes.
     """
     model_dir = write_tiny_model_dir(config.max_model_len)
-    vllm_config = _vllm_config(config, model_dir)
+    vllm_config = build_vllm_config(config, model_dir)
     kv_cache_config = KVCacheConfig(
         num_blocks=config.num_gpu_blocks,
         kv_cache_tensors=[],
@@ -70,16 +70,16 @@ def build_scheduler(config: EngineConfig) -> BuiltScheduler:
         ],
     )
     # AsyncScheduler if async
-    scheduler_cls = v1_eras.scheduler_class(vllm_config.scheduler_config)
+    scheduler_cls = eras.scheduler_class(vllm_config.scheduler_config)
     assert issubclass(scheduler_cls, Scheduler), scheduler_cls
     scheduler = scheduler_cls(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,
         structured_output_manager=StructuredOutputManager(vllm_config),
         log_stats=False,
-        **v1_eras.scheduler_init_kwargs(config.block_size),
+        **eras.scheduler_init_kwargs(config.block_size),
     )
-    hash_fn = v1_eras.get_hash_fn_by_name(HASH_ALGO)
+    hash_fn = eras.get_hash_fn_by_name(HASH_ALGO)
     init_none_hash(hash_fn)
     hasher = get_request_block_hasher(config.block_size, hash_fn)
     return BuiltScheduler(scheduler=scheduler, block_hasher=hasher, model_dir=model_dir)
@@ -88,7 +88,7 @@ def build_scheduler(config: EngineConfig) -> BuiltScheduler:
 def _attention_spec(config: EngineConfig, group: int) -> AttentionSpec:
     kv_group = config.kv_cache_groups[group]
     shape = {"block_size": config.block_size, "num_kv_heads": 1, "head_size": 1}
-    shape.update(v1_eras.attention_spec_kwargs(FullAttentionSpec))
+    shape.update(eras.attention_spec_kwargs(FullAttentionSpec))
     if kv_group.kind == "sliding":
         return SlidingWindowSpec(
             **shape, dtype=torch.float32, sliding_window=kv_group.sliding_window
@@ -96,16 +96,17 @@ def _attention_spec(config: EngineConfig, group: int) -> AttentionSpec:
     return FullAttentionSpec(**shape, dtype=torch.float32)
 
 
-def _vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
+def build_vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
+    """The VllmConfig EngineCore would get for `config` (vLLM's own validation runs here:
+    a config the release refuses raises ValueError)."""
     model_config = ModelConfig(
         model=model_dir,
         skip_tokenizer_init=True,
         dtype="float32",
         max_model_len=config.max_model_len,
         seed=0,
-        **v1_eras.model_config_kwargs(ModelConfig),
+        **eras.model_config_kwargs(ModelConfig),
     )
-    has_encoder_flag = v1_eras.has_param(SchedulerConfig, "is_encoder_decoder")
     scheduler_config = SchedulerConfig(
         max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens,
@@ -115,7 +116,7 @@ def _vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
         async_scheduling=is_async_scheduling(config),
         policy=config.extra.get("policy", "fcfs"),
         **scheduler_kwargs(config.extra),
-        **({"is_encoder_decoder": False} if has_encoder_flag else {}),  # 0.11.1 on
+        **eras.scheduler_config_kwargs(SchedulerConfig),
     )
     cache_config = CacheConfig(
         block_size=config.block_size,

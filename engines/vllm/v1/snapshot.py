@@ -26,7 +26,7 @@ Point reads for the incremental pool check (invariants/pool_delta.py), each O(id
 `ref_cnt_of`, `is_free` (a block is linked into vLLM's free list iff its prev_free_block is
 set), `num_free_entries` (the list's own count), `hash_of`, `block_table_views` (tables as
 lazy id sequences over vLLM's block lists), and `take_changed_block_ids` from the
-adapter's `BlockChangeLog` (v1_changes.py).
+adapter's `BlockChangeLog` (changes.py).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ import numpy as np
 import numpy.typing as npt
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from schedcheck.engines.vllm.v1_changes import BlockChangeLog
-from schedcheck.engines.vllm.v1_eras import block_hash_bytes
-from schedcheck.engines.vllm.v1_hash_index import BlockHashIndex
+from schedcheck.engines.vllm.v1.changes import BlockChangeLog
+from schedcheck.engines.vllm.v1.eras import block_hash_bytes
+from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
 
 NULL_BLOCK_REF_CNT = 1  # reported for vLLM's null block: held by the pool itself
 

@@ -1,6 +1,6 @@
 """The sglang adapter's factory, with what it declares it supports.
 
-Importable without SGLang (the adapter module imports it when an engine is built), so the
+Importable without SGLang (the adapter module is imported when an engine is built), so the
 fuzzer can draw configs for it where SGLang is absent.
 
 - block sizes are SGLang page sizes 1, 4 and 16 (a campaign can pin one: `fit.py`);
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from schedcheck.engines.capabilities import Capabilities, declare
 from schedcheck.engines.protocol import Engine, EngineConfig
-from schedcheck.engines.sglang_rt.fit import fit_config
+from schedcheck.engines.sglang.fit import fit_config
 
 SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight")
 
@@ -35,6 +35,6 @@ SGLANG_CAPABILITIES = Capabilities(
 
 @declare(SGLANG_CAPABILITIES)
 def make_engine(config: EngineConfig) -> Engine:
-    from schedcheck.engines.sglang_engine import make_engine as make_sglang_engine
+    from schedcheck.engines.sglang.adapter import make_engine as make_sglang_engine
 
     return make_sglang_engine(config)

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from schedcheck.engines.vllm.v1 import eras
+
 
 def queue_rejection(scheduler_config: Any, queued: tuple[int, int]) -> str | None:
     """The 503 reason for a new request, or None; `queued` is (unfinished requests, prompt
     tokens of the unfinished requests that have produced no output yet)."""
     num_requests, num_prompt_tokens = queued
-    # both limits are absent before 0.3x (getattr): no limit then
-    max_reqs = getattr(scheduler_config, "max_num_queued_reqs", None)
+    max_reqs, max_tokens = eras.queue_limits(scheduler_config)  # none before 0.3x
     if max_reqs is not None and num_requests + 1 > max_reqs:
         return f"queue full: {num_requests} unfinished requests, max_num_queued_reqs {max_reqs}"
-    max_tokens = getattr(scheduler_config, "max_num_queued_tokens", None)
     if max_tokens is not None and num_prompt_tokens >= max_tokens:
         return (
             f"queue full: {num_prompt_tokens} prompt tokens waiting for output, "

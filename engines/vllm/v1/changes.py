@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from schedcheck.engines.vllm.v1 import eras
+
 Ids = Callable[[tuple[Any, ...], dict[str, Any], Any], Iterable[int]]
 
 
@@ -36,12 +38,15 @@ def _ids(blocks: Iterable[Any]) -> list[int]:
     return [b.block_id for b in blocks]
 
 
-def _touched(blocks: Iterable[Any]) -> list[int]:
-    """touch() takes a list of blocks (0.2x on) or one list per KV-cache group (before)."""
-    out: list[int] = []
-    for item in blocks:
-        out += _ids(item) if isinstance(item, list | tuple) else [item.block_id]
-    return out
+def _touched(group_lists: bool) -> Ids:
+    """touch() takes one list of blocks per KV-cache group (before 0.2x: eras.py's
+    `touch_takes_group_lists`) or one list."""
+
+    def ids(args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> list[int]:
+        blocks = _arg(args, kwargs, 0, "blocks")
+        return [b.block_id for group in blocks for b in group] if group_lists else _ids(blocks)
+
+    return ids
 
 
 def _cached_full(args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> list[int]:
@@ -51,10 +56,10 @@ def _cached_full(args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> list[
     return _ids(blocks[first:end])
 
 
-# method -> the ids of the blocks a call changes (from its arguments and result)
+# method -> the ids of the blocks a call changes (from its arguments and result); and touch
+# (`_touched`), whose argument's shape depends on the release
 _CHANGES: dict[str, Ids] = {
     "get_new_blocks": lambda args, kwargs, result: _ids(result),
-    "touch": lambda args, kwargs, result: _touched(_arg(args, kwargs, 0, "blocks")),
     "cache_full_blocks": _cached_full,
     "cache_partial_block": lambda args, kwargs, result: _ids([_arg(args, kwargs, 1, "block")]),
     "move_block_hashes": lambda args, kwargs, result: _ids(args[:2] or kwargs.values()),
@@ -69,12 +74,11 @@ class BlockChangeLog:
 
     def __init__(self, pool: Any) -> None:
         self._changed: set[int] | None = None  # None: unknown (before the first take)
-        for name, ids in _CHANGES.items():
-            if hasattr(pool, name):
-                setattr(pool, name, self._noting(getattr(pool, name), ids))
-        for name in _TAKES_BLOCK_LISTS:
-            if hasattr(pool, name):
-                setattr(pool, name, self._noting_list(getattr(pool, name)))
+        changes = {**_CHANGES, "touch": _touched(eras.touch_takes_group_lists(pool))}
+        for name in eras.block_pool_methods(pool, changes):  # those the release has
+            setattr(pool, name, self._noting(getattr(pool, name), changes[name]))
+        for name in eras.block_pool_methods(pool, _TAKES_BLOCK_LISTS):
+            setattr(pool, name, self._noting_list(getattr(pool, name)))
         reset = pool.reset_prefix_cache
 
         def reset_prefix_cache(*args: Any, **kwargs: Any) -> Any:

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 from schedcheck.engines.protocol import EngineConfig, EngineRequest
 from schedcheck.engines.vllm.common import EOS_TOKEN_ID, prepare_environment
-from schedcheck.engines.vllm.v0_runner import SUPPORTED_VERSIONS
+from schedcheck.engines.vllm.v0 import eras
 
 prepare_environment()
 
-import vllm  # noqa: E402
 import vllm.core.scheduler as vllm_scheduler_module  # noqa: E402
 from vllm.config import CacheConfig, SchedulerConfig  # noqa: E402
 from vllm.core.scheduler import Scheduler  # noqa: E402
@@ -34,10 +33,8 @@ from vllm.sequence import (  # noqa: E402
     SequenceOutput,
 )
 
-VLLM_VERSION: str = vllm.__version__
-assert VLLM_VERSION in SUPPORTED_VERSIONS, (
-    f"vllm-v0 drives {SUPPORTED_VERSIONS}, got {VLLM_VERSION}"
-)
+VLLM_VERSION = eras.installed_release()
+assert eras.unsupported_reason(VLLM_VERSION) is None, eras.unsupported_reason(VLLM_VERSION)
 BLOCK_MANAGERS = ("v1", "v2")
 DEFAULT_BLOCK_MANAGER = "v1"  # vLLM 0.5/0.6 default: use_v2_block_manager=False
 

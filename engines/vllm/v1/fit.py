@@ -1,5 +1,5 @@
 """fit_config for vllm-v1: the shared rules (common.fit_config) and those of the scheduler
-options in EngineConfig.extra (engines/vllm/v1_options.py), then what the installed
+options in EngineConfig.extra (engines/vllm/v1/options.py), then what the installed
 release lacks (`_fit_release`). vLLM's config classes are read only where vLLM is
 installed: the fuzzer fits configs while it draws, with or without vLLM.
 
@@ -24,13 +24,14 @@ max_num_scheduled_tokens is raised to max_model_len there.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 from schedcheck.engines.protocol import EngineConfig, is_async_scheduling
-from schedcheck.engines.vllm import v1_eras
-from schedcheck.engines.vllm.common import fit_config
+from schedcheck.engines.vllm.common import fit_config, write_tiny_model_dir
+from schedcheck.engines.vllm.v1 import eras
 
-OPTION_PREFIX = "vllm:"  # as v1_options.OPTION_PREFIX (which imports vLLM)
+OPTION_PREFIX = "vllm:"  # as options.OPTION_PREFIX (which imports vLLM)
 ACTIVE_SEQS_KEY = "vllm:max_num_active_seqs"
 SCHEDULED_TOKENS_KEY = "vllm:max_num_scheduled_tokens"
 
@@ -48,13 +49,13 @@ def fit_config_v1(config: EngineConfig) -> EngineConfig:
 
 
 def _fit_release(config: EngineConfig) -> EngineConfig:
-    """Fit away what the installed release lacks (engines/vllm/v1_eras.py): the `vllm:`
+    """Fit away what the installed release lacks (engines/vllm/v1/eras.py): the `vllm:`
     options its SchedulerConfig has no field for (e.g. max_num_scheduled_tokens before
     0.2x, the queue limits before 0.3x), drafts before 0.11.0 (the scheduler took
     them in ModelRunnerOutput then, which the adapter does not drive), and drafts with
     async scheduling where the release refuses that pair (0.12.0). Without vLLM
     installed, nothing is moved."""
-    fields = v1_eras.scheduler_config_fields()
+    fields = eras.scheduler_config_fields()
     if not fields:
         return config
     extra = {
@@ -63,12 +64,12 @@ def _fit_release(config: EngineConfig) -> EngineConfig:
         if not k.startswith(OPTION_PREFIX) or k[len(OPTION_PREFIX) :] in fields
     }
     changes: dict[str, Any] = {} if extra == config.extra else {"extra": extra}
-    if config.num_speculative_tokens and not v1_eras.has_draft_token_ids_api():
+    if config.num_speculative_tokens and not eras.has_draft_token_ids_api():
         changes["num_speculative_tokens"] = 0
     elif (
         config.num_speculative_tokens
         and is_async_scheduling(config)
-        and not v1_eras.async_drafts_accepted()
+        and not _async_drafts_accepted()
     ):
         changes["num_speculative_tokens"] = 0  # the release refuses n-gram drafts when async
     config = dataclasses.replace(config, **changes) if changes else config
@@ -81,10 +82,21 @@ def _fit_refused_spec_budget(config: EngineConfig) -> EngineConfig:
     and the option dropped where refused."""
     if not config.num_speculative_tokens or SCHEDULED_TOKENS_KEY not in config.extra:
         return config
-    if v1_eras.vllm_config_accepted(config):
+    from schedcheck.engines.vllm.v1.build import build_vllm_config  # imports vLLM
+
+    model_dir = write_tiny_model_dir(config.max_model_len)
+    if eras.vllm_config_accepted(functools.partial(build_vllm_config, config, model_dir)):
         return config
     extra = {k: v for k, v in config.extra.items() if k != SCHEDULED_TOKENS_KEY}
     return dataclasses.replace(config, extra=extra)
+
+
+def _async_drafts_accepted() -> bool:
+    """The release's answer to async scheduling with n-gram drafts (eras.py's probe, on the
+    adapter's own factory: the same one the engine factory asks)."""
+    from schedcheck.engines.vllm.v1.adapter import make_engine  # imports vLLM
+
+    return eras.async_drafts_accepted(make_engine)
 
 
 def _int_or_none(text: str | None) -> int | None:

@@ -20,9 +20,10 @@ answers.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from schedcheck.engines.vllm.v1 import eras
 
 
 class BlockHashIndex:
@@ -43,9 +44,9 @@ class BlockHashIndex:
                     del self._where[h]
         for request_id, request in requests.items():
             indexed = self._hashes_of.setdefault(request_id, [])
-            block_hashes = getattr(request, "block_hashes", ())  # 0.10.1.1: in the manager
+            block_hashes = request.block_hashes  # every release: computed by the block hasher
             for i in range(len(indexed), len(block_hashes)):  # bounded: the new hashes
-                h = _request_hash_key(block_hashes[i])
+                h = eras.request_hash_key(block_hashes[i])
                 indexed.append(h)
                 self._where.setdefault(h, []).append((request_id, i))
 
@@ -56,7 +57,7 @@ class BlockHashIndex:
         the block's last token, KV-cache group), or None for a hash no live request names
         (or, before 0.11.0, any hash with a group id: those are not bytes to split)."""
         assert block_size >= 1
-        split = _group_split() if grouped else None
+        split = eras.block_hash_group_split() if grouped else None
         out: list[tuple[str, int, int] | None] = []
         for h in hashes:
             plain, group = (h, 0) if split is None else split(h)
@@ -67,23 +68,3 @@ class BlockHashIndex:
             request_id, block_index = where[0]
             out.append((request_id, (block_index + 1) * block_size - 1, group))
         return out
-
-
-def _request_hash_key(block_hash: Any) -> bytes:
-    """A request's block hash as the snapshot names cached hashes (v1_eras.block_hash_bytes):
-    vLLM's bytes from 0.11.0 on, else the repr of 0.10.1.1's BlockHash NamedTuple."""
-    if isinstance(block_hash, bytes | bytearray | memoryview):
-        return bytes(block_hash)
-    return repr(block_hash).encode()
-
-
-@functools.cache
-def _group_split() -> Callable[[bytes], tuple[bytes, int]] | None:
-    """(hash, group id) of a BlockHashWithGroupId's bytes, where the release packs it so
-    (get_group_id exists: 0.11.0 on); None before."""
-    from vllm.v1.core import kv_cache_utils
-
-    if not hasattr(kv_cache_utils, "get_group_id"):
-        return None
-    get_block_hash, get_group_id = kv_cache_utils.get_block_hash, kv_cache_utils.get_group_id
-    return lambda h: (bytes(get_block_hash(h)), int(get_group_id(h)))

@@ -1,0 +1,58 @@
+"""The vllm-v1 adapter's factory, with what it declares it supports.
+
+Importable without vLLM (the adapter module, which imports vLLM at its top, is loaded only
+when an engine is built), so the fuzzer can draw configs for the adapter, and tests can
+read its declaration, where vLLM is absent.
+
+The adapter drives vLLM's scheduler without its drafter model: the scheduler schedules the
+simulator's drafts (vLLM's n-gram config), with no lookahead slots. It reads priorities
+under --policy priority (the swarm draws that policy for vllm-v1 with its other scheduler
+options: fuzz/swarm_vllm.py; docs/vllm-surface.md), rejects a prompt vLLM's frontend
+refuses rather than one that can never fit the cache, and keeps one block beyond the
+requests' own KV: BlockPool keeps block 0 as its null block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from schedcheck.engines.capabilities import Capabilities, declare
+from schedcheck.engines.protocol import Engine, EngineConfig, is_async_scheduling
+from schedcheck.engines.registry import EngineLoadError
+from schedcheck.engines.vllm.common import load_adapter
+from schedcheck.engines.vllm.v1 import eras
+from schedcheck.engines.vllm.v1.fit import fit_config_v1
+
+V1_CAPABILITIES = Capabilities(
+    fit_config=fit_config_v1,
+    priorities=True,
+    lookahead_tokens=False,
+    rejects_oversize=False,
+    spare_blocks=1,
+)
+
+
+@declare(V1_CAPABILITIES)
+def make_engine(config: EngineConfig) -> Engine:
+    """Factory named in the engine registry ("vllm-v1")."""
+    reason = eras.unsupported_reason(eras.installed_release())
+    if reason is not None:  # before importing vLLM: another release may not import at all
+        raise EngineLoadError(f"{reason} (tox -e vllm-v1, vllm-v1-RELEASE)")
+    adapter = load_adapter("schedcheck.engines.vllm.v1.adapter", "vllm-v1")
+    _refuse_what_the_release_lacks(config, adapter.make_engine)
+    return adapter.make_engine(config)
+
+
+def _refuse_what_the_release_lacks(
+    config: EngineConfig, make_adapter_engine: Callable[[EngineConfig], Engine]
+) -> None:
+    """A config asking for drafts the installed release cannot take is refused (exit 2: a
+    bundle replayed there is `refused`, not clean); the fuzzer fits them away first
+    (fit.py). The probe builds an engine itself, so it is called here, not in it."""
+    if not config.num_speculative_tokens:
+        return
+    release = eras.installed_release()
+    if not eras.has_draft_token_ids_api():
+        raise ValueError(f"vLLM {release} takes no drafts by update_draft_token_ids (0.11.0 on)")
+    if is_async_scheduling(config) and not eras.async_drafts_accepted(make_adapter_engine):
+        raise ValueError(f"vLLM {release} does not run async scheduling with n-gram drafts")

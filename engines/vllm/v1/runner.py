@@ -1,0 +1,47 @@
+"""What vLLM v1's model runner does with a SchedulerOutput's block ids (`_update_states`):
+the runner-side block tables the adapter hands to attention, one per KV-cache group.
+
+    scheduled_new_reqs      -> table set from block_ids[g]
+    scheduled_cached_reqs   -> resumed: table replaced by new_block_ids[g]; running: appended
+    finished_req_ids        -> dropped (by the adapter, before this)
+
+Imports no vLLM (the resumed ids come through the era shim).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from schedcheck.engines.vllm.common import RunnerBlockTables
+from schedcheck.engines.vllm.v1 import eras
+
+
+def update_runner_tables(
+    so: Any, groups: Sequence[RunnerBlockTables]
+) -> tuple[dict[str, int], set[str]]:
+    """Apply the step's block ids to the runner tables `groups` (one per KV-cache group).
+
+    Returns request id -> num_computed_tokens before the step, and the ids (re)admitted
+    this step (new or resumed), whose num_computed_tokens is their prefix-cache hit.
+    """
+    computed: dict[str, int] = {}
+    for new in so.scheduled_new_reqs:
+        for tables, block_ids in zip(groups, new.block_ids, strict=True):
+            tables.set(new.req_id, block_ids)
+        computed[new.req_id] = new.num_computed_tokens
+    admitted = set(computed)
+    cached = so.scheduled_cached_reqs
+    resumed = eras.resumed_req_ids(cached)
+    for i, rid in enumerate(cached.req_ids):
+        new_block_ids = cached.new_block_ids[i]
+        if rid in resumed:
+            assert new_block_ids is not None, f"resumed {rid} without a block table"
+            for tables, block_ids in zip(groups, new_block_ids, strict=True):
+                tables.set(rid, block_ids)
+            admitted.add(rid)
+        elif new_block_ids is not None:
+            for tables, block_ids in zip(groups, new_block_ids, strict=True):
+                tables.extend(rid, block_ids)
+        computed[rid] = cached.num_computed_tokens[i]
+    return computed, admitted
