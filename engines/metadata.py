@@ -384,3 +384,22 @@ class RunnerMetadataEngine(Engine, Protocol):
     def runner_metadata(self, step: int) -> RunnerMetadata | None:
         """The runner's metadata of step `step` (the output schedule() just returned)."""
         ...
+
+
+def step_metadata(
+    engine: object,
+    output: SchedulerOutput,
+    block_size: int,
+    **derive: Any,
+) -> tuple[RunnerMetadata, list[tuple[str, str]]]:
+    """The metadata the kernels of this step ran with, and where it disagrees with ours.
+
+    An engine that hands its runner's metadata (`RunnerMetadataEngine`) is checked on
+    that; then the derivation here (`build_metadata(output, block_size, **derive)`) is
+    compared with it (`disagreements`). Any other engine: the derivation, no comparison."""
+    derived = build_metadata(output, block_size, **derive)
+    hand = getattr(engine, "runner_metadata", None)
+    handed = hand(output.step) if hand is not None else None
+    if handed is None:
+        return derived, []
+    return handed, disagreements(handed, derived)

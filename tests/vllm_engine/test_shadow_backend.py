@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from schedcheck.engines.metadata import build_metadata
+from schedcheck.engines.metadata import build_metadata, disagreements
 from schedcheck.engines.protocol import EngineConfig, EngineRequest
 from schedcheck.sim.symbolic import SymbolicExecutor
 
@@ -113,6 +113,7 @@ def test_prefix_hit_then_chunk_reads_vllms_slots(block_size: int) -> None:
         derived = build_metadata(output, block_size)
         assert derived.slot_mapping.tolist() == slots
         assert derived.input_ids.tolist() == meta.input_ids.tolist()
+        assert disagreements(meta, derived) == []
 
 
 def test_planted_slot_off_by_one_is_read_by_the_shadow_kv(monkeypatch) -> None:
@@ -131,7 +132,12 @@ def test_planted_slot_off_by_one_is_read_by_the_shadow_kv(monkeypatch) -> None:
                 self.slot_mapping.gpu[row] -= 1
 
     monkeypatch.setattr(block_table.BlockTable, "compute_slot_mapping", shifted)
-    found = [(o.step, v) for o, _, vs in _drive(4) for v in vs]
+    steps = list(_drive(4))
+    found = [(o.step, v) for o, _, vs in steps for v in vs]
+    output, meta, _ = steps[1]
+    assert disagreements(meta, build_metadata(output, 4)) == [
+        ("B", "slot_mapping[0]: runner 11, derived 12")
+    ]
     assert found, "the planted off-by-one went unseen"
     step, first = found[0]
     assert (step, first.invariant, first.request_id) == (2, "shadow-kv.read", "B")
