@@ -3,7 +3,10 @@
 Two implementations: the symbolic executor (`schedcheck.sim.symbolic`, the default, CPU,
 a hash model with a shadow KV) and the tensor executor (`schedcheck.gpu.executor`, a real
 model with a paged KV cache). The engine loop knows executors only through this protocol
-and loads the tensor one lazily by name, so `sim/` never imports torch.
+and loads the tensor one lazily by name, so `sim/` never imports torch. What an executor
+may offer beyond it (the violations its reads found, draft verification, block contents, a
+shadow KV of its own) are narrower protocols in `schedcheck.sim.executors`, asked for once
+when a run is set up.
 """
 
 from __future__ import annotations

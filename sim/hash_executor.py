@@ -12,6 +12,7 @@ import numpy as np
 
 from schedcheck.engines.metadata import RunnerMetadata
 from schedcheck.invariants import hash_model
+from schedcheck.invariants.violation import Violation
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
 
 _MASK64 = (1 << 64) - 1
@@ -23,7 +24,7 @@ class HashModelExecutor:
     def __init__(self, vocab_size: int = DEFAULT_VOCAB_SIZE) -> None:
         self.vocab_size = vocab_size
         self.last_identity: dict[str, tuple[int, int]] = {}  # id -> (num_tokens, identity)
-        self.violations: list = []
+        self.violations: list[Violation] = []  # never any: it reads no shadow KV
 
     def add_request(
         self, request_id: str, prompt_token_ids: np.ndarray, cache_salt: str | None = None

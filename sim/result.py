@@ -1,11 +1,13 @@
-"""What a run is given (SimOptions) and what it gives back (RunResult), and exit codes."""
+"""What a run is given (SimOptions) and what it gives back (RunResult), exit codes, and how
+a call into the engine under test fails (EngineCrash)."""
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from schedcheck.engines.protocol import EngineConfig, SchedulerOutput
 from schedcheck.invariants.violation import Violation
@@ -15,6 +17,7 @@ from schedcheck.traces.schema import TraceRequest
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIVENESS = 0, 1, 2, 3
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,33 @@ class RunResult:
     faults_fired: list[str] = field(default_factory=list)  # "step N: kind: what it did"
     ignored: dict[str, int] = field(default_factory=dict)  # SimOptions.ignore: invariant -> n
 
+    def unignored(self, violations: list[Violation]) -> list[Violation]:
+        """The violations not of an ignored invariant (those are only counted)."""
+        if not self.options.ignore or not violations:
+            return violations
+        kept = []
+        for v in violations:
+            if v.invariant in self.options.ignore:
+                self.ignored[v.invariant] = self.ignored.get(v.invariant, 0) + 1
+            else:
+                kept.append(v)
+        return kept
+
+    def report(
+        self,
+        violations: list[Violation],
+        sim_time_s: float,
+        context: Callable[[str], tuple[str, ...]],
+    ) -> bool:
+        """Keep the violations not ignored, each with the time and its request's recent
+        steps (`context`); True if any was kept."""
+        violations = self.unignored(violations)
+        self.violations.extend(
+            dataclasses.replace(v, sim_time_s=sim_time_s, context=context(v.request_id))
+            for v in violations
+        )
+        return bool(violations)
+
     @property
     def exit_code(self) -> int:
         if self.violations:
@@ -108,3 +138,12 @@ class EngineCrash(Exception):
         super().__init__(f"{where}: {type(exc).__name__}: {exc}")
         self.where = where
         self.trace = "".join(traceback.format_exception(exc))
+
+
+def call_engine(where: str, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)`, a call into the engine under test named `where` (schedule, ...):
+    whatever it raises is the engine's, a finding (EngineCrash), not the harness's."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        raise EngineCrash(where, exc) from exc

@@ -1,0 +1,131 @@
+"""The request ledger: what the loop itself knows of each live request.
+
+The engine under test keeps its own books, and the checks must not take its word for them.
+The loop keeps, per request from its arrival until it finishes, is aborted or rejected:
+
+    live        the request as it was added (prompt, max_tokens, cache salt)
+    num_tokens  tokens the request knows: prompt + tokens sampled for it (the accounting's
+                `num_tokens`: a step may schedule no token the request does not know)
+    sampled     the tokens sampled for it so far (a finished request's outputs are checked
+                against them; an unfinished one's are reported as they stand)
+    history     its last `context_steps` steps, quoted in its violations
+
+A request enters when the arrivals release it (`admit`) and leaves once (`retire`: its
+outputs and how it ended go to the run's result); every part that keeps something per
+request (the executor, the checks, the drafter, coverage) registers in `forget` and is told
+then, in the order registered, and the arrivals last (`on_retired`: a later turn of the
+conversation may now be released).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from schedcheck.engines.protocol import EngineRequest, SchedulerOutput
+from schedcheck.sim.arrivals import Release
+from schedcheck.sim.result import RunResult
+
+# (step, num_computed, num_scheduled, num_tokens, num_cached, num_blocks, *last 3 blocks)
+StepLine = tuple[int, ...]
+
+
+class Ledger:
+    def __init__(
+        self,
+        context_steps: int,
+        result: RunResult,
+        on_retired: Callable[[str, tuple[int, ...]], None],
+    ) -> None:
+        self.context_steps, self.result, self.on_retired = context_steps, result, on_retired
+        self.forget: list[Callable[[str], None]] = []  # told when a request leaves
+        self.live: dict[str, EngineRequest] = {}
+        self.num_tokens: dict[str, int] = {}
+        self.sampled: dict[str, list[int]] = {}
+        self.history: dict[str, deque[StepLine]] = {}
+
+    def admit(self, release: Release, now_s: float) -> EngineRequest:
+        """The request a release hands the engine at time `now_s`, now live."""
+        trace_req = release.request
+        request = EngineRequest(
+            request_id=trace_req.request_id,
+            prompt_token_ids=release.prompt_token_ids,
+            max_tokens=trace_req.output_length,
+            arrival_time_s=now_s,
+            priority=trace_req.priority,
+            cache_salt=trace_req.cache_salt,
+        )
+        self.live[request.request_id] = request
+        self.num_tokens[request.request_id] = request.num_prompt_tokens
+        self.sampled[request.request_id] = []
+        return request
+
+    def retire(
+        self, request_ids: Iterable[str], how: str, outputs: tuple[int, ...] | None = None
+    ) -> None:
+        """Requests that left the engine, `how`: finished (with the engine's `outputs`, or
+        as sampled where None), aborted or rejected. Ids no longer live are skipped."""
+        res = self.result
+        for rid in request_ids:
+            if self.live.pop(rid, None) is None:
+                continue
+            sampled = tuple(self.sampled.pop(rid, ()))
+            done = sampled if outputs is None else tuple(outputs)
+            res.outputs[rid] = list(done)
+            if how == "finished":
+                res.finished += 1
+            elif how == "aborted":
+                res.aborted += 1
+            else:
+                res.rejected += 1
+            for forget in self.forget:  # bounded: the parts registered
+                forget(rid)
+            self.num_tokens.pop(rid, None)
+            self.history.pop(rid, None)
+            self.on_retired(rid, done)
+
+    def gain(self, request_id: str, tokens: tuple[int, ...]) -> tuple[int, ...]:
+        """The tokens a request gained in a step the engine has applied, up to its
+        max_tokens (an engine stops there and drops the rest of a step's accepted drafts,
+        as vLLM does). Returns the tokens kept (none for a request no longer live)."""
+        if request_id not in self.live:
+            return ()
+        room = self.live[request_id].max_tokens - len(self.sampled[request_id])
+        tokens = tokens[: max(room, 0)]
+        self.sampled_by_runner(request_id, tokens)
+        return tokens
+
+    def sampled_by_runner(self, request_id: str, tokens: tuple[int, ...]) -> None:
+        """Tokens the model runner sampled for a request, all of them (async scheduling:
+        the runner may sample past max_tokens before the engine sees the last step)."""
+        self.num_tokens[request_id] += len(tokens)
+        self.sampled[request_id].extend(tokens)
+
+    def remember(self, output: SchedulerOutput) -> None:
+        """Each scheduled request's line of this step (the last `context_steps` kept)."""
+        for r in output.scheduled:
+            hist = self.history.get(r.request_id)
+            if hist is None:
+                hist = self.history[r.request_id] = deque(maxlen=self.context_steps)
+            hist.append(
+                (
+                    output.step,
+                    r.num_computed_tokens,
+                    r.num_scheduled_tokens,
+                    r.num_tokens,
+                    r.num_cached_tokens,
+                    len(r.block_table),
+                    *r.block_table[-3:],
+                )
+            )
+
+    def context(self, request_id: str) -> tuple[str, ...]:
+        """The request's last steps, as its violations quote them."""
+        lines = []
+        for step, ncomp, nsched, ntok, ncached, nblocks, *tail in self.history.get(request_id, ()):
+            lines.append(
+                f"step {step}: num_computed_tokens {ncomp} + num_scheduled_tokens "
+                f"{nsched} of num_tokens {ntok} (cached {ncached}); {nblocks} blocks, "
+                f"last {list(tail)}"
+            )
+        return tuple(lines)

@@ -1,0 +1,204 @@
+"""The checks of one step, wired: which invariant runs at which point of a step, on what.
+
+The invariants (`invariants/`) are pure functions and checkers over what they are handed;
+this module hands each one its part of a step, at the point where that part is true::
+
+    schedule()        protocol: the output is well formed (nothing derived from it if not)
+    before execute    accounting: budget, range, chunk, contiguity, knowledge, blocks
+    execute           shadow KV: every read of the step (the executor's own violations)
+    update()          protocol: the finished list names requests the engine was given
+    after update      accounting: the KV manager agrees on num_computed_tokens;
+                      outputs: a request finished by length returned exactly its tokens;
+                      block pool: the blocks that changed (a full sweep every Nth step)
+    end of run        block pool: a full sweep, and no block is left referenced
+
+A step that runs nothing still preempts (the accounting and the shadow KV drop what those
+requests had) and may run discarded requests (SGLang: their KV is written). Under async
+scheduling the after-update checks of step N run after step N+1 executed: the drafts the
+runner rejected in the steps not yet applied (`unapplied`) are not yet in the engine's
+counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from schedcheck.engines.metadata import RunnerMetadata, build_metadata
+from schedcheck.engines.protocol import EngineConfig, FinishedRequest, KVSnapshot, SchedulerOutput
+from schedcheck.invariants import hash_model
+from schedcheck.invariants.accounting import AccountingChecker
+from schedcheck.invariants.block_pool import ExpectedContent, check_no_leak
+from schedcheck.invariants.outputs import check_finished
+from schedcheck.invariants.pool_delta import PoolDeltaChecker
+from schedcheck.invariants.protocol import ProtocolChecker
+from schedcheck.invariants.violation import Violation
+from schedcheck.sim.executors import ExecutorParts
+from schedcheck.sim.kv_events import KVEventRecorder
+from schedcheck.sim.ledger import Ledger
+from schedcheck.sim.result import RunResult, SimOptions
+
+
+class StepChecks:
+    def __init__(
+        self,
+        config: EngineConfig,
+        options: SimOptions,
+        result: RunResult,
+        ledger: Ledger,
+        executor: ExecutorParts,
+        snapshot: Callable[[], KVSnapshot],
+    ) -> None:
+        self.config, self.options, self.result = config, options, result
+        self.ledger, self.executor, self.snapshot = ledger, executor, snapshot
+        self.check = options.check_invariants
+        self.accounting = AccountingChecker(config)
+        self.protocol = ProtocolChecker(config.num_gpu_blocks)
+        self.pool = PoolDeltaChecker()
+        self.preempted_since_pool_check: set[str] = set()  # membership only
+        self.full_sweep_interval = options.pool_check_interval_steps  # 0: at the end only
+        self.kv_events = KVEventRecorder() if options.record_kv_events else None
+        if executor.shadow is not None:  # its rare path looks a table up in the engine
+            executor.shadow.current_table = self._current_table
+
+    def forget(self, request_id: str) -> None:
+        self.accounting.forget(request_id)
+        self.protocol.forget(request_id)
+
+    # -- a step, in order -------------------------------------------------------------------
+
+    def check_output(self, output: SchedulerOutput) -> list[Violation]:
+        """The output is well formed (always checked: the loop derives everything from it)."""
+        return self.protocol.check_output(output, self.ledger.live, self.result.outputs)
+
+    def before_execute(self, output: SchedulerOutput) -> list[Violation]:
+        self.preempted_since_pool_check.update(output.preempted_req_ids)
+        if not self.check:
+            return []
+        self.result.invariants_checked += 3 + 7 * len(output.scheduled)
+        return self.accounting.check_step(output, self.ledger.num_tokens)
+
+    def after_execute(self, meta: RunnerMetadata) -> list[Violation]:
+        """The shadow KV's reads of the step (the executor checked them as it ran)."""
+        if self.check:
+            self.result.invariants_checked += meta.num_tokens  # causal alignment of every row
+        return list(self.executor.run.violations)
+
+    def after_update(
+        self,
+        output: SchedulerOutput,
+        finished: list[FinishedRequest],
+        unapplied: Mapping[str, int],
+        step_index: int,
+    ) -> list[Violation]:
+        """What update_from_output returned, then (checking) the engine's state after it."""
+        live, retired = self.ledger.live, self.result.outputs
+        out = self.protocol.check_finished(output.step, finished, live, retired)
+        if not self.check:
+            return out
+        step = output.step
+        snapshot = self.snapshot()
+        if self.kv_events is not None:
+            self.kv_events.observe(step, snapshot)
+        for f in finished:
+            self.accounting.forget(f.request_id)
+        out += self.accounting.check_agreement(step, snapshot.num_computed_tokens(), unapplied)
+        for f in finished:
+            out += self._check_outputs(step, f)
+        return out + self._check_pool(step, snapshot, finished, step_index)
+
+    def empty_step(self, output: SchedulerOutput) -> list[Violation]:
+        """A step that runs nothing: its preemptions, and the KV of discarded requests."""
+        self.preempted_since_pool_check.update(output.preempted_req_ids)
+        out: list[Violation] = []
+        shadow = self.executor.shadow
+        if output.preempted_req_ids:
+            if self.check:
+                out += self.accounting.check_step(output, self.ledger.num_tokens)
+            if shadow is not None:  # it drops what the preempted requests verified
+                bs = self.config.block_size
+                shadow.execute(build_metadata(output, bs, kv_groups=self.config.kv_cache_groups))
+        if output.discarded and shadow is not None:
+            shadow.execute(build_metadata(output, self.config.block_size))  # their KV
+            out += shadow.violations
+        return out
+
+    def at_end(self, step: int, snapshot: KVSnapshot) -> list[Violation]:
+        """Every request has finished: the whole pool, and no block still referenced."""
+        if not self.check:
+            return []
+        out = self.pool.sweep(step, snapshot, set(), self.executor.block_contents)
+        return out + check_no_leak(step, snapshot)
+
+    def num_keys_checked(self) -> int:
+        shadow = self.executor.shadow
+        return 0 if shadow is None else shadow.num_keys_checked
+
+    # -- the parts --------------------------------------------------------------------------
+
+    def _check_pool(
+        self, step: int, snapshot: KVSnapshot, finished: list[FinishedRequest], step_index: int
+    ) -> list[Violation]:
+        """Every step: the blocks that changed (a full sweep every Nth step if asked)."""
+        live = self.ledger.live.keys() - {f.request_id for f in finished}
+        interval = self.full_sweep_interval
+        contents = self.executor.block_contents
+        self.pool.full.expected_content = self._expected_content(snapshot)
+        if interval and step_index % interval == 0:
+            out = self.pool.sweep(step, snapshot, live, contents)
+        else:
+            preempted = self.preempted_since_pool_check
+            out = self.pool.check(step, snapshot, live, contents, preempted)
+        self.pool.full.expected_content = None  # the snapshot does not outlive the step
+        self.preempted_since_pool_check = set()
+        self.result.invariants_checked += 3 * self.pool.num_blocks_checked
+        return out
+
+    def _check_outputs(self, step: int, finished: FinishedRequest) -> list[Violation]:
+        request = self.ledger.live.get(finished.request_id)
+        if request is None or finished.reason != "length":
+            return []
+        self.result.invariants_checked += 3
+        # async: the runner may sample past max_tokens (a step scheduled before the engine
+        # saw the last one); the engine must return exactly the first max_tokens
+        sampled = self.ledger.sampled[finished.request_id][: request.max_tokens]
+        return check_finished(
+            step,
+            finished,
+            request.prompt_token_ids,
+            np.asarray(sampled, np.int64),
+            request.max_tokens,
+            self.options.vocab_size,
+            hash_model.salt_identity(request.cache_salt),
+            unchunked=self.executor.hash_model_tokens,
+            max_model_len=self.config.max_model_len,
+        )
+
+    def _expected_content(self, snapshot: KVSnapshot) -> ExpectedContent | None:
+        """What each cached hash must hold, where the engine says what its hashes mean
+        (the snapshot's optional `hash_positions`: vLLM v1) and the executor knows those
+        tokens' KV (its own shadow KV)."""
+        positions = getattr(snapshot, "hash_positions", None)  # optional: not in KVSnapshot
+        shadow = self.executor.shadow
+        if positions is None or shadow is None:
+            return None
+        identity_at = shadow.identity_at
+
+        def expected(hashes: list[bytes]) -> list[tuple[int, str, str] | None]:
+            out: list[tuple[int, str, str] | None] = []
+            for where in positions(hashes):  # bounded: the blocks cached since the last check
+                identity = 0 if where is None else identity_at(*where)
+                if where is None or not identity:
+                    out.append(None)
+                    continue
+                request_id, position, group = where
+                words = f"{request_id}'s tokens up to position {position}"
+                words += f" (KV-cache group {group})" if group else ""
+                out.append((identity, request_id, words))
+            return out
+
+        return expected
+
+    def _current_table(self, request_id: str):
+        return self.snapshot().block_tables().get(request_id)
