@@ -42,10 +42,6 @@ FILE_LINES_BUDGET: dict[str, tuple[int, str]] = {
         750,
         "the reference scheduler kept in one readable file, as vLLM's Scheduler is",
     ),
-    "engines/vllm/engine/core.py": (
-        450,
-        "vLLM's whole EngineCore driven step by step, its runner's metadata handed back",
-    ),
     "cli/commands/fuzz.py": (510, "`schedcheck fuzz`: campaign, continue and shrink modes"),
     "cli/commands/trace.py": (430, "`schedcheck trace`: four subcommands (import|gen|stats|head)"),
     "cli/commands/replay.py": (410, "`schedcheck replay`: every engine and run option"),
