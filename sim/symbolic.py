@@ -19,7 +19,7 @@ Each step, for the metadata of that step (as a model runner would pass it to the
    its reads were wrong, so a misalignment also changes the output tokens;
 4. with speculative decoding, each sampling request's drafter then writes draft KV (the
    identity `hash_model.DRAFT`: tokens not known yet) through `lookahead_slot_mapping`;
-   a slot past the block table is an out-of-bounds write (BUGS #10), and a draft written
+   a slot past the block table is an out-of-bounds write (vllm#16370), and a draft written
    into KV another request verified is caught like any other overwrite.
 
 Scheduled draft tokens (speculative decoding with acceptance, `spec_token_ids`): for the
@@ -279,7 +279,7 @@ class SymbolicExecutor:
         return written, true_ids
 
     def _write_drafts(self, meta: RunnerMetadata, reqs: list[_ShadowRequest]) -> None:
-        """The drafter's KV of each sampling request's lookahead positions (BUGS #10)."""
+        """The drafter's KV of each sampling request's lookahead positions (vllm#16370)."""
         positions = meta.lookahead_positions
         drafts = np.full(positions.size, hash_model.DRAFT, dtype=U64)
         slots = meta.lookahead_slot_mapping
