@@ -138,6 +138,32 @@ class KVSnapshot(Protocol):
     Methods rather than fields so that an engine can answer from its own structures without
     copying them every step; callers must not mutate what they get and must not keep it
     across a step.
+
+    Optional members (read with getattr; an engine without them loses only what they unlock):
+
+    num_evicted_blocks            property, int: cached blocks evicted for new allocations
+                                  so far. Unlocks the `evict-cached-block` coverage count;
+                                  without it a campaign lists that path as unmeasured.
+    num_sliding_window_blocks_freed
+                                  property, int: blocks a sliding-window group freed before
+                                  a request's window. Unlocks `sliding-window-block-freed`.
+    reserved_block_ids            ids of blocks no request holds by design (vLLM's null
+                                  block): the pool check does not call them leaked.
+    num_free_entries()            the free queue's own count of entries (vLLM's linked list
+                                  keeps one): checked against the entries walked.
+    hash_positions(hashes)        per hash, (request id, first position, end position) of
+                                  the tokens it names, or None: unlocks
+                                  `block-pool.cached-unwritten` by content (a freshly cached
+                                  block must hold the KV of the tokens its hash names).
+    take_changed_block_ids()      ids of blocks whose ref_cnt, free or cached state changed
+                                  since the last call (a log the engine keeps): the pool
+                                  check then looks at those blocks only, not the whole pool.
+    take_rewritten_req_ids()      requests whose tables the engine rewrote in place since
+                                  the last call (compared whole by the incremental check).
+    block_table_views()           like block_tables(), without copies (the incremental check).
+    ref_cnt_of(ids), is_free(ids), hash_of(ids)
+                                  point lookups of ref_cnt, free state and block hash for
+                                  some block ids (the incremental check; else full views).
     """
 
     @property
