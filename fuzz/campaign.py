@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from schedcheck.engines.capabilities import config_refusals
-from schedcheck.engines.protocol import EngineConfig
+from schedcheck.engines.protocol import Engine, EngineConfig
 from schedcheck.engines.registry import EngineLoadError, make_engine
 from schedcheck.fuzz.database import FailureDB
 from schedcheck.fuzz.replay_db import replay_findings
@@ -83,6 +83,7 @@ class CampaignResult:
     progress: list[tuple[float, int]] = field(default_factory=list)  # (elapsed_s, examples)
     configs: dict[str, dict[str, int]] = field(default_factory=dict)  # knob -> value -> count
     started_at_s: float = field(default_factory=time.time)
+    evictions_counted: bool = True  # the engine's snapshot has num_evicted_blocks
 
     @property
     def found(self) -> bool:
@@ -109,6 +110,7 @@ class CampaignResult:
             self.errors.append(str(message["error"]))
 
     def never_reached(self) -> list[str]:
+        """Rare paths of those the engine and the swarm can reach that no example reached."""
         spec = self.options.spec
         prefix_caching = True in spec.capabilities.enable_prefix_caching
         return never_reached(
@@ -118,12 +120,20 @@ class CampaignResult:
             vllm_options=draws_vllm_options(spec),
             spec=draws_spec_decode(spec),
             sliding=draws_sliding_window(spec),
+            aborts=spec.capabilities.aborts,
+            evictions_counted=self.evictions_counted,
         )
 
+    def unmeasured(self) -> list[str]:
+        """Rare paths the engine does not let the harness count (a snapshot without
+        num_evicted_blocks): neither reached nor unreached."""
+        return [] if self.evictions_counted else ["evict-cached-block"]
 
-def check_target(spec: SwarmSpec) -> None:
-    """Raise ValueError (bad input) if the engine, mutant or block manager cannot load, or
-    the engine declares no support for the block manager the spec fixes."""
+
+def check_target(spec: SwarmSpec) -> Engine:
+    """The engine built once; raise ValueError (bad input) if the engine, mutant or block
+    manager cannot load, or the engine declares no support for the block manager the spec
+    fixes."""
     caps = spec.capabilities
     config = EngineConfig(
         block_size=block_sizes(caps)[0],
@@ -137,7 +147,7 @@ def check_target(spec: SwarmSpec) -> None:
     if refusals:
         raise ValueError(f"engine {spec.engine} does not support {'; '.join(refusals)}")
     try:
-        make_engine(spec.engine, caps.fit(config))
+        return make_engine(spec.engine, caps.fit(config))
     except ValueError:  # EngineRefusal included: the caller says what was refused
         raise
     except Exception as exc:  # the engine cannot be built: bad input, not a finding
@@ -148,8 +158,9 @@ def run_campaign(
     opts: CampaignOptions, on_message: Callable[[dict[str, Any]], None] | None = None
 ) -> CampaignResult:
     """Run a campaign; `on_message` sees every worker message (progress bars)."""
-    check_target(opts.spec)
+    engine = check_target(opts.spec)
     result = CampaignResult(opts)
+    result.evictions_counted = counts_evictions(engine)
     started = time.time()
     db = FailureDB(Path(opts.db_dir)) if opts.db_dir is not None else None
 
@@ -175,6 +186,11 @@ def run_campaign(
     if db is not None and result.finding is not None and not result.replayed:
         db.add(opts.spec, _db_entry(result.finding))
     return result
+
+
+def counts_evictions(engine: Engine) -> bool:
+    """Does the engine's KV snapshot count its evictions (the optional num_evicted_blocks)?"""
+    return getattr(engine.kv_snapshot(), "num_evicted_blocks", None) is not None
 
 
 def _db_entry(finding: dict[str, Any]) -> dict[str, Any]:

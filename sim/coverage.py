@@ -167,13 +167,17 @@ def never_reached(
     vllm_options: bool = True,
     spec: bool = False,
     sliding: bool = False,
+    aborts: bool = True,
+    evictions_counted: bool = True,
 ) -> list[str]:
     """Rare paths with a zero count, of those the campaign can reach: one that never draws
     draft tokens cannot reach drafts-cross-block, one without prefix caching none of
     PREFIX_CACHE_PATHS, one that never draws vLLM v1's scheduler options (priority, async
     scheduling, queue limits) none of VLLM_OPTION_PATHS, so they are not listed;
     SPEC_PATHS and SLIDING_PATHS only for a campaign that draws scheduled drafts (`spec`)
-    or a sliding-window group (`sliding`)."""
+    or a sliding-window group (`sliding`); abort-mid-chunk only for an engine that declares
+    aborts; evict-cached-block only where the engine's snapshot counts its evictions (the
+    optional `num_evicted_blocks`: without it the path is unmeasured, not unreached)."""
     unreachable: tuple[str, ...] = () if drafts else ("drafts-cross-block",)
     if not prefix_caching:
         unreachable += PREFIX_CACHE_PATHS
@@ -183,6 +187,10 @@ def never_reached(
         unreachable += SPEC_PATHS
     if not sliding:
         unreachable += SLIDING_PATHS
+    if not aborts:
+        unreachable += ("abort-mid-chunk",)
+    if not evictions_counted:
+        unreachable += ("evict-cached-block",)
     paths = (p for p in RARE_PATHS if p not in unreachable)
     return [path for path in paths if counts.get(path, 0) == 0]
 

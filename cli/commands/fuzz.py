@@ -386,6 +386,7 @@ def campaign_report(result: CampaignResult, command: str) -> dict[str, Any]:
         "ignore": list(opts.spec.ignore),
         "coverage": dict(result.coverage),
         "never_reached": result.never_reached(),
+        "unmeasured": result.unmeasured(),
         "finding": finding or None,
         "raw_bundles": [r.get("bundle") for r in result.raw],
         "other_findings": [
@@ -471,6 +472,9 @@ def _print(args: argparse.Namespace, report: dict[str, Any]) -> None:
     print("coverage: " + ", ".join(f"{k} {v}" for k, v in cov.items()))
     if report["never_reached"]:
         print("never reached: " + ", ".join(report["never_reached"]))
+    if report["unmeasured"]:
+        print("unmeasured (the engine's snapshot does not count them): "
+              + ", ".join(report["unmeasured"]))  # fmt: skip
     for error in report["errors"]:
         print(f"worker error: {error}", file=sys.stderr)
 

@@ -84,3 +84,12 @@ def test_coverage_of_drafts_that_cross_into_a_new_block():
     assert Coverage(block_size=4).num_lookahead_tokens == 0
     assert "drafts-cross-block" in never_reached({})
     assert "drafts-cross-block" not in never_reached({}, drafts=False)
+
+
+def test_never_reached_lists_only_what_the_engine_can_reach_and_the_harness_can_count():
+    """abort-mid-chunk for an engine that declares aborts only; evict-cached-block only where
+    the engine's snapshot counts evictions (else it is unmeasured, not unreached)."""
+    every = never_reached({})
+    assert "abort-mid-chunk" in every and "evict-cached-block" in every
+    assert "abort-mid-chunk" not in never_reached({}, aborts=False)
+    assert "evict-cached-block" not in never_reached({}, evictions_counted=False)
