@@ -55,6 +55,10 @@ class Capabilities:
     # slots; False: one fewer, as the reference engine never runs its last sampled token)
     kv_of_last_token: bool = True
     spare_blocks: int = 0  # blocks beyond a request's own KV to run it alone (a null block)
+    # decode tokens count against max_num_batched_tokens (False: by design they do not, as
+    # nano-vllm's decode steps run every running request whatever the budget; the budget
+    # check then counts prompt tokens only)
+    decodes_within_budget: bool = True
 
     def __post_init__(self) -> None:
         assert self.spare_blocks >= 0, "spare_blocks >= 0"

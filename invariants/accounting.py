@@ -1,8 +1,9 @@
 """Token accounting: every step runs each request's next tokens, once, within the budget.
 
 Properties (each checked every step):
-- budget: the step's scheduled tokens total at most max_num_batched_tokens, and at most
-  max_num_seqs requests run; no request appears twice;
+- budget: the step's scheduled tokens total at most max_num_batched_tokens (only its
+  prompt tokens, for an engine whose decodes are not bounded by the budget by design), and
+  at most max_num_seqs requests run; no request appears twice;
 - range: 0 <= num_computed_tokens, num_scheduled_tokens >= 1, and
   num_computed_tokens + num_scheduled_tokens <= num_tokens, so at least one token of a fully
   cached prompt is still computed (vllm#7753: logits are needed);
@@ -28,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from schedcheck.engines.protocol import EngineConfig, SchedulerOutput
+from schedcheck.engines.protocol import EngineConfig, ScheduledRequest, SchedulerOutput
 from schedcheck.invariants.violation import Violation
 
 Report = Callable[..., None]  # report(invariant, message, **Violation fields)
@@ -37,8 +38,9 @@ Report = Callable[..., None]  # report(invariant, message, **Violation fields)
 class AccountingChecker:
     """Holds, per running request, where its next chunk must start."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, decodes_within_budget: bool = True) -> None:
         self.config = config
+        self.decodes_within_budget = decodes_within_budget
         self.next_start: dict[str, int] = {}  # request id -> num_computed after its last step
 
     def check_step(
@@ -50,6 +52,8 @@ class AccountingChecker:
         for rid in output.preempted_req_ids + output.finished_req_ids:
             self.next_start.pop(rid, None)
         total = output.total_num_scheduled_tokens
+        if not self.decodes_within_budget:
+            total -= sum(r.num_scheduled_tokens for r in output.scheduled if _decodes(r))
         if total > cfg.max_num_batched_tokens:
             out.append(
                 Violation(
@@ -234,3 +238,8 @@ def _check_chunk(req, known: int | None, block_size: int, bad: Report) -> None:
             expected=f">= {need} blocks",
             found=f"{len(req.block_table)} blocks",
         )
+
+
+def _decodes(req: ScheduledRequest) -> bool:
+    """The request's chunk is a decode: its prompt is done before the step."""
+    return req.num_computed_tokens >= req.num_prompt_tokens

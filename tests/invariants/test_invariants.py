@@ -129,3 +129,28 @@ def test_a_forward_jump_is_allowed_only_when_declared_a_cache_hit():
     assert hit == []  # vLLM v0.6.0: the runner skips blocks another request computed
     gap = acc.check_step(SchedulerOutput(3, (_req("a", 18, 1, 20, [0, 1, 2, 3, 4], 12),)), {})
     assert _names(gap) == [("accounting.contiguity", "a")]
+
+
+def _decode(rid, num_prompt_tokens, table):
+    """A decode: one token after the prompt and an output are known."""
+    tokens = np.zeros(1, np.int64)
+    ntok = num_prompt_tokens + 1
+    return ScheduledRequest(
+        rid, ntok - 1, 1, ntok, num_prompt_tokens, tokens, tuple(table), ntok - 1
+    )
+
+
+def test_decodes_outside_the_budget_by_design_count_only_prompt_tokens():
+    """nano-vllm runs every running decode whatever max_num_batched_tokens: 12 prompt tokens
+    and 6 decodes are 18 > 16 for a budget that bounds decodes, 12 for one that does not;
+    17 prompt tokens still break it."""
+    cfg = EngineConfig(block_size=4, num_gpu_blocks=64, max_num_batched_tokens=16, max_num_seqs=8)
+    decodes = tuple(_decode(f"d{i}", 4, [2 * i, 2 * i + 1]) for i in range(6))
+    step = SchedulerOutput(1, (_req("p", 0, 12, 12, [20, 21, 22]), *decodes))
+    bounded = AccountingChecker(cfg).check_step(step, {})
+    assert [(v.invariant, v.found) for v in bounded] == [("accounting.budget", "18")]
+    unbounded = AccountingChecker(cfg, decodes_within_budget=False).check_step(step, {})
+    assert unbounded == []
+    over = SchedulerOutput(1, (_req("p", 0, 17, 17, [20, 21, 22, 23, 24]), *decodes))
+    over_budget = AccountingChecker(cfg, decodes_within_budget=False).check_step(over, {})
+    assert [(v.invariant, v.found) for v in over_budget] == [("accounting.budget", "17")]
