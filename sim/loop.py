@@ -21,7 +21,6 @@ optional parts (sim/executors.py). A synchronous step and a pipelined one execut
 from __future__ import annotations
 
 import time
-import traceback
 from collections.abc import Generator, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -51,20 +50,22 @@ from schedcheck.sim.result import (  # re-exported: the loop's API
     EXIT_LIVENESS,
     EXIT_USAGE,
     EXIT_VIOLATION,
+    HARNESS_CRASH,
     EngineCrash,
     RunResult,
     SimOptions,
     call_engine,
+    harness_crash,
 )
 from schedcheck.sim.speculation import Drafts, make_speculation
 from schedcheck.sim.step_checks import StepChecks
 from schedcheck.traces.errors import TraceError
 from schedcheck.traces.schema import TraceRequest
 
-__all__ = ["EXIT_CLEAN", "EXIT_LIVENESS", "EXIT_USAGE", "EXIT_VIOLATION", "EngineCrash",
-           "RunResult", "SimOptions", "Simulation", "pipeline_depth", "run"]  # fmt: skip
+__all__ = ["EXIT_CLEAN", "EXIT_LIVENESS", "EXIT_USAGE", "EXIT_VIOLATION", "HARNESS_CRASH",
+           "EngineCrash", "RunResult", "SimOptions", "Simulation", "pipeline_depth",
+           "run"]  # fmt: skip
 SIMPY_OUT_OF_EVENTS = "No scheduled events left"  # env.run(until=...) with nothing to run
-HARNESS_CRASH = "harness-crash"
 
 
 def run(
@@ -109,7 +110,8 @@ class Simulation:
         self.liveness = Liveness(
             config, options, self.ledger, self.arrivals, self._waiting_reasons, result
         )
-        self.fingerprint = Fingerprint()
+        self.fingerprint = Fingerprint()  # of the steps recorded (an empty step is not)
+        self.step_index = 0  # the step this turn schedules: schedule() calls before it
         self.done = False
         self.progress = _progress(options.progress)
         self.rng = np.random.default_rng(options.seed)  # the run's one generator (faults)
@@ -140,10 +142,6 @@ class Simulation:
         """The block-pool checker (benchmarks and tests read its counts)."""
         return self.checks.pool
 
-    @property
-    def step_index(self) -> int:
-        return self.fingerprint.num_steps
-
     # -- the SimPy process ------------------------------------------------------------------
 
     def run(self) -> RunResult:
@@ -158,7 +156,7 @@ class Simulation:
                 self.liveness.out_of_events()
                 self.done = True
             else:
-                self._fatal([_harness_crash(self.step_index, exc)])
+                self._fatal([harness_crash(self.step_index, exc)])
         finally:
             if self.progress is not None:
                 self.progress.close()
@@ -173,12 +171,10 @@ class Simulation:
         for rid in self.ledger.live:  # unfinished (a violation or liveness stop): as sampled
             res.outputs.setdefault(rid, list(self.ledger.sampled.get(rid, ())))
         res.requests = len(self.arrivals.released)
-        res.invariants_checked += self.checks.num_keys_checked()
+        self.checks.fill(res)
         if isinstance(self.engine, RarePathCounter):
             self.coverage.observe_engine_paths(self.engine.rare_path_counts())
         res.coverage = dict(self.coverage.counts)
-        if self.checks.kv_events is not None:
-            res.kv_events = self.checks.kv_events.events
         return res
 
     def _wake(self) -> None:
@@ -198,7 +194,7 @@ class Simulation:
                 step = self.step_index
                 self._fatal([Violation("engine-crash", step, str(crash), found=crash.trace)])
             except Exception as exc:  # the harness itself raised: a finding, with its bundle
-                self._fatal([_harness_crash(self.step_index, exc)])
+                self._fatal([harness_crash(self.step_index, exc)])
 
     def _turn(self) -> Process:
         """Take what arrived, then run one step (or apply one in flight, or wait)."""
@@ -215,17 +211,20 @@ class Simulation:
             if not self.engine.has_unfinished_requests():
                 return
         output = call_engine("schedule", self.engine.schedule)
+        yield from self._run_step(output)
+        self.step_index += 1
+
+    def _run_step(self, output: SchedulerOutput) -> Process:
         malformed = self.checks.check_output(output)
         if malformed:  # nothing is derived from an output the protocol refuses
             self._fatal(malformed)
-            return
-        if not output.scheduled:
+        elif not output.scheduled:
             yield from self._empty_step(output)
-            return
-        self.liveness.empty_steps = 0
-        if self.pipeline.depth == 1:
+        elif self.pipeline.depth == 1:
+            self.liveness.empty_steps = 0
             yield from self._step(output)
         else:
+            self.liveness.empty_steps = 0
             yield from self.pipeline.step(self, output)
 
     def _idle(self) -> Process:
@@ -387,15 +386,6 @@ class Simulation:
             getattr(snapshot, "num_sliding_window_blocks_freed", None)
         )
         self.violate(self.checks.at_end(self.step_index, snapshot))
-
-
-def _harness_crash(step: int, exc: Exception) -> Violation:
-    return Violation(
-        HARNESS_CRASH,
-        step,
-        f"the harness raised {type(exc).__name__}: {exc}",
-        found="".join(traceback.format_exception(exc)),
-    )
 
 
 def _progress(enabled: bool):

@@ -1,5 +1,5 @@
-"""What a run is given (SimOptions) and what it gives back (RunResult), exit codes, and how
-a call into the engine under test fails (EngineCrash)."""
+"""What a run is given (SimOptions) and what it gives back (RunResult), exit codes, and the
+two kinds of crash: the engine under test's (EngineCrash, `call_engine`) and the harness's."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from schedcheck.traces.schema import TraceRequest
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIVENESS = 0, 1, 2, 3
+HARNESS_CRASH = "harness-crash"
 T = TypeVar("T")
 
 
@@ -147,3 +148,14 @@ def call_engine(where: str, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
     except Exception as exc:
         raise EngineCrash(where, exc) from exc
+
+
+def harness_crash(step: int, exc: BaseException) -> Violation:
+    """The harness itself raised (the loop, a check, the executor): a finding of its own,
+    with the traceback, so that it gets a bundle like any other."""
+    return Violation(
+        HARNESS_CRASH,
+        step,
+        f"the harness raised {type(exc).__name__}: {exc}",
+        found="".join(traceback.format_exception(exc)),
+    )

@@ -131,9 +131,12 @@ class StepChecks:
         out = self.pool.sweep(step, snapshot, set(), self.executor.block_contents)
         return out + check_no_leak(step, snapshot)
 
-    def num_keys_checked(self) -> int:
-        shadow = self.executor.shadow
-        return 0 if shadow is None else shadow.num_keys_checked
+    def fill(self, result: RunResult) -> None:
+        """The run's counts of what was checked, and the engine's block events (if kept)."""
+        if self.executor.shadow is not None:
+            result.invariants_checked += self.executor.shadow.num_keys_checked
+        if self.kv_events is not None:
+            result.kv_events = self.kv_events.events
 
     # -- the parts --------------------------------------------------------------------------
 

@@ -1,11 +1,14 @@
 """The engine loop with the toy engine: clean runs, each fault caught, liveness, arrivals."""
 
+import dataclasses
+import re
+
 import numpy as np
 
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.invariants import hash_model
 from schedcheck.sim.cost_model import profile
-from schedcheck.sim.loop import SimOptions, run
+from schedcheck.sim.loop import SimOptions, Simulation, run
 from schedcheck.traces.schema import TraceRequest
 
 CFG = EngineConfig(block_size=4, num_gpu_blocks=200, max_num_batched_tokens=32, max_num_seqs=8)
@@ -153,3 +156,26 @@ def test_the_liveness_bound_counts_a_threshold_limited_prefill_by_its_threshold(
     result = run([TraceRequest("a", 0.0, 1, prompt_token_ids=prompt)], "reference", config,
                  SimOptions(), profile("unit"))  # fmt: skip
     assert (result.exit_code, result.stuck, result.finished, result.steps) == (0, {}, 1, 1500)
+
+
+def test_the_loop_numbers_steps_as_the_engine_does_empty_ones_included():
+    """Under async scheduling a step may schedule nothing (the last tokens of its requests
+    are in flight); such a step is not recorded, so the fingerprint's step count falls
+    behind. The loop counts every step it schedules itself: a fault's "step N" is the step
+    the engine numbers N, whose output lists the request the fault preempted. (Counted in
+    recorded steps, 39 of these 47 messages named an earlier step, over seeds 0..9.)"""
+    config = dataclasses.replace(CFG, extra={"async_scheduling": "true"})
+    trace = [
+        TraceRequest(f"r{i}", i * 0.1, 3, prompt_token_ids=tuple(range(3, 40 + i)))
+        for i in range(8)
+    ]
+    options = SimOptions(seed=0, faults={"preempt": 0.3}, record_schedule=True)
+    sim = Simulation(trace, "reference", config, options, UNIT)
+    res = sim.run()
+    steps = [output.step for output in res.schedule]
+    assert (res.exit_code, len(steps), sim.step_index) == (0, 28, 36)  # 8 steps ran nothing
+    assert steps != list(range(28))
+    by_step = {output.step: output for output in res.schedule}
+    preempts = [re.fullmatch(r"step (\d+): preempt: preempted (r\d)", m) for m in res.faults_fired]
+    assert len(preempts) == 3 and all(p is not None for p in preempts)
+    assert all(p[2] in by_step[int(p[1])].preempted_req_ids for p in preempts if p)
