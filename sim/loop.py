@@ -11,11 +11,12 @@ reads of the executor, the block pool, outputs of finished requests). Liveness p
 derived from the work left, else the run fails with the stuck requests and the engine's
 reasons (exit 3).
 
-The loop owns the SimPy process and the step; its parts own the rest: what it knows of each
-request (sim/ledger.py), the checks, liveness, the steps in flight under async scheduling
-(sim/pipelined.py), speculative decoding's drafts (sim/speculation.py), the executor's
-optional parts (sim/executors.py). A synchronous step and a pipelined one execute alike
-(`_execute`); they differ in when the engine learns the step's output.
+The loop owns the SimPy process, the step and its numbering; its parts own the rest: what
+it knows of each request (sim/ledger.py), what enters between steps (sim/intake.py), the
+checks, liveness, the steps in flight under async scheduling (sim/pipelined.py),
+speculative decoding's drafts (sim/speculation.py), the executor's optional parts
+(sim/executors.py). A synchronous step and a pipelined one execute alike (`execute`); they
+differ in when the engine learns the step's output.
 """
 
 from __future__ import annotations
