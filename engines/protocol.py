@@ -257,7 +257,7 @@ class SpecDecodeEngine(Engine, Protocol):
 
 
 # Optional: an engine with a model runner of its own hands that runner's metadata per step
-# (`runner_metadata(step)`, metadata.RunnerMetadataEngine); the shadow KV then checks it.
+# (`runner_metadata(step)`, runner_metadata.RunnerMetadataEngine); the shadow KV then checks it.
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,6 +143,13 @@ INVARIANTS: tuple[Invariant, ...] = (
         "no key position is read past the tokens the request knows",
     ),
     Invariant(
+        "shadow-kv.runner-metadata-disagrees",
+        "shadow-kv",
+        "engines/runner_metadata.py",
+        "the runner metadata an engine hands (its own model runner's: vllm-engine) equals "
+        "what engines/metadata.py derives from the same SchedulerOutput",
+    ),
+    Invariant(
         "shadow-kv.write-out-of-bounds",
         "shadow-kv",
         _SYM,

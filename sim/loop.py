@@ -29,10 +29,10 @@ import numpy as np
 import simpy
 
 from schedcheck.engines.capabilities import EngineRefusal
-from schedcheck.engines.metadata import build_metadata
 from schedcheck.engines.protocol import EngineConfig, FinishedRequest, KVSnapshot, SchedulerOutput
 from schedcheck.engines.reference.mutants import apply_runner_mutant
 from schedcheck.engines.registry import make_engine
+from schedcheck.engines.runner_metadata import DISAGREES, step_metadata
 from schedcheck.engines.schedule_io import Fingerprint
 from schedcheck.invariants.pool_delta import PoolDeltaChecker
 from schedcheck.invariants.protocol import check_not_lost
@@ -251,13 +251,15 @@ class Simulation:
         self.ledger.retire(output.finished_req_ids, "finished")
         self.ledger.retire(output.rejected_req_ids, "rejected")
         cfg = self.config
-        meta = build_metadata(
+        meta, disagree = step_metadata(  # the engine's own runner's metadata, if it hands it
+            self.engine,
             output,
             cfg.block_size,
             num_lookahead_tokens=cfg.num_lookahead_tokens,
             max_model_len=cfg.max_model_len,
             kv_groups=self.kv_groups,
         )
+        violations += [Violation(DISAGREES, output.step, w, request_id=r) for r, w in disagree]
         meta = apply_runner_mutant(meta, cfg.mutant)
         sampled = self.executor.run.execute(meta)
         verifier = self.executor.drafts

@@ -20,8 +20,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from schedcheck.engines.metadata import build_metadata, disagreements
+from schedcheck.engines.metadata import build_metadata
 from schedcheck.engines.protocol import EngineConfig, EngineRequest
+from schedcheck.engines.runner_metadata import disagreements
 from schedcheck.sim.symbolic import SymbolicExecutor
 
 pytestmark = pytest.mark.vllm_cpu
