@@ -22,6 +22,7 @@ from schedcheck.engines.vllm.engine import model, shadow_backend
 
 # the KV snapshot of the vllm-v1 adapter reads vLLM's BlockPool; its module moved with
 # the adapters' reorganisation: the first that imports
+CPU_MEMORY_FRACTION = 0.3
 SNAPSHOT_MODULES = ("schedcheck.engines.vllm.v1.snapshot", "schedcheck.engines.vllm.v1_snapshot")
 
 
@@ -55,6 +56,10 @@ def engine_args(config: EngineConfig, model_dir: str, vocab_size: int) -> Any:
         max_model_len=config.max_model_len,
         long_prefill_token_threshold=config.long_prefill_token_threshold,
         attention_backend="CUSTOM",
+        # on a CPU this is the share of the machine's memory the worker must find free at
+        # start-up; the pool is num_gpu_blocks_override, so ask for little (the fuzzer
+        # builds engine after engine in one process)
+        gpu_memory_utilization=CPU_MEMORY_FRACTION,
     )
 
 

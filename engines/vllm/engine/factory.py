@@ -25,10 +25,12 @@ def fit_config(config: EngineConfig) -> EngineConfig:
     max_model_len = config.max_model_len
     if not config.enable_chunked_prefill:  # vLLM: the budget must hold a whole prompt
         max_model_len = min(max_model_len, budget)
+    threshold = config.long_prefill_token_threshold
     return dataclasses.replace(
         config,
         max_num_batched_tokens=budget,
         max_model_len=max_model_len,
+        long_prefill_token_threshold=min(threshold, max_model_len),  # vLLM refuses more
         num_lookahead_tokens=0,
         num_speculative_tokens=0,
         kv_groups="full",
