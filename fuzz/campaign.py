@@ -28,7 +28,6 @@ from typing import Any
 
 from schedcheck.engines.capabilities import config_refusals
 from schedcheck.engines.protocol import Engine, EngineConfig
-from schedcheck.engines.registry import EngineLoadError, make_engine
 from schedcheck.fuzz.database import FailureDB
 from schedcheck.fuzz.replay_db import replay_findings
 from schedcheck.fuzz.swarm import (
@@ -41,7 +40,7 @@ from schedcheck.fuzz.swarm import (
     fixed_block_manager,
 )
 from schedcheck.fuzz.worker import WorkerJob, run_worker
-from schedcheck.sim.blame import setup_error
+from schedcheck.sim.blame import build_engine
 from schedcheck.sim.coverage import RARE_PATHS, merge, never_reached
 
 GRACE_S = 60.0  # after the budget: time for a worker to finish its shrink and its bundle
@@ -146,12 +145,7 @@ def check_target(spec: SwarmSpec) -> Engine:
     refusals = config_refusals(caps, config)
     if refusals:
         raise ValueError(f"engine {spec.engine} does not support {'; '.join(refusals)}")
-    try:
-        return make_engine(spec.engine, caps.fit(config))
-    except ValueError:  # EngineRefusal included: the caller says what was refused
-        raise
-    except Exception as exc:  # the engine cannot be built: bad input, not a finding
-        raise EngineLoadError(setup_error(spec.engine, exc)) from exc
+    return build_engine(spec.engine, caps.fit(config))
 
 
 def run_campaign(

@@ -22,6 +22,8 @@ import sysconfig
 import traceback
 from pathlib import Path
 
+from schedcheck.engines.protocol import Engine, EngineConfig
+from schedcheck.engines.registry import EngineLoadError, make_engine
 from schedcheck.invariants.violation import Violation
 
 ENGINE_CRASH = "engine-crash"
@@ -56,6 +58,17 @@ def harness_crash(step: int, exc: BaseException) -> Violation:
         found="".join(traceback.format_exception(exc)),
         case=case,
     )
+
+
+def build_engine(name: str, config: EngineConfig) -> Engine:
+    """The engine `name` built for `config`; an engine that cannot even be built is bad
+    input (EngineLoadError, exit 2), a refused config stays a refusal (ValueError)."""
+    try:
+        return make_engine(name, config)
+    except ValueError:  # EngineRefusal and EngineLoadError included: already bad input
+        raise
+    except Exception as exc:
+        raise EngineLoadError(setup_error(name, exc)) from exc
 
 
 def setup_error(engine: str, exc: BaseException) -> str:

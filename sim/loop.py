@@ -31,13 +31,14 @@ import simpy
 from schedcheck.engines.capabilities import EngineRefusal
 from schedcheck.engines.protocol import EngineConfig, FinishedRequest, KVSnapshot, SchedulerOutput
 from schedcheck.engines.reference.mutants import apply_runner_mutant
-from schedcheck.engines.registry import make_engine
+from schedcheck.engines.registry import capabilities
 from schedcheck.engines.runner_metadata import DISAGREES, step_metadata
 from schedcheck.engines.schedule_io import Fingerprint
 from schedcheck.invariants.pool_delta import PoolDeltaChecker
 from schedcheck.invariants.protocol import check_not_lost
 from schedcheck.invariants.violation import Violation
 from schedcheck.sim.arrivals import Arrivals
+from schedcheck.sim.blame import HARNESS_CRASH, build_engine, harness_crash
 from schedcheck.sim.cost_model import StepCostModel, profile
 from schedcheck.sim.coverage import Coverage
 from schedcheck.sim.executors import make_executor
@@ -51,12 +52,10 @@ from schedcheck.sim.result import (  # re-exported: the loop's API
     EXIT_LIVENESS,
     EXIT_USAGE,
     EXIT_VIOLATION,
-    HARNESS_CRASH,
     EngineCrash,
     RunResult,
     SimOptions,
     call_engine,
-    harness_crash,
 )
 from schedcheck.sim.speculation import Drafts, make_speculation
 from schedcheck.sim.step_checks import StepChecks
@@ -100,13 +99,14 @@ class Simulation:
         self.config, self.options, self.cost = config, options, cost
         self.result = result = RunResult(engine, config, options, cost)
         self.env = simpy.Environment()
-        self.engine = make_engine(engine, config)
+        self.engine = build_engine(engine, config)
         self.executor = make_executor(options, config)
         self.wakeup = self.env.event()
         self.arrivals = Arrivals(self.env, trace, self._wake, options.vocab_size)
         self.ledger = Ledger(options.context_steps, result, self.arrivals.finished)
+        budget = capabilities(engine).decodes_within_budget
         self.checks = StepChecks(
-            config, options, result, self.ledger, self.executor, self._snapshot
+            config, options, result, self.ledger, self.executor, self._snapshot, budget
         )
         self.liveness = Liveness(
             config, options, self.ledger, self.arrivals, self._waiting_reasons, result
@@ -192,8 +192,7 @@ class Simulation:
             try:
                 yield from self._turn()
             except EngineCrash as crash:
-                step = self.step_index
-                self._fatal([Violation("engine-crash", step, str(crash), found=crash.trace)])
+                self._fatal([crash.violation(self.step_index)])
             except Exception as exc:  # the harness itself raised: a finding, with its bundle
                 self._fatal([harness_crash(self.step_index, exc)])
 

@@ -11,13 +11,13 @@ from typing import Any, TypeVar
 
 from schedcheck.engines.protocol import EngineConfig, SchedulerOutput
 from schedcheck.invariants.violation import Violation
+from schedcheck.sim.blame import crash_violation
 from schedcheck.sim.cost_model import StepCostModel
 from schedcheck.sim.faults import check_faults
 from schedcheck.traces.schema import TraceRequest
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIVENESS = 0, 1, 2, 3
-HARNESS_CRASH = "harness-crash"
 T = TypeVar("T")
 
 
@@ -39,7 +39,8 @@ class SimOptions:
     executor_options: Mapping[str, Any] = field(default_factory=dict)
     context_steps: int = 4  # steps of a request quoted in its violations
     faults: Mapping[str, float] = field(default_factory=dict)  # kind -> probability per step
-    ignore: tuple[str, ...] = ()  # invariants of known behaviours: counted, not violations
+    # invariants or signatures (Violation.signature) of known behaviours: counted, not violations
+    ignore: tuple[str, ...] = ()
     progress: bool = False
     # speculative decoding (EngineConfig.num_speculative_tokens > 0): the probability that
     # the drafter proposes the true next token (sim/drafter.py)
@@ -75,16 +76,17 @@ class RunResult:
     trace: list[TraceRequest] = field(default_factory=list)  # requests read, in file order
     coverage: dict[str, int] = field(default_factory=dict)  # rare path -> times reached
     faults_fired: list[str] = field(default_factory=list)  # "step N: kind: what it did"
-    ignored: dict[str, int] = field(default_factory=dict)  # SimOptions.ignore: invariant -> n
+    ignored: dict[str, int] = field(default_factory=dict)  # SimOptions.ignore entry -> n matched
 
     def unignored(self, violations: list[Violation]) -> list[Violation]:
-        """The violations not of an ignored invariant (those are only counted)."""
+        """The violations not of an ignored invariant or signature (those are only counted)."""
         if not self.options.ignore or not violations:
             return violations
         kept = []
         for v in violations:
-            if v.invariant in self.options.ignore:
-                self.ignored[v.invariant] = self.ignored.get(v.invariant, 0) + 1
+            matched = v.invariant if v.invariant in self.options.ignore else v.signature
+            if matched in self.options.ignore:
+                self.ignored[matched] = self.ignored.get(matched, 0) + 1
             else:
                 kept.append(v)
         return kept
@@ -133,29 +135,24 @@ class RunResult:
 
 
 class EngineCrash(Exception):
-    """The engine under test raised: a finding, not a harness failure."""
+    """A call into the engine raised: the engine's crash, or its adapter's (sim/blame.py
+    tells which from the traceback)."""
 
     def __init__(self, where: str, exc: BaseException) -> None:
         super().__init__(f"{where}: {type(exc).__name__}: {exc}")
         self.where = where
+        self.exc = exc
         self.trace = "".join(traceback.format_exception(exc))
+
+    def violation(self, step: int) -> Violation:
+        """engine-crash if the engine's own code raised, harness-crash if schedcheck's."""
+        return crash_violation(step, self.where, self.exc)
 
 
 def call_engine(where: str, fn: Callable[..., T], *args: Any) -> T:
-    """`fn(*args)`, a call into the engine under test named `where` (schedule, ...):
-    whatever it raises is the engine's, a finding (EngineCrash), not the harness's."""
+    """`fn(*args)`, a call into the engine under test (through its adapter) named `where`
+    (schedule, ...): whatever it raises is an EngineCrash, blamed by its traceback."""
     try:
         return fn(*args)
     except Exception as exc:
         raise EngineCrash(where, exc) from exc
-
-
-def harness_crash(step: int, exc: BaseException) -> Violation:
-    """The harness itself raised (the loop, a check, the executor): a finding of its own,
-    with the traceback, so that it gets a bundle like any other."""
-    return Violation(
-        HARNESS_CRASH,
-        step,
-        f"the harness raised {type(exc).__name__}: {exc}",
-        found="".join(traceback.format_exception(exc)),
-    )

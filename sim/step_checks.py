@@ -49,11 +49,12 @@ class StepChecks:
         ledger: Ledger,
         executor: ExecutorParts,
         snapshot: Callable[[], KVSnapshot],
+        decodes_within_budget: bool = True,  # the engine's capability (capabilities.py)
     ) -> None:
         self.config, self.options, self.result = config, options, result
         self.ledger, self.executor, self.snapshot = ledger, executor, snapshot
         self.check = options.check_invariants
-        self.accounting = AccountingChecker(config)
+        self.accounting = AccountingChecker(config, decodes_within_budget)
         self.protocol = ProtocolChecker(config.num_gpu_blocks)
         self.pool = PoolDeltaChecker()
         self.preempted_since_pool_check: set[str] = set()  # membership only

@@ -9,14 +9,15 @@ spare blocks on top of what a check sizes, the `unit` step cost (10 ms a step).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from schedcheck.engines.capabilities import Capabilities, EngineRefusal, config_refusals
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.engines.registry import EngineLoadError, capabilities, make_engine
-from schedcheck.sim.blame import setup_error
+from schedcheck.engines.registry import capabilities
+from schedcheck.sim.blame import build_engine
 from schedcheck.sim.bundles import save_bundle
 from schedcheck.sim.conformance.checks import CHECKS, Check, Layout, Observed
 from schedcheck.sim.cost_model import profile
@@ -71,12 +72,10 @@ def run_kit(
     refusals = config_refusals(caps, base)
     if refusals:
         raise ValueError(f"engine {engine} does not support {'; '.join(refusals)}")
-    try:  # one setup error, not a FAIL per check, when the engine cannot be built at all
-        make_engine(engine, caps.fit(base))
-    except EngineRefusal:
-        pass  # refused this config: each check fits its own
-    except Exception as exc:
-        raise EngineLoadError(setup_error(engine, exc)) from exc
+    # one setup error, not a FAIL per check, when the engine cannot be built at all; a
+    # refusal of this config is not one (each check fits its own)
+    with contextlib.suppress(EngineRefusal):
+        build_engine(engine, caps.fit(base))
     return [run_check(check, engine, caps, lay, base, out_dir) for check in CHECKS]
 
 

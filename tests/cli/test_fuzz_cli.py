@@ -71,7 +71,10 @@ def test_nothing_found_exits_0_and_lists_paths_never_reached(tmp_path, capsys):
         ],
     )
     assert code == 0 and not out["found"] and out["examples"] >= 32
-    assert "evict-cached-block" in out["never_reached"]  # the toy engine has no prefix cache
+    assert "fully-cached-prompt" in out["never_reached"]  # the toy engine has no prefix cache
+    # its snapshot does not count evictions: unmeasured, not unreached
+    assert "evict-cached-block" not in out["never_reached"]
+    assert out["unmeasured"] == ["evict-cached-block"]
     assert "drafts-cross-block" not in out["never_reached"]  # no drafts drawn for it
 
 
