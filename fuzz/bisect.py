@@ -1,7 +1,7 @@
 """Which release broke a schedule, which fixed it: one bundle replayed in each release's env.
 
     bundle B (recorded failing as kind K in some release)
-      release r1 < r2 < ... (each its own venv: .tox/vllm-v0.5.4, .tox/vllm-v1, ...)
+      release r1 < r2 < ... (each its own venv: .tox/vllm-v0.5.4, .tox/vllm-v1-0.34.0, ...)
         PYTHON_r -m schedcheck.cli replay --bundle B --json   ──► an Outcome per release
     the outcomes in release order ──► a Verdict:
 
@@ -25,6 +25,8 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from schedcheck.engines.vllm.v1.eras import NEWEST
 
 REPLAY_TIMEOUT_S = 900  # one release's replay of one bundle; a shrunk bundle takes seconds
 CLEAN, REFUSED, NO_ENV, ERROR = "clean", "refused", "no-env", "error"
@@ -57,12 +59,26 @@ def release_key(release: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
+# the release tox's plain `vllm-v1` env holds (CI's): the newest the v1 adapter knows
+NEWEST_V1 = NEWEST
+
+
 def tox_env(release: str) -> str:
-    """The tox env that holds `release`: vllm-v0.5.4 / vllm-v0.6.0 (v0), vllm-v1 (0.33.0),
-    vllm-v1-RELEASE for the other v1 releases."""
+    """The tox env that holds `release`: vllm-v0.5.4 / vllm-v0.6.0 (v0), vllm-v1-RELEASE
+    for every v1 release (the newest is in `vllm-v1` too: `env_python`)."""
     if release_key(release) < (0, 7):
         return f"vllm-v{release}"
-    return "vllm-v1" if release == "0.33.0" else f"vllm-v1-{release}"
+    return f"vllm-v1-{release}"
+
+
+def env_python(tox_dir: Path, release: str) -> Path:
+    """The Python of `release`'s env under tox_dir: its own tox env, else, for the newest
+    v1 release, CI's `vllm-v1` where only that one is built."""
+    python = tox_dir / tox_env(release) / "bin" / "python"
+    plain = tox_dir / "vllm-v1" / "bin" / "python"
+    if not python.exists() and release == NEWEST_V1 and plain.exists():
+        return plain
+    return python
 
 
 def classify(outcomes: Sequence[Outcome], recorded_kind: str) -> Verdict:

@@ -11,16 +11,26 @@ from schedcheck.cli.output import emit_json
 from schedcheck.fuzz.bisect import (
     Outcome,
     classify,
+    env_python,
     recorded_kind,
     release_key,
     report,
     run_release,
-    tox_env,
 )
 
 # releases with a tox env in this repository (tox.ini), oldest first; any other
 # `vllm-v1-RELEASE` env found under --tox-dir is tried too
-RELEASES = ("0.5.4", "0.6.0", "0.10.1.1", "0.11.0", "0.11.1", "0.12.0", "0.25.0", "0.33.0")
+RELEASES = (
+    "0.5.4",
+    "0.6.0",
+    "0.10.1.1",
+    "0.11.0",
+    "0.11.1",
+    "0.12.0",
+    "0.25.0",
+    "0.33.0",
+    "0.34.0",
+)
 V1_ENV_PREFIX = "vllm-v1-"
 
 
@@ -30,11 +40,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="replay a vLLM finding's bundle in each release: which broke it, which fixed it",
         description=(
             "Replay BUNDLE (a finding against vLLM) with every invariant in each release's "
-            "own environment (the tox envs vllm-v0.5.4, vllm-v0.6.0, vllm-v1 = 0.33.0, "
-            "vllm-v1-RELEASE), and say since when it fails and whether a release fixed it: "
-            "present, introduced in R, fixed in R, changed (fails otherwise), mixed, absent "
-            "or not-run. A release whose adapter or vLLM refuses the bundle's config is "
-            "reported as refused and left out of the verdict."
+            "own environment (the tox envs vllm-v0.5.4, vllm-v0.6.0, vllm-v1-RELEASE; "
+            "vllm-v1 holds the newest v1 release), and say since when it fails and whether a "
+            "release fixed it: present, introduced in R, fixed in R, changed (fails "
+            "otherwise), mixed, absent or not-run. A release whose adapter or vLLM refuses "
+            "the bundle's config is reported as refused and left out of the verdict."
         ),
         epilog="Exit codes: 0 a verdict, 2 bad input.",
     )
@@ -98,7 +108,7 @@ def _found_v1_releases(tox_dir: Path) -> list[str]:
 def _pythons(args: argparse.Namespace) -> dict[str, Path]:
     tox_dir = Path(args.tox_dir)
     releases = sorted({*RELEASES, *_found_v1_releases(tox_dir)}, key=release_key)
-    pythons = {r: tox_dir / tox_env(r) / "bin" / "python" for r in releases}
+    pythons = {r: env_python(tox_dir, r) for r in releases}
     for item in args.env:
         release, sep, python = item.partition("=")
         if not sep or not python:
@@ -119,7 +129,7 @@ def _run(args: argparse.Namespace) -> int:
     releases = _releases(args, pythons)
     outcomes: list[Outcome] = []
     for release in progress(releases, enabled=not args.json, desc="bisect", unit="release"):
-        python = pythons.get(release) or Path(args.tox_dir) / tox_env(release) / "bin" / "python"
+        python = pythons.get(release) or env_python(Path(args.tox_dir), release)
         outcomes.append(run_release(release, python, bundle))
     verdict = classify(outcomes, kind)
     if args.json:

@@ -38,6 +38,8 @@ RANGE_NAMES = frozenset(
         "release_key",
         "ERAS",
         "Era",
+        "DISTRIBUTIONS",
+        "newer_than_known",
     }
 )
 VERSION_TEXT = re.compile(r"^v?\d+\.\d+(\.|$)")  # "0.11.0", "0.5.", "0.33", not "0.1x" prose

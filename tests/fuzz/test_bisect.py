@@ -66,7 +66,7 @@ def test_releases_sort_as_numbers_and_name_their_tox_env():
         "vllm-v0.5.4",
         "vllm-v0.6.0",
         "vllm-v1-0.11.0",
-        "vllm-v1",
+        "vllm-v1-0.33.0",
     ]
     with pytest.raises(ValueError, match="not a release number"):
         release_key("0.6.x")

@@ -1,5 +1,5 @@
-"""vLLM v1's real Scheduler + KVCacheManager behind the Engine protocol (tox -e vllm-v1, 0.33.0;
-vllm-v1-RELEASE for the other releases the adapter drives).
+"""vLLM v1's real Scheduler + KVCacheManager behind the Engine protocol (tox -e vllm-v1, the
+newest release; vllm-v1-RELEASE for each release the adapter drives).
 
 Block size 4; vLLM keeps block 0 as its null block, so the first request gets block 1.
 Stand-in tokens: 1000 + 10 * step + sum of the id's bytes ("a" -> +97, "b" -> +98).

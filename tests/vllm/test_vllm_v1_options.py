@@ -151,17 +151,29 @@ def _replay(*flags: str) -> subprocess.CompletedProcess:
     )
 
 
-@needs_release("0.33.0", "the known-option list is 0.33.0's SchedulerConfig")
+@needs_release("0.33.0", "the known-option list holds 0.33.0's SchedulerConfig fields")
 def test_an_unknown_vllm_option_is_exit_2_naming_the_known_ones():
+    from schedcheck.engines.vllm.v1.options import settable_fields
+
     done = _replay("--vllm-option", "bogus=1")
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1] == (
-        "schedcheck: error: --vllm-option bogus: not a SchedulerConfig field; known: "
-        "disable_hybrid_kv_cache_manager, long_prefill_token_threshold_adaptive, "
-        "max_num_active_seqs, max_num_queued_reqs, max_num_queued_tokens, "
-        "max_num_scheduled_tokens, prefill_schedule_interval, scheduler_reserve_full_isl, "
-        "stream_interval, watermark"
-    )
+    prefix = "schedcheck: error: --vllm-option bogus: not a SchedulerConfig field; known: "
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(prefix)
+    known = last[len(prefix) :].split(", ")
+    assert known == sorted(settable_fields())  # the installed release's, in order
+    assert {  # 0.33.0's; 0.34.0 adds cache_aware_admission_*, max_num_inflight_kv_loads
+        "disable_hybrid_kv_cache_manager",
+        "long_prefill_token_threshold_adaptive",
+        "max_num_active_seqs",
+        "max_num_queued_reqs",
+        "max_num_queued_tokens",
+        "max_num_scheduled_tokens",
+        "prefill_schedule_interval",
+        "scheduler_reserve_full_isl",
+        "stream_interval",
+        "watermark",
+    } <= set(known)
 
 
 @needs_options("watermark")

@@ -6,7 +6,6 @@ snapshot check is the block-pool accounting every engine must satisfy.
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from schedcheck.engines.protocol import (
 from schedcheck.engines.vllm.v1.eras import (
     NEWEST,
     SUPPORTED_RANGE,
+    installed_release,
     release_key,
     unsupported_reason,
 )
@@ -33,16 +33,14 @@ TOKEN_BASE = 1000
 
 
 def vllm_version() -> str | None:
-    """The installed vLLM's version, or None (read from its metadata: importing it is slow)."""
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The installed vLLM's version, or None (read from its metadata, under either of its
+    distribution names: importing it is slow)."""
+    return installed_release()
 
 
 HAS_V1 = unsupported_reason(vllm_version()) is None
 # the marks of a module of tests against any v1 release the adapter drives (the vllm-v1
-# tox env is 0.33.0; vllm-v1-RELEASE the others)
+# tox env is the newest release; vllm-v1-RELEASE each one)
 NEEDS_VLLM_V1 = [
     pytest.mark.vllm,
     pytest.mark.skipif(

@@ -1,10 +1,11 @@
 """The vllm-v1 adapter: vLLM v1's real Scheduler, KVCacheManager and BlockPool, releases
-0.10.1.1 to 0.33.0, one mapping with per-era shims (`eras.py`, whose era table lists every
+0.10.1.1 to 0.34.0, one mapping with per-era shims (`eras.py`, whose era table lists every
 release branch with its feature test).
 
-    factory.py     registry entry point; declares capabilities; refuses other releases
+    factory.py     registry entry point; declares capabilities; refuses older releases
     fit.py         fit_config (no vLLM import at module level)
     eras.py        the era table and its shims (vLLM imported inside functions only)
+    shapes.py      what a release must hold (a newer release is checked before a run)
     adapter.py     the Engine protocol over the Scheduler (imports vLLM)
     build.py       builds the Scheduler as EngineCore would (imports vLLM)
     runner.py      the model runner's block tables (`_update_states`)

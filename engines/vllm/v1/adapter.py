@@ -1,8 +1,8 @@
 """Engine under test: vLLM v1's real Scheduler + KVCacheManager, driven with no model.
 
-One mapping for vLLM 0.10.1.1 to 0.33.0; where releases differ, a shim of
+One mapping for vLLM 0.10.1.1 to 0.34.0 (and newer, tried); where releases differ, a shim of
 engines/vllm/v1/eras.py picks the branch by a feature test (the era table there and in
-docs/bisect.md). A release outside the range is refused by the factory (exit 2).
+docs/bisect.md). An older release is refused by the factory (exit 2); a newer one is tried.
 
 The adapter owns no scheduling logic. Each step:
 
@@ -319,9 +319,11 @@ class VllmV1Engine:
         spec_token_ids: list[int] | None,
     ) -> ScheduledRequest:
         request, tokens = self._live[rid], self._tokens[rid]
+        # schedule() has already advanced vLLM's request.num_computed_tokens to `end`; where
+        # it did not, the step is mapped from the schedule all the same, and the check after
+        # the update (accounting.manager-agreement, over the snapshot's num_computed_tokens)
+        # reports vLLM's count beside the schedule's: a finding with its values, not a crash
         end = num_computed + num_scheduled
-        # schedule() has already advanced the request by this step's tokens
-        assert request.num_computed_tokens == end, rid
         if spec_token_ids and self._depth > 1:  # async: vLLM's own placeholders (-1)
             num_tokens = end - len(spec_token_ids)  # optimistic: every draft accepted
             known = tokens.chunk_with_placeholders(num_computed, num_tokens)

