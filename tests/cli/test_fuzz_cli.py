@@ -187,3 +187,31 @@ def test_an_ignored_liveness_failure_is_no_finding(tmp_path, capsys):
     assert (code, first["kind"]) == (1, "liveness")
     code, second = _json(capsys, [*argv, "--out", str(tmp_path / "b"), "--ignore", "liveness"])
     assert second["kind"] != "liveness" and second["ignore"] == ["liveness"]
+
+
+def test_four_different_bugs_are_four_distinct_findings_of_one_campaign(tmp_path, capsys):
+    """tests/sim/four_bugs_engine.py: two assertions in two places and two misaligned reads
+    of two kinds. Counted by invariant, one crash hid the other and one bad read the other;
+    by signature each is its own finding with its own shrunk bundle (knock-on damage of the
+    swapped blocks may add findings of its own: it is a different read)."""
+    argv = ["fuzz", "--engine", "four_bugs_engine:make_engine", "--seed", "0", "--no-db"]
+    argv += ["--budget-s", "120", "--max-examples", "200", "--continue-past-findings"]
+    code, out = _json(capsys, [*argv, "--out", str(tmp_path), "--json"])
+    assert code == 1
+    found = {f["signature"]: f for f in out["findings"]}
+    assert len(found) == len(out["findings"])  # each signature once
+    engine = "tests/sim/four_bugs_engine.py"
+    lines = (Path(__file__).parents[2] / engine).read_text().splitlines()
+    schedule = 1 + next(i for i, line in enumerate(lines) if '"chunk at token 7"' in line)
+    update = 1 + next(i for i, line in enumerate(lines) if '"fifth output"' in line)
+    for signature in (
+        f"engine-crash[AssertionError at {engine}:schedule:{schedule}]",
+        f"engine-crash[AssertionError at {engine}:update_from_output:{update}]",
+        "shadow-kv.read[another-request via decode]",
+        "shadow-kv.read[own-stale via earlier-chunk]",
+    ):
+        assert signature in found, sorted(found)
+        bundle = Path(found[signature]["bundle"])
+        assert (bundle / "violations.json").is_file()
+        [first, *_] = json.loads((bundle / "violations.json").read_text())
+        assert f"{first['invariant']}[{first['case']}]" == signature
