@@ -308,6 +308,13 @@ INVARIANTS: tuple[Invariant, ...] = (
         "once every request has finished, no block is referenced",
     ),
     Invariant(
+        "block-pool.idle-leak",
+        "block-pool",
+        _POOL,
+        "once the engine runs nothing, its own idle statement holds (SGLang: available + "
+        "evictable == total, nothing protected in the radix tree)",
+    ),
+    Invariant(
         "outputs.returned",
         "outputs",
         _OUT,

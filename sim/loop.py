@@ -239,6 +239,7 @@ class Simulation:
         elif self.arrivals.done and not self.arrivals.inbox:
             self._finish_run()
         else:
+            self.violate(self.checks.idle(self.step_index, self._snapshot))
             yield from self._sleep()
 
     # -- one step ---------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from schedcheck.engines.metadata import RunnerMetadata, build_metadata
 from schedcheck.engines.protocol import EngineConfig, FinishedRequest, KVSnapshot, SchedulerOutput
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.accounting import AccountingChecker
-from schedcheck.invariants.block_pool import ExpectedContent, check_no_leak
+from schedcheck.invariants.block_pool import ExpectedContent
+from schedcheck.invariants.idle import check_idle
 from schedcheck.invariants.outputs import check_finished
 from schedcheck.invariants.pool_delta import PoolDeltaChecker
 from schedcheck.invariants.protocol import ProtocolChecker
@@ -58,6 +59,7 @@ class StepChecks:
         self.protocol = ProtocolChecker(config.num_gpu_blocks)
         self.pool = PoolDeltaChecker()
         self.preempted_since_pool_check: set[str] = set()  # membership only
+        self.idle_checked_at = -1  # the step before the last idle check
         self.full_sweep_interval = options.pool_check_interval_steps  # 0: at the end only
         self.kv_events = KVEventRecorder() if options.record_kv_events else None
         if executor.shadow is not None:  # its rare path looks a table up in the engine
@@ -130,7 +132,15 @@ class StepChecks:
         if not self.check:
             return []
         out = self.pool.sweep(step, snapshot, set(), self.executor.block_contents)
-        return out + check_no_leak(step, snapshot)
+        return out + check_idle(step, snapshot)
+
+    def idle(self, step: int, snapshot: Callable[[], KVSnapshot]) -> list[Violation]:
+        """The engine went idle between arrivals: nothing may stay held (invariants/idle.py).
+        Checked once per idle spell (the first wait after step `step`)."""
+        if not self.check or self.idle_checked_at == step:
+            return []
+        self.idle_checked_at = step
+        return check_idle(step, snapshot())
 
     def fill(self, result: RunResult) -> None:
         """The run's counts of what was checked, and the engine's block events (if kept)."""

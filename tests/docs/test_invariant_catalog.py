@@ -70,6 +70,6 @@ def test_the_scan_sees_the_names_it_must():
     reported = _reported_names()
     assert reported["shadow-kv.read"].startswith("sim/symbolic.py:")
     assert reported["accounting.budget"].startswith("invariants/accounting.py:")
-    assert reported["engine-crash"].startswith("sim/loop.py:")
+    assert reported["engine-crash"].startswith("sim/blame.py:")
     assert reported["protocol.lost-request"].startswith("invariants/protocol.py:")
-    assert len(INVARIANTS) == 44
+    assert len(INVARIANTS) == 46
