@@ -161,6 +161,10 @@ class KVSnapshot(Protocol):
     take_rewritten_req_ids()      requests whose tables the engine rewrote in place since
                                   the last call (compared whole by the incremental check).
     block_table_views()           like block_tables(), without copies (the incremental check).
+    idle_problems()               what the engine's own idle statement finds wrong once it
+                                  runs nothing (SGLang: available + evictable != total, or
+                                  slots still protected in the radix tree): each string is a
+                                  `block-pool.idle-leak` (invariants/idle.py).
     ref_cnt_of(ids), is_free(ids), hash_of(ids)
                                   point lookups of ref_cnt, free state and block hash for
                                   some block ids (the incremental check; else full views).
