@@ -180,8 +180,7 @@ class PoolDeltaChecker:
             lasts: list[int] | None = list(map(_LAST, tables.values()))
         except IndexError:  # an empty table: the general path
             lasts = None
-        live = live if isinstance(live, set | frozenset) else set(live)
-        stale_owner = not live.issuperset(rids) and any(
+        stale_owner = not all(map(live.__contains__, rids)) and any(
             len(tables[rid]) for rid in rids if rid not in live
         )  # owners: only live requests hold blocks
         if lasts is not None and not preempted and rids == self._rids:

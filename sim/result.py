@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from collections.abc import Callable, Mapping
+from array import array
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -53,6 +54,41 @@ class SimOptions:
         assert 0.0 <= self.draft_acceptance <= 1.0, "draft_acceptance is a probability"
 
 
+class Outputs(MutableMapping[str, list[int]]):
+    """Request id -> its output token ids, as a dict of lists reads; each kept as a packed
+    array of 8-byte integers (a list of ints costs about 36 bytes a token: an hour of
+    traffic's outputs would be the largest thing a replay keeps). A value read is a new
+    list: change one by assigning it again."""
+
+    __slots__ = ("_packed",)
+
+    def __init__(self, items: Mapping[str, list[int]] | None = None) -> None:
+        self._packed: dict[str, array[int]] = {}
+        if items:
+            self.update(items)
+
+    def __getitem__(self, request_id: str) -> list[int]:
+        return self._packed[request_id].tolist()
+
+    def __setitem__(self, request_id: str, tokens: list[int]) -> None:
+        self._packed[request_id] = array("q", tokens)
+
+    def __delitem__(self, request_id: str) -> None:
+        del self._packed[request_id]
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._packed
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._packed)
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    def __repr__(self) -> str:
+        return f"Outputs({dict(self.items())!r})"
+
+
 @dataclass
 class RunResult:
     engine: str
@@ -72,7 +108,7 @@ class RunResult:
     invariants_checked: int = 0
     schedule: list[SchedulerOutput] = field(default_factory=list)
     kv_events: list[dict[str, Any]] = field(default_factory=list)  # record_kv_events
-    outputs: dict[str, list[int]] = field(default_factory=dict)
+    outputs: Outputs = field(default_factory=Outputs)
     trace: list[TraceRequest] = field(default_factory=list)  # requests read, in file order
     coverage: dict[str, int] = field(default_factory=dict)  # rare path -> times reached
     faults_fired: list[str] = field(default_factory=list)  # "step N: kind: what it did"

@@ -21,7 +21,7 @@ counts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 import numpy as np
 
@@ -155,7 +155,7 @@ class StepChecks:
         self, step: int, snapshot: KVSnapshot, finished: list[FinishedRequest], step_index: int
     ) -> list[Violation]:
         """Every step: the blocks that changed (a full sweep every Nth step if asked)."""
-        live = self.ledger.live.keys() - {f.request_id for f in finished}
+        live = _LiveAfter(self.ledger.live, {f.request_id for f in finished})
         interval = self.full_sweep_interval
         contents = self.executor.block_contents
         self.pool.full.expected_content = self._expected_content(snapshot)
@@ -216,3 +216,22 @@ class StepChecks:
 
     def _current_table(self, request_id: str):
         return self.snapshot().block_tables().get(request_id)
+
+
+class _LiveAfter(Collection[str]):
+    """The live requests less those this step finished: a view, so that the pool check's
+    `in` costs O(1) and no step copies every live (or waiting) request's id."""
+
+    __slots__ = ("gone", "live")
+
+    def __init__(self, live: Mapping[str, object], gone: set[str]) -> None:
+        self.live, self.gone = live, gone
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self.live and request_id not in self.gone
+
+    def __iter__(self) -> Iterator[str]:
+        return (rid for rid in self.live if rid not in self.gone)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)

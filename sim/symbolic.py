@@ -71,25 +71,52 @@ _MASK64 = (1 << 64) - 1
 
 @dataclass(slots=True)
 class _ShadowRequest:
-    """What the executor knows of one live request: its true tokens and what it verified."""
+    """What the executor knows of one live request: its true tokens and what it verified.
+
+    Memory: a request that waits in the engine's queue costs only a reference to its prompt
+    (the array the loop already holds); its token and identity buffers are built the first
+    time they are read (its first scheduled step), with room for a quarter more tokens."""
 
     index: int  # into SymbolicExecutor.req_names
-    tokens: np.ndarray  # int64 buffer, [0, num_tokens) valid
-    ids: np.ndarray  # uint64 buffer: identity of each known position
+    prompt: np.ndarray  # the prompt as added (read-only; not copied until first read)
+    salt: int  # hash_model.salt_identity of its cache salt (0: none)
     num_tokens: int
     verified_len: int = 0  # count of keys [0, verified_len) read and found right
     verified_table: tuple[int, ...] = ()  # block table prefix covering those keys
     seen_table: tuple[int, ...] | None = None  # the block table of the last check
     resumed: bool = False  # preempted at least once (its KV recomputed since)
+    buffers: tuple[np.ndarray, np.ndarray] | None = None  # (tokens int64, ids uint64)
+
+    def _build(self) -> tuple[np.ndarray, np.ndarray]:
+        n = int(self.prompt.size)
+        capacity = n + max(16, n // 4)
+        tokens = np.zeros(capacity, dtype=I64)
+        tokens[:n] = self.prompt
+        ids = np.zeros(capacity, dtype=U64)
+        ids[:n] = hash_model.identities(tokens[:n], self.salt)
+        self.buffers = (tokens, ids)
+        return self.buffers
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """int64 buffer, [0, num_tokens) valid."""
+        return (self.buffers or self._build())[0]
+
+    @property
+    def ids(self) -> np.ndarray:
+        """uint64 buffer: identity of each known position."""
+        return (self.buffers or self._build())[1]
 
     def append(self, token: int, term: int) -> None:
         """Append a sampled token whose hash-model term (for its position) is `term`."""
+        tokens, ids = self.buffers or self._build()
         n = self.num_tokens
-        if n == self.tokens.size:
-            self.tokens = np.concatenate([self.tokens, np.zeros_like(self.tokens)])
-            self.ids = np.concatenate([self.ids, np.zeros_like(self.ids)])
-        self.tokens[n] = token
-        self.ids[n] = (int(self.ids[n - 1]) + term) & _MASK64
+        if n == tokens.size:
+            tokens = np.concatenate([tokens, np.zeros_like(tokens)])
+            ids = np.concatenate([ids, np.zeros_like(ids)])
+            self.buffers = (tokens, ids)
+        tokens[n] = token
+        ids[n] = (int(ids[n - 1]) + term) & _MASK64
         self.num_tokens = n + 1
 
 
@@ -129,12 +156,12 @@ class SymbolicExecutor:
     ) -> None:
         assert request_id not in self.requests, f"request {request_id} added twice"
         n = int(prompt_token_ids.size)
-        capacity = max(16, 2 * n)
-        tokens = np.zeros(capacity, dtype=I64)
-        tokens[:n] = prompt_token_ids
-        ids = np.zeros(capacity, dtype=U64)
-        ids[:n] = hash_model.identities(tokens[:n], hash_model.salt_identity(cache_salt))
-        self.requests[request_id] = _ShadowRequest(len(self.req_names), tokens, ids, n)
+        salt = hash_model.salt_identity(cache_salt)
+        prompt = prompt_token_ids  # kept by reference: a waiting request costs no copy
+        if not isinstance(prompt, np.ndarray) or prompt.flags.writeable:
+            prompt = np.array(prompt)  # the caller may still change it
+        shadow = _ShadowRequest(len(self.req_names), prompt, salt, n)
+        self.requests[request_id] = shadow
         if cache_salt is not None:  # kept past finish_request, for discarded writes
             self.salt_identity[request_id] = hash_model.salt_identity(cache_salt)
         self.req_names.append(request_id)
