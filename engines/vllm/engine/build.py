@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import os
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,8 +37,11 @@ def snapshot_class() -> Any:
     raise ImportError("; ".join(errors))
 
 
-def engine_args(config: EngineConfig, model_dir: str, vocab_size: int) -> Any:
-    """vLLM's EngineArgs for `config`: the tiny model, dummy weights, eager, the shadow backend."""
+def engine_args(
+    config: EngineConfig, model_dir: str, vocab_size: int, kernels: bool = False
+) -> Any:
+    """vLLM's EngineArgs for `config`: the tiny model, dummy weights, eager, the shadow
+    backend (`kernels`: vLLM's own CPU attention backend, CPU_ATTN, instead)."""
     from vllm.engine.arg_utils import EngineArgs
 
     return EngineArgs(
@@ -55,7 +59,7 @@ def engine_args(config: EngineConfig, model_dir: str, vocab_size: int) -> Any:
         max_num_seqs=config.max_num_seqs,
         max_model_len=config.max_model_len,
         long_prefill_token_threshold=config.long_prefill_token_threshold,
-        attention_backend="CUSTOM",
+        attention_backend=None if kernels else "CUSTOM",
         # on a CPU this is the share of the machine's memory the worker must find free at
         # start-up; the pool is num_gpu_blocks_override, so ask for little (the fuzzer
         # builds engine after engine in one process)
@@ -101,16 +105,33 @@ def pool_size_check_skipped() -> Iterator[None]:
         kv_cache_utils._check_enough_kv_cache_memory = original
 
 
-def build_engine_core(config: EngineConfig, model_dir: str, vocab_size: int) -> Any:
-    """vLLM's EngineCore in this process, running the shadow attention backend."""
+def build_engine_core(
+    config: EngineConfig, model_dir: str, vocab_size: int, kernels: bool = False
+) -> Any:
+    """vLLM's EngineCore in this process, running the shadow attention backend, or with
+    `kernels` vLLM's own CPU attention kernels (CPU_ATTN: block sizes multiple of 32)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm.v1.engine.core import EngineCore
     from vllm.v1.executor.abstract import Executor
 
     model.redraw_dummy_weights()
-    vllm_config = engine_args(config, model_dir, vocab_size).create_engine_config()
-    with shadow_backend_selected(), pool_size_check_skipped():
+    vllm_config = engine_args(config, model_dir, vocab_size, kernels).create_engine_config()
+    backend = contextlib.nullcontext() if kernels else shadow_backend_selected()
+    with backend, pool_size_check_skipped():
         return EngineCore(vllm_config, Executor.get_class(vllm_config), log_stats=False)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSample:
+    """What vLLM's model computed at one sampled row (the kernel replay compares these):
+    its greedy token and runner-up with their logprobs, and the logprob of the token the
+    harness forced (the sequence both runs follow)."""
+
+    step: int
+    top_ids: tuple[int, int]
+    top_logprobs: tuple[float, float]
+    forced_id: int
+    forced_logprob: float
 
 
 class ForcedSampler:
@@ -118,16 +139,24 @@ class ForcedSampler:
 
     The runner's logits rows follow its persistent batch (`input_batch.req_ids`); a row of
     a request with no forced token keeps vLLM's own sample (the runner discards it: a
-    partial prefill chunk)."""
+    partial prefill chunk). With `record`, each forced row's logits are kept as a
+    KernelSample in `samples[(request id, position sampled)]` (`positions` names the
+    position each request samples this step)."""
 
-    def __init__(self, sampler: Any, input_batch_of: Any) -> None:
+    def __init__(self, sampler: Any, input_batch_of: Any, record: bool = False) -> None:
         self.sampler = sampler
         self.input_batch_of = input_batch_of
         self.forced: Mapping[str, int] = {}
+        self.record = record
+        self.step = 0
+        self.positions: Mapping[str, int] = {}
+        self.samples: dict[tuple[str, int], KernelSample] = {}
 
     def __call__(self, logits: Any, sampling_metadata: Any) -> Any:
-        out = self.sampler(logits=logits, sampling_metadata=sampling_metadata)
         req_ids = self.input_batch_of().req_ids
+        if self.record:
+            self._keep(logits, req_ids)
+        out = self.sampler(logits=logits, sampling_metadata=sampling_metadata)
         ids = out.sampled_token_ids
         for row, rid in enumerate(req_ids[: ids.shape[0]]):  # bounded: the batch
             token = self.forced.get(rid)
@@ -135,6 +164,23 @@ class ForcedSampler:
                 ids[row, 0] = int(token)
                 ids[row, 1:] = -1
         return out
+
+    def _keep(self, logits: Any, req_ids: list[str | None]) -> None:
+        import torch
+
+        logprobs = torch.log_softmax(logits.detach().to(torch.float64), dim=-1)
+        top = torch.topk(logprobs, 2, dim=-1)
+        for row, rid in enumerate(req_ids[: logprobs.shape[0]]):  # bounded: the batch
+            token = self.forced.get(rid) if rid is not None else None
+            if token is None or rid is None:
+                continue
+            self.samples[(rid, self.positions[rid])] = KernelSample(
+                step=self.step,
+                top_ids=(int(top.indices[row, 0]), int(top.indices[row, 1])),
+                top_logprobs=(float(top.values[row, 0]), float(top.values[row, 1])),
+                forced_id=int(token),
+                forced_logprob=float(logprobs[row, int(token)]),
+            )
 
 
 def runner_metadata_of(

@@ -56,6 +56,7 @@ from schedcheck.engines.vllm.common import (
 from schedcheck.engines.vllm.engine import model, shadow_backend
 from schedcheck.engines.vllm.engine.build import (
     ForcedSampler,
+    KernelSample,
     build_engine_core,
     runner_metadata_of,
     snapshot_class,
@@ -73,20 +74,28 @@ class VllmWholeEngine:
     name = ENGINE_NAME
     supports_async_scheduling = False
 
-    def __init__(self, config: EngineConfig, vocab_size: int = DEFAULT_VOCAB_SIZE) -> None:
+    def __init__(
+        self, config: EngineConfig, vocab_size: int = DEFAULT_VOCAB_SIZE, kernels: bool = False
+    ) -> None:
+        """`kernels`: vLLM's own CPU attention kernels (CPU_ATTN) instead of the shadow
+        backend; the runner hands no metadata then, and the sampler keeps every forced
+        row's logprobs (`samples`, for gpu/vllm_engine.py's kernel replay)."""
         # one engine per process: vLLM's worker keeps its KV cache and model until shut down,
         # and the fuzzer builds engine after engine (7 GB resident after 70 s without this)
         while _LIVE:  # bounded: at most one
             _LIVE.pop().close()
         self.config = config
+        self.kernels = kernels
         self._model_dir = model.write_model_dir(vocab_size, config.max_model_len)
         try:
-            self.core = build_engine_core(config, str(self._model_dir), vocab_size)
+            self.core = build_engine_core(config, str(self._model_dir), vocab_size, kernels)
         finally:
             shutil.rmtree(self._model_dir, ignore_errors=True)
         self.scheduler = self.core.scheduler
         self.runner = self.core.model_executor.driver_worker.worker.model_runner
-        self.sampler = ForcedSampler(self.runner.sampler, lambda: self.runner.input_batch)
+        self.sampler = ForcedSampler(
+            self.runner.sampler, lambda: self.runner.input_batch, record=kernels
+        )
         self.runner.sampler = self.sampler
         self._snapshot_cls = snapshot_class()
         self._tokens: dict[str, TokenBuffer] = {}
@@ -162,9 +171,15 @@ class VllmWholeEngine:
             self._apply(vllm_output, runner_output or EMPTY_MODEL_RUNNER_OUTPUT)
             shadow_backend.RECORDER.take()
             return output
-        self._runner_meta[output.step] = self._read_runner_metadata(output)
+        if not self.kernels:
+            self._runner_meta[output.step] = self._read_runner_metadata(output)
         self._in_flight = (output, vllm_output)
         return output
+
+    @property
+    def samples(self) -> Mapping[tuple[str, int], KernelSample]:
+        """Kernel mode: vLLM's logprobs at every (request, position) sampled so far."""
+        return self.sampler.samples if self.sampler is not None else {}
 
     def runner_metadata(self, step: int) -> RunnerMetadata | None:
         """vLLM's runner's metadata of `step` (the protocol's optional hand-over)."""
@@ -178,6 +193,12 @@ class VllmWholeEngine:
         self._in_flight = None
         self._runner_meta.pop(output.step, None)
         self.sampler.forced = sampled_token_ids
+        self.sampler.step = output.step
+        self.sampler.positions = {
+            r.request_id: r.num_computed_tokens + r.num_scheduled_tokens
+            for r in output.scheduled
+            if r.samples
+        }
         try:
             runner_output = self.core.model_executor.sample_tokens(None)
         finally:

