@@ -55,7 +55,7 @@ def measure(args: argparse.Namespace, check_invariants: bool) -> dict[str, float
         check_invariants=check_invariants, executor=executor, progress=args.progress
     )
     sim = Simulation(requests, "reference", config, options, LLAMA3_8B_H100.cost_model())
-    curve = Curve(sim, args.rss_at_requests) if check_invariants else None
+    curve = Curve(sim, args.rss_at_requests, args.curve) if check_invariants else None
     cpu0, wall0 = time.process_time(), time.perf_counter()
     result = sim.run()
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
@@ -67,8 +67,7 @@ def measure(args: argparse.Namespace, check_invariants: bool) -> dict[str, float
             f"peak_rss_mb_at_{args.rss_at_requests}_requests": curve.rss_at_requests_mb,
             "live_max": curve.live_max,
         }
-        if args.curve:
-            Path(args.curve).write_text("".join(json.dumps(p) + "\n" for p in curve.points))
+        curve.close()
     return extra | {
         "requests": result.requests,
         "finished": result.finished,
@@ -100,14 +99,14 @@ def rss_mb() -> float:
 
 class Curve:
     """Samples the run as it goes, every SAMPLE_STEPS recorded steps: simulated time, CPU
-    time, requests released / live / retired, RSS; and the peak RSS when the
-    `at_requests`-th request was released."""
+    time, requests released / live / retired, RSS (written to `path` as JSON lines as it
+    goes); and the peak RSS when the `at_requests`-th request was released."""
 
     SAMPLE_STEPS = 512
 
-    def __init__(self, sim: Simulation, at_requests: int) -> None:
+    def __init__(self, sim: Simulation, at_requests: int, path: str | None = None) -> None:
         self.sim, self.at_requests = sim, at_requests
-        self.points: list[dict[str, float]] = []
+        self.out = open(path, "w") if path else None  # noqa: SIM115 - written as it goes
         self.rss_at_requests_mb: float | None = None
         self.live_max = 0
         self.cpu0 = time.process_time()
@@ -126,17 +125,22 @@ class Curve:
         live = len(sim.ledger.live)
         self.live_max = max(self.live_max, live)
         res = sim.result
-        self.points.append(
-            {
-                "steps": steps,
-                "sim_time_s": float(sim.env.now),
-                "cpu_time_s": time.process_time() - self.cpu0,
-                "released": num_released,
-                "live": live,
-                "retired": res.finished + res.aborted + res.rejected,
-                "rss_mb": rss_mb(),
-            }
-        )
+        point = {
+            "steps": steps,
+            "sim_time_s": float(sim.env.now),
+            "cpu_time_s": time.process_time() - self.cpu0,
+            "released": num_released,
+            "live": live,
+            "retired": res.finished + res.aborted + res.rejected,
+            "rss_mb": rss_mb(),
+        }
+        if self.out is not None:
+            self.out.write(json.dumps(point) + "\n")
+            self.out.flush()
+
+    def close(self) -> None:
+        if self.out is not None:
+            self.out.close()
 
 
 def main() -> int:

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Where a checked step's CPU time goes: each phase of the engine loop wrapped with
+`process_time` (no profiler, so Python-heavy code is not inflated), on a window of the
+Mooncake conversation trace through the reference engine with every invariant.
+
+    python bench/replay_phases.py --max-requests 1000
+    python bench/replay_phases.py --max-requests 1000 --json
+
+Phases (us per recorded step): the engine's schedule(), update_from_output() and
+add_request(); the symbolic executor (shadow-KV writes and reads); the block-pool check;
+the runner metadata; the fingerprint; the accounting checks; the ledger's per-step
+bookkeeping (remember, gain); coverage; the rest (SimPy, arrivals, retiring, the loop).
+Not a test: numbers to read beside each other, with the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import schedcheck.sim.loop as loop_module
+from schedcheck.sim.deployment import LLAMA3_8B_H100
+from schedcheck.sim.loop import SimOptions, Simulation
+from schedcheck.traces import iter_trace
+
+TRACE = (
+    Path(__file__).resolve().parents[1] / "traces/corpus/real/mooncake/conversation_trace.jsonl.xz"
+)
+
+
+class Phases:
+    def __init__(self) -> None:
+        self.cpu_s: dict[str, float] = {}
+        self.depth = 0  # nested phases count once, in the outer one
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        self.cpu_s.setdefault(name, 0.0)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if self.depth:
+                return fn(*args, **kwargs)
+            self.depth += 1
+            t0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.cpu_s[name] += time.process_time() - t0
+                self.depth -= 1
+
+        return timed
+
+    def patch(self, obj: object, attr: str, name: str) -> None:
+        setattr(obj, attr, self.wrap(name, getattr(obj, attr)))
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    config = LLAMA3_8B_H100.engine_config(args.block_size, block_manager="hashed")
+    requests = iter_trace(args.trace, "mooncake", max_requests=args.max_requests)
+    options = SimOptions()
+    phases = Phases()
+    original_metadata = loop_module.step_metadata
+    loop_module.step_metadata = phases.wrap("runner metadata", original_metadata)
+    try:
+        sim = Simulation(requests, "reference", config, options, LLAMA3_8B_H100.cost_model())
+        engine, checks = sim.engine, sim.checks
+        phases.patch(engine, "schedule", "engine schedule()")
+        phases.patch(engine, "update_from_output", "engine update_from_output()")
+        phases.patch(engine, "add_request", "engine add_request()")
+        phases.patch(sim.executor.run, "execute", "symbolic executor (shadow KV)")
+        phases.patch(checks, "_check_pool", "block-pool check (incremental)")
+        phases.patch(sim.fingerprint, "update", "fingerprint")
+        phases.patch(checks.accounting, "check_step", "accounting")
+        phases.patch(checks.accounting, "check_agreement", "accounting")
+        phases.patch(checks.protocol, "check_output", "protocol")
+        phases.patch(checks.protocol, "check_finished", "protocol")
+        phases.patch(sim.ledger, "remember", "ledger (remember, gain, retire)")
+        phases.patch(sim.ledger, "gain", "ledger (remember, gain, retire)")
+        phases.patch(sim.ledger, "retire", "ledger (remember, gain, retire)")
+        phases.patch(sim.coverage, "observe_step", "coverage")
+        cpu0 = time.process_time()
+        result = sim.run()
+        cpu_s = time.process_time() - cpu0
+    finally:
+        loop_module.step_metadata = original_metadata
+    assert not result.violations, [v.headline() for v in result.violations[:3]]
+    steps = max(result.steps, 1)
+    per_step = {name: 1e6 * s / steps for name, s in phases.cpu_s.items()}
+    per_step["the rest (SimPy, arrivals, the loop)"] = (
+        1e6 * (cpu_s - sum(phases.cpu_s.values())) / steps
+    )
+    per_step["total"] = 1e6 * cpu_s / steps
+    return {
+        "requests": result.requests,
+        "steps": result.steps,
+        "sim_time_s": result.sim_time_s,
+        "cpu_time_s": cpu_s,
+        "us_per_step": per_step,
+        "fingerprint": result.fingerprint,
+        "load_average": os.getloadavg(),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trace", default=str(TRACE))
+    parser.add_argument("--max-requests", type=int, default=1000)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    report = measure(args)
+    if args.json:
+        json.dump(report, sys.stdout, indent=1)
+        print()
+        return 0
+    print(
+        f"{report['requests']} requests, {report['steps']} steps, "
+        f"{report['sim_time_s']:.0f} s simulated, {report['cpu_time_s']:.1f} s CPU"
+    )
+    for name, us in report["us_per_step"].items():
+        print(f"  {name:40s} {us:8.1f} us/step")
+    load = ", ".join(f"{x:.2f}" for x in report["load_average"])
+    print(f"load average {load}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
