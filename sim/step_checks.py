@@ -155,7 +155,9 @@ class StepChecks:
         self, step: int, snapshot: KVSnapshot, finished: list[FinishedRequest], step_index: int
     ) -> list[Violation]:
         """Every step: the blocks that changed (a full sweep every Nth step if asked)."""
-        live = _LiveAfter(self.ledger.live, {f.request_id for f in finished})
+        live: Collection[str] = self.ledger.live.keys()  # a view: no copy of every id
+        if finished:
+            live = _LiveAfter(self.ledger.live, {f.request_id for f in finished})
         interval = self.full_sweep_interval
         contents = self.executor.block_contents
         self.pool.full.expected_content = self._expected_content(snapshot)

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Fuzz examples per CPU second on the clean reference engine: one worker in this process
+(the examples a seed draws are the same on every run of the same code), for `--budget-s`
+seconds of wall time (or exactly `--examples` examples: the same work on both sides of a
+comparison), counted by the campaign and divided by this process's CPU time.
+
+    python bench/fuzz_speed.py --budget-s 60 --json
+
+To compare two commits, run this same file with each installed copy one after the other
+(see docs/performance.md): examples per CPU second, each with its load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+from schedcheck.fuzz.campaign import CampaignOptions, run_campaign
+from schedcheck.fuzz.swarm import SwarmSpec
+
+
+def measure(budget_s: float, seed: int, examples: int | None) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as out:
+        options = CampaignOptions(
+            spec=SwarmSpec(),
+            seed=seed,
+            workers=1,
+            budget_s=budget_s if examples is None else 1e6,
+            examples_max=examples,
+            out_dir=out,
+            db_dir=None,
+        )
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        result = run_campaign(options)
+        cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+    assert not result.found and not result.errors, (result.finding, result.errors)
+    return {
+        "examples": result.examples,
+        "cpu_s": round(cpu_s, 2),
+        "wall_s": round(wall_s, 2),
+        "examples_per_cpu_s": round(result.examples / cpu_s, 3),
+        "load_average": os.getloadavg(),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget-s", type=float, default=60.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--examples", type=int, default=None, help="run exactly this many (not a budget)"
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    report = measure(args.budget_s, args.seed, args.examples)
+    if args.json:
+        json.dump(report, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print(
+            f"{report['examples']} examples in {report['cpu_s']} s CPU "
+            f"({report['examples_per_cpu_s']} per CPU second); load {report['load_average']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
