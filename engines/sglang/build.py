@@ -166,7 +166,26 @@ def build_tree_cache(args: ServerArgs, config: EngineConfig, pool: Any, allocato
         tp_rank=0,
         tp_group=None,
     )
-    return create_tree_cache(context)
+    return count_evictions(create_tree_cache(context))
+
+
+def count_evictions(tree_cache: Any) -> Any:
+    """`tree_cache` whose evictions (SGLang's two entry points: `evict`, the evict fault's
+    and the idle path's, and `evict_for_alloc`, the allocator's) add the tokens they evicted
+    to `num_evicted_slots`: the snapshot's num_evicted_blocks, coverage's evict-cached-block."""
+    tree_cache.num_evicted_slots = 0
+    for name in ("evict", "evict_for_alloc"):  # bounded: two methods
+        setattr(tree_cache, name, _counted(tree_cache, getattr(tree_cache, name)))
+    return tree_cache
+
+
+def _counted(tree_cache: Any, evict: Any) -> Any:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        result = evict(*args, **kwargs)
+        tree_cache.num_evicted_slots += int(result.num_tokens_evicted)
+        return result
+
+    return counted
 
 
 def build_scheduler(config: EngineConfig, options: SglangOptions) -> Scheduler:

@@ -17,9 +17,11 @@ an engine that hands slot lists (`engines/metadata.py`):
   for one step ("abort method 3").
 
 So the block-pool invariants read: a free slot is held by no live row and listed once
-(double free), and every slot is free, in the tree, or held (leak). SGLang's own checks
-(`self_check.py`) add the tree-vs-free and idle (available + evictable == total)
-properties.
+(double free), and every slot is free, in the tree, or held (leak). SGLang's own idle
+statement (its scheduler's invariant checker: available + evictable + protected ==
+total once nothing runs, and nothing protected) is `idle_problems()`, checked whenever the
+engine is idle (invariants/idle.py); `num_evicted_blocks` counts the slots the tree
+evicted (build.count_evictions).
 """
 
 from __future__ import annotations
@@ -95,6 +97,31 @@ class SglangKVSnapshot:
 
     def cached_blocks(self) -> Mapping[int, bytes]:
         return {}
+
+    @property
+    def num_evicted_blocks(self) -> int:
+        """Slots the radix tree evicted so far (blocks of this snapshot's size 1)."""
+        return int(self._s.tree_cache.num_evicted_slots)
+
+    def idle_problems(self) -> list[str]:
+        """SGLang's idle statement: with nothing running, no slot is protected (locked by
+        a request) and available + evictable == the pool's total."""
+        available = int(self._s.token_to_kv_pool_allocator.available_size())
+        evictable = int(self._s.tree_cache.evictable_size())
+        protected = int(self._s.tree_cache.protected_size())
+        total = int(self._s.max_total_num_tokens)
+        problems = []
+        if protected:
+            problems.append(
+                f"idle, SGLang's radix tree still protects {protected} slots: a lock no "
+                "running request holds was never released"
+            )
+        if available + evictable != total:
+            problems.append(
+                f"idle, SGLang's available {available} + evictable {evictable} != total "
+                f"{total} slots: {total - available - evictable} slots are neither free nor cached"
+            )
+        return problems
 
     def num_computed_tokens(self) -> Mapping[str, int]:
         """request id -> SGLang's kv_committed_len (KV content committed), per row holder."""
