@@ -40,6 +40,8 @@ RANGE_NAMES = frozenset(
         "Era",
         "DISTRIBUTIONS",
         "newer_than_known",
+        "DRAFT_METHOD_KEY",
+        "DRAFT_METHODS",
     }
 )
 VERSION_TEXT = re.compile(r"^v?\d+\.\d+(\.|$)")  # "0.11.0", "0.5.", "0.33", not "0.1x" prose

@@ -57,7 +57,8 @@ def build_scheduler(config: EngineConfig) -> BuiltScheduler:
     sharing `config.num_gpu_blocks` blocks, of which vLLM itself takes block 0 as its
     null block. With num_speculative_tokens K > 0, vLLM's n-gram speculative config: the
     scheduler schedules up to K drafts per decoding request (no draft model, no lookahead
-    slots), which the simulator's drafter proposes.
+    slots), which the simulator's drafter proposes; or, where config.extra names it, an
+    EAGLE draft model (`_speculative_config`).
     """
     model_dir = write_tiny_model_dir(config.max_model_len)
     vllm_config = build_vllm_config(config, model_dir)
@@ -140,9 +141,21 @@ def build_vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
 def _speculative_config(
     config: EngineConfig, model_config: ModelConfig, parallel_config: ParallelConfig
 ) -> SpeculativeConfig | None:
-    """vLLM's model-free n-gram method with K drafts (None: no speculative decoding)."""
+    """K drafts by vLLM's model-free n-gram method, or by an EAGLE draft model where
+    config.extra asks for it (eras.DRAFT_METHOD_KEY): its config is the tiny target's, never
+    loaded; vLLM then keeps K lookahead slots per request. None: no speculative decoding."""
     if not config.num_speculative_tokens:
         return None
+    method = config.extra.get(eras.DRAFT_METHOD_KEY, "ngram")
+    if method == "eagle":
+        return SpeculativeConfig(
+            method="eagle",
+            model=model_config.model,
+            num_speculative_tokens=config.num_speculative_tokens,
+            target_model_config=model_config,
+            target_parallel_config=parallel_config,
+        )
+    assert method == "ngram", f"{eras.DRAFT_METHOD_KEY}={method!r}: one of {eras.DRAFT_METHODS}"
     return SpeculativeConfig(
         method="ngram",
         num_speculative_tokens=config.num_speculative_tokens,

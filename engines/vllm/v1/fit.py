@@ -53,8 +53,9 @@ def _fit_release(config: EngineConfig) -> EngineConfig:
     options its SchedulerConfig has no field for (e.g. max_num_scheduled_tokens before
     0.2x, the queue limits before 0.3x), drafts before 0.11.0 (the scheduler took
     them in ModelRunnerOutput then, which the adapter does not drive), and drafts with
-    async scheduling where the release refuses that pair (0.12.0). Without vLLM
-    installed, nothing is moved."""
+    async scheduling where the release runs no drafts then (0.11.0). Where it runs them
+    only with a draft model (0.12.0), the config names EAGLE as production's would
+    (eras.DRAFT_METHOD_KEY). Without vLLM installed, nothing is moved."""
     fields = eras.scheduler_config_fields()
     if not fields:
         return config
@@ -63,15 +64,21 @@ def _fit_release(config: EngineConfig) -> EngineConfig:
         for k, v in config.extra.items()
         if not k.startswith(OPTION_PREFIX) or k[len(OPTION_PREFIX) :] in fields
     }
-    changes: dict[str, Any] = {} if extra == config.extra else {"extra": extra}
+    changes: dict[str, Any] = {}
     if config.num_speculative_tokens and not eras.has_draft_token_ids_api():
         changes["num_speculative_tokens"] = 0
     elif (
         config.num_speculative_tokens
         and is_async_scheduling(config)
-        and not _async_drafts_accepted()
+        and eras.DRAFT_METHOD_KEY not in extra
     ):
-        changes["num_speculative_tokens"] = 0  # the release refuses n-gram drafts when async
+        method = _async_draft_method()
+        if method is None:
+            changes["num_speculative_tokens"] = 0  # the release runs no drafts when async
+        elif method != "ngram":
+            extra[eras.DRAFT_METHOD_KEY] = method  # as production: a draft model (EAGLE)
+    if extra != config.extra:
+        changes["extra"] = extra
     config = dataclasses.replace(config, **changes) if changes else config
     return _fit_refused_spec_budget(config)
 
@@ -91,12 +98,12 @@ def _fit_refused_spec_budget(config: EngineConfig) -> EngineConfig:
     return dataclasses.replace(config, extra=extra)
 
 
-def _async_drafts_accepted() -> bool:
-    """The release's answer to async scheduling with n-gram drafts (eras.py's probe, on the
+def _async_draft_method() -> str | None:
+    """The release's speculative method for async scheduling (eras.py's probes, on the
     adapter's own factory: the same one the engine factory asks)."""
     from schedcheck.engines.vllm.v1.adapter import make_engine  # imports vLLM
 
-    return eras.async_drafts_accepted(make_engine)
+    return eras.async_draft_method(make_engine)
 
 
 def _int_or_none(text: str | None) -> int | None:
