@@ -347,7 +347,10 @@ class SymbolicExecutor:
             )
         slots_ok = slots[valid]
         old = self.shadow[slots_ok]
-        changed = (old != 0) & (old != identities[valid])
+        # every write over KV already there, equal identities included: a kernel does not
+        # rewrite bit-identical floats, so a recompute into a block another live request
+        # verified is a write into shared KV too (block-pool.write-into-shared-block)
+        changed = old != 0
         self.shadow[slots_ok] = identities[valid]
         req_index = np.fromiter((r.index for r in reqs), np.int32, len(reqs))
         self.writer_req[slots_ok] = req_index[batch[valid]]

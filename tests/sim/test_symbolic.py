@@ -261,3 +261,27 @@ def test_a_slot_mapping_that_overwrites_the_writers_own_verified_key_names_that_
     _, v = _step(ex, 2, decode, mutant="slot-mapping-from-zero")
     assert [(x.invariant, x.position, x.slot) for x in v] == [("shadow-kv.read", 0, 12)]
     assert "key 0 holds the KV of A position 10" in v[0].message
+
+
+def test_a_recompute_of_equal_kv_into_a_block_a_live_request_verified_is_reported():
+    """nano-vllm's fully cached prompt: B shares both of A's 8-token prompt blocks and
+    recomputes its last token into A's block 1. The identity written is the one already
+    there, but a floating-point kernel does not rewrite bit-identical values, and live A
+    reads that slot: write-into-shared-block, whatever the values."""
+    ex = SymbolicExecutor(num_blocks=8, block_size=BS)
+    prompt = PROMPT_A[:8]
+    ex.add_request("A", prompt)
+    ex.add_request("B", prompt.copy())
+    _, v = _step(ex, 1, _sched("A", prompt, 0, 8, [0, 1]))  # A writes and reads keys 0..7
+    assert v == []
+    before = int(ex.shadow[7])
+    _, v = _step(ex, 2, _sched("B", prompt, 7, 1, [0, 1]))  # B: 7 cached, recomputes key 7
+    assert int(ex.shadow[7]) == before  # the same identity
+    [w] = v
+    assert (w.invariant, w.request_id, w.slot, w.block) == (
+        "block-pool.write-into-shared-block",
+        "B",
+        7,
+        1,
+    )
+    assert w.message == "writes slot 7 of block 1, which holds key 7 of live request A"
