@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import deque
 from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
@@ -39,6 +40,7 @@ class BlockPoolChecker:
 
     def __init__(self) -> None:
         self.content_of_hash: dict[bytes, int] = {}
+        self.hash_order: deque[bytes] = deque()  # content_of_hash's keys, oldest first
         self.checked_hash_of_block: dict[int, bytes] = {}  # as of the last check
         # set by the loop each check where the engine says what its hashes mean
         self.expected_content: ExpectedContent | None = None
@@ -104,12 +106,16 @@ class BlockPoolChecker:
         stale = self._check_meaning(step, block_ids[complete].tolist(), hash_of, identity[complete])
         out.extend(stale[:1])
         complete[np.isin(block_ids, [v.block for v in stale])] = False  # not a hash's content
-        seen = self.content_of_hash
+        seen, order = self.content_of_hash, self.hash_order
         for _ in range(max(0, len(seen) + len(fresh) - HASH_MEMORY_MAX)):  # bounded memory
-            del seen[next(iter(seen))]  # the oldest (dict order is insertion order)
+            del seen[order.popleft()]  # the oldest: O(1) (a dict's first key costs a scan
+            # over the entries deleted before it, quadratic once the memory is full)
         for b, ident in zip(block_ids[complete].tolist(), identity[complete].tolist(), strict=True):
             h = hash_of[b]
-            first = seen.setdefault(h, ident)
+            first = seen.get(h)
+            if first is None:
+                first = seen[h] = ident
+                order.append(h)
             if first != ident:
                 out.append(
                     Violation(
