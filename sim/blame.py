@@ -22,6 +22,7 @@ import sysconfig
 import traceback
 from pathlib import Path
 
+from schedcheck.engines.engine_fault import EngineFault
 from schedcheck.engines.protocol import Engine, EngineConfig
 from schedcheck.engines.registry import EngineLoadError, make_engine
 from schedcheck.invariants.violation import Violation
@@ -38,9 +39,15 @@ _STDLIB = tuple(str(Path(sysconfig.get_paths()[key]).resolve()) for key in ("std
 def crash_violation(step: int, where: str, exc: BaseException) -> Violation:
     """The violation of an exception raised inside the engine call `where` (schedule,
     update_from_output, ...): an engine-crash if the engine's own code raised it, else a
-    harness-crash, each with its frame as the case."""
-    is_harness, case = crash_case(exc)
+    harness-crash, each with its frame as the case; an adapter's EngineFault is the
+    violation it names, blamed on the engine."""
     trace = "".join(traceback.format_exception(exc))
+    if isinstance(exc, EngineFault):
+        message = f"{where}: {exc.message}"
+        return Violation(
+            exc.invariant, step, message, request_id=exc.request_id, found=trace, case=exc.case
+        )
+    is_harness, case = crash_case(exc)
     if is_harness:
         message = f"the harness raised {type(exc).__name__} in {where}: {exc}"
         return Violation(HARNESS_CRASH, step, message, found=trace, case=case)

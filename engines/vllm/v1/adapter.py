@@ -52,6 +52,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from schedcheck.engines.engine_fault import EngineFault
 from schedcheck.engines.protocol import (
     EngineConfig,
     EngineRequest,
@@ -280,18 +281,20 @@ class VllmV1Engine:
             tables.drop(so.finished_req_ids)
         computed, admitted = update_runner_tables(so, self._group_tables)
         unmapped = set(so.num_scheduled_tokens) - set(computed)
-        # vLLM 0.10.1.1 and 0.11.0 under the priority policy: a request preempted after it
-        # was scheduled in the same call stays in num_scheduled_tokens (fixed in 0.11.1);
-        # its blocks are freed. 0.11.0 lists it as neither a new nor a cached request,
-        # 0.10.1.1 as a cached one, with the block table it no longer holds. vLLM never
-        # schedules a request it preempted in the same call, so either is the engine's
-        # fault (engine-crash), reported here before the runner would use those blocks.
+        # vLLM 0.10.1.1 and 0.11.0, priority policy: a request preempted after it was
+        # scheduled in the same call stays in num_scheduled_tokens (fixed in 0.11.1), its
+        # blocks freed; 0.11.0 lists it as neither new nor cached, 0.10.1.1 as cached. The
+        # engine's fault, reported before the runner would use those blocks.
         stale = sorted(unmapped | (set(so.num_scheduled_tokens) & preempted))
-        assert not stale, (
-            f"vLLM scheduled {stale} in num_scheduled_tokens though it preempted "
-            f"{sorted(set(stale) & preempted)} in the same call (listed as neither a new nor "
-            f"a cached request: {sorted(unmapped)})"
-        )
+        if stale:
+            raise EngineFault(
+                "engine-crash",
+                f"vLLM scheduled {stale} in num_scheduled_tokens though it preempted "
+                f"{sorted(set(stale) & preempted)} in the same call (listed as neither a new "
+                f"nor a cached request: {sorted(unmapped)})",
+                case="scheduled and preempted by one schedule() call",
+                request_id=stale[0],
+            )
         spec = so.scheduled_spec_decode_tokens
         scheduled = tuple(
             self._scheduled_request(rid, n, computed[rid], rid in admitted, spec.get(rid))
