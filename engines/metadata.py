@@ -59,6 +59,7 @@ already freed for positions before the window; the kernel never reads them.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -299,23 +300,34 @@ def gather_slots(
     """
     num_reqs = len(block_tables)
     assert len(starts) == len(counts) == num_reqs
-    flat: list[int] = []
-    first_blocks = np.zeros(num_reqs, dtype=np.int64)
-    offsets = np.zeros(num_reqs, dtype=np.int64)
-    for i in range(num_reqs):  # bounded: num_reqs
-        start, count, table = starts[i], counts[i], block_tables[i]
-        assert start >= 0 and count >= 1
-        lo, hi = start // block_size, (start + count - 1) // block_size + 1
-        first_blocks[i], offsets[i] = lo, len(flat)
-        flat.extend(table[lo:hi])
-        flat.extend((-1,) * (hi - lo - max(0, min(hi, len(table)) - lo)))  # past the end: -1
+    starts_arr = np.asarray(starts, dtype=np.int64)
     counts_arr = np.asarray(counts, dtype=np.int64)
-    row_req = np.repeat(np.arange(num_reqs, dtype=np.int64), counts_arr)
+    assert (starts_arr >= 0).all() and (counts_arr >= 1).all()
+    first_blocks = starts_arr // block_size
+    num_touched = (starts_arr + counts_arr - 1) // block_size + 1 - first_blocks
+    offsets = np.zeros(num_reqs, dtype=np.int64)
+    np.cumsum(num_touched[:-1], out=offsets[1:])
+    flat = _touched_entries(block_tables, first_blocks.tolist(), num_touched.tolist())
+    # every slot of every touched block, in order; each request's rows are one run of it
+    block_slots = (flat[:, None] * block_size + np.arange(block_size, dtype=np.int64)).ravel()
+    if flat.size and flat.min() < 0:  # past the end of a table: -1 for its whole block
+        block_slots[np.repeat(flat < 0, block_size)] = -1
     row_start = np.zeros(num_reqs, dtype=np.int64)
     np.cumsum(counts_arr[:-1], out=row_start[1:])
-    positions = np.asarray(starts, dtype=np.int64)[row_req] + (
-        np.arange(row_req.size, dtype=np.int64) - row_start[row_req]
+    run_start = offsets * block_size + starts_arr % block_size
+    rows = np.repeat(run_start - row_start, counts_arr) + np.arange(
+        int(counts_arr.sum()), dtype=np.int64
     )
-    logical = positions // block_size
-    block_ids = np.asarray(flat, dtype=np.int64)[offsets[row_req] + logical - first_blocks[row_req]]
-    return np.where(block_ids >= 0, block_ids * block_size + positions % block_size, -1)
+    return block_slots[rows]
+
+
+def _touched_entries(
+    block_tables: Sequence[tuple[int, ...]], first: list[int], num: list[int]
+) -> IntArray:
+    """Entries [first[i], first[i] + num[i]) of each table, concatenated; -1 past its end."""
+    parts = [t[lo : lo + n] for t, lo, n in zip(block_tables, first, num, strict=True)]
+    short = [i for i, (part, n) in enumerate(zip(parts, num, strict=True)) if len(part) < n]
+    for i in short:  # rare: past the end of the table (an out-of-bounds access)
+        parts[i] = (*parts[i], *(-1,) * (num[i] - len(parts[i])))
+    total = sum(num)
+    return np.fromiter(itertools.chain.from_iterable(parts), np.int64, total)
