@@ -22,7 +22,8 @@ def disagreements(handed: RunnerMetadata, derived: RunnerMetadata) -> list[tuple
     differs from the metadata derived here from the same SchedulerOutput: (request id,
     what differs), the first difference of each field. Either side may be wrong: a runner
     bug, or a derivation here that does not model the runner. Block tables are compared
-    on the entries the kernel reads (ceil(seq_len / block_size) per request)."""
+    on the entries the kernel reads (ceil(seq_len / block_size) per request); logits
+    indices per request that samples."""
     if handed.req_ids != derived.req_ids:
         return [
             ("", f"batch order: runner {list(handed.req_ids)}, derived {list(derived.req_ids)}")
@@ -30,7 +31,7 @@ def disagreements(handed: RunnerMetadata, derived: RunnerMetadata) -> list[tuple
     out: list[tuple[str, str]] = []
     per_request = ("query_start_loc", "seq_lens")
     per_row = ("positions", "input_ids", "slot_mapping")
-    for name in (*per_request, *per_row):  # bounded: five fields
+    for name in (*per_request, *per_row, "logits_indices"):  # bounded: six fields
         mine, theirs = getattr(derived, name), getattr(handed, name)
         if mine.shape != theirs.shape or (mine != theirs).any():
             out.append(_first_difference(name, handed, theirs, mine, name in per_row))
@@ -49,7 +50,10 @@ def _first_difference(
     n = min(theirs.size, mine.size)
     diff = np.flatnonzero(theirs[:n] != mine[:n])
     k = int(diff[0]) if diff.size else n
-    if per_row and handed.num_reqs:
+    if name == "logits_indices":  # one per request that samples
+        sampling = handed.sampling_req_ids
+        rid = sampling[min(k, len(sampling) - 1)] if sampling else ""
+    elif per_row and handed.num_reqs:
         rid = handed.req_ids[int(handed.row_req[min(k, handed.row_req.size - 1)])]
     else:
         rid = handed.req_ids[min(k, handed.num_reqs - 1)] if handed.num_reqs else ""

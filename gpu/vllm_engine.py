@@ -7,8 +7,9 @@ are re-drawn so that logprobs are spread (engines/vllm/engine/model.py)::
 
     bundle arrivals ─► vLLM, as recorded: chunked prefill + prefix caching, budget, pool
                   │         (block size: the nearest multiple of 32 CPU_ATTN takes)
-                  └──► vLLM, unchunked and uncached: a budget holding every request at
-                            once, prefix caching off, a pool holding every request
+                  └──► vLLM, each request alone, unchunked and uncached: one request at
+                            a time, a budget holding the longest sequence, prefix caching
+                            off, a pool holding every request
     every (request, position) both sampled: vLLM's greedy token and its logprob, and the
     logprob of the token the harness forced (both runs follow the same token sequence:
     the hash model's), compared within KERNEL_TOLERANCE; a greedy flip whose baseline
@@ -88,8 +89,9 @@ def _dropped_why() -> str:
 
 
 def baseline_config(config: EngineConfig, trace: Sequence[TraceRequest]) -> EngineConfig:
-    """The same engine, unchunked and uncached: a budget that holds every request's whole
-    sequence at once (so no prompt is ever split), prefix caching off, a pool that holds
+    """The same engine, each request alone, unchunked and uncached: one request at a time
+    (max_num_seqs 1: row 0 of the persistent batch, never moved), a budget that holds the
+    longest whole sequence (no prompt is split), prefix caching off, a pool that holds
     every request (no preemption)."""
     lengths = [_length(r) for r in trace]
     blocks = sum(-(-n // config.block_size) for n in lengths) + 1
@@ -97,7 +99,8 @@ def baseline_config(config: EngineConfig, trace: Sequence[TraceRequest]) -> Engi
         config,
         enable_chunked_prefill=True,
         enable_prefix_caching=False,
-        max_num_batched_tokens=max(sum(lengths), config.max_num_batched_tokens),
+        max_num_seqs=1,
+        max_num_batched_tokens=max([*lengths, config.max_num_batched_tokens]),
         long_prefill_token_threshold=0,
         num_gpu_blocks=max(blocks, config.num_gpu_blocks),
     )

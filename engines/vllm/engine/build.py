@@ -184,7 +184,10 @@ class ForcedSampler:
 
 
 def runner_metadata_of(
-    m: shadow_backend.ShadowAttentionMetadata, output: SchedulerOutput, runner: Any
+    m: shadow_backend.ShadowAttentionMetadata,
+    output: SchedulerOutput,
+    runner: Any,
+    logits_indices: Any = None,
 ) -> RunnerMetadata:
     """A RunnerMetadata holding vLLM's own indices (the fields engines/metadata.py
     derives, taken from what vLLM's runner handed its attention backend)::
@@ -194,6 +197,8 @@ def runner_metadata_of(
                              (the entries the kernel reads; vLLM pads rows with 0)
         positions, input_ids                      <- the runner's input buffers
         num_computed_tokens                       <- seq_lens - query lens
+        logits_indices    <- _prepare_inputs' logits indices (one per request; those
+                             of the requests that sample), else query_start_loc[1:] - 1
     """
     n = m.num_actual_tokens
     qsl, seq_lens = m.query_start_loc, m.seq_lens
@@ -213,7 +218,7 @@ def runner_metadata_of(
         positions=positions,
         input_ids=input_ids,
         slot_mapping=m.slot_mapping,
-        logits_indices=(qsl[1:][sampling] - 1).astype(np.int64),
+        logits_indices=_logits_rows(logits_indices, qsl, sampling),
         sampling_req_ids=tuple(output.scheduled[i].request_id for i in sampling),
         block_tables=tables,
     )
@@ -223,3 +228,11 @@ def _buffer(buf: Any, n: int) -> np.ndarray:
     """The first n entries of one of the runner's input buffers, as int64."""
     tensor = getattr(buf, "cpu", buf)
     return np.asarray(tensor[:n].numpy(), dtype=np.int64).copy()
+
+
+def _logits_rows(logits_indices: Any, qsl: np.ndarray, sampling: list[int]) -> np.ndarray:
+    """The rows the requests that sample take their logits from, as the runner said."""
+    if logits_indices is None:
+        return (qsl[1:][sampling] - 1).astype(np.int64)
+    rows = np.asarray(getattr(logits_indices, "cpu", lambda: logits_indices)(), dtype=np.int64)
+    return rows[sampling].copy()

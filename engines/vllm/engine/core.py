@@ -97,6 +97,7 @@ class VllmWholeEngine:
             self.runner.sampler, lambda: self.runner.input_batch, record=kernels
         )
         self.runner.sampler = self.sampler
+        self._logits_indices = _LogitsIndices(self.runner)
         self._snapshot_cls = snapshot_class()
         self._tokens: dict[str, TokenBuffer] = {}
         self._live: dict[str, Any] = {}  # request id -> vLLM Request, until reported
@@ -310,7 +311,7 @@ class VllmWholeEngine:
         """vLLM's metadata of this step (group 0's, as its first layer ran it)."""
         recorded = [m for m in shadow_backend.RECORDER.take() if m.group == 0]
         assert len(recorded) == 1, f"{len(recorded)} group-0 metadata recorded this step"
-        return runner_metadata_of(recorded[0], output, self.runner)
+        return runner_metadata_of(recorded[0], output, self.runner, self._logits_indices.take())
 
     def _append_token(self, rid: str, token: int) -> None:
         request = self._live.get(rid)
@@ -327,3 +328,24 @@ class VllmWholeEngine:
         self._pending_finished.append(
             FinishedRequest(rid, tuple(int(t) for t in request.output_token_ids), reason)
         )
+
+
+class _LogitsIndices:
+    """The logits indices vLLM's runner computed this step (`_prepare_inputs` returns them
+    to its caller, not to the attention backend): the runner's method wrapped on the
+    instance, the class's own looked up at each call (a test may patch the class)."""
+
+    def __init__(self, runner: Any) -> None:
+        self.last: Any = None
+        cls = type(runner)
+
+        def prepare_inputs(*args: Any, **kwargs: Any) -> Any:
+            out = cls._prepare_inputs(runner, *args, **kwargs)
+            self.last = out[0]
+            return out
+
+        runner._prepare_inputs = prepare_inputs
+
+    def take(self) -> Any:
+        out, self.last = self.last, None
+        return out
