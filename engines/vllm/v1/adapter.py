@@ -293,7 +293,6 @@ class VllmV1Engine:
                 f"{sorted(set(stale) & preempted)} in the same call (listed as neither a new "
                 f"nor a cached request: {sorted(unmapped)})",
                 case="scheduled and preempted by one schedule() call",
-                request_id=stale[0],
             )
         spec = so.scheduled_spec_decode_tokens
         scheduled = tuple(
