@@ -1,0 +1,84 @@
+"""What a long replay keeps (issue 30): a request waiting in the engine's queue costs the
+shadow KV no buffers, outputs are kept packed, the pool check's hash memory forgets its
+oldest hash first, and gather_slots (now array operations) names the slots it always did."""
+
+import random
+
+import numpy as np
+
+from schedcheck.engines.metadata import gather_slots
+from schedcheck.invariants import block_pool, hash_model
+from schedcheck.sim.result import Outputs
+from schedcheck.sim.symbolic import SymbolicExecutor
+
+
+def test_a_waiting_request_costs_the_shadow_kv_no_buffers_until_it_is_read():
+    shadow = SymbolicExecutor(num_blocks=8, block_size=4)
+    prompt = np.arange(10, 20, dtype=np.int64)
+    prompt.flags.writeable = False
+    shadow.add_request("r0", prompt)
+    req = shadow.requests["r0"]
+    assert req.buffers is None and req.prompt is prompt  # no copy of a read-only prompt
+    assert shadow.identity_at("r0", 9) == int(hash_model.identities(prompt)[9])
+    tokens, _ids = req.buffers
+    assert tokens[:10].tolist() == prompt.tolist() and tokens.size == 10 + 16
+
+
+def test_a_writable_prompt_is_copied_so_a_later_change_does_not_reach_the_shadow():
+    shadow = SymbolicExecutor(num_blocks=8, block_size=4)
+    prompt = np.arange(10, 20, dtype=np.int64)
+    shadow.add_request("r0", prompt)
+    prompt[0] = 99
+    assert shadow.requests["r0"].tokens[0] == 10
+
+
+def test_outputs_read_as_a_dict_of_lists_and_are_kept_packed():
+    outputs = Outputs()
+    outputs["a"] = [1, 2, 3]
+    outputs["b"] = []
+    assert outputs == {"a": [1, 2, 3], "b": []} and outputs["a"] == [1, 2, 3]
+    assert "a" in outputs and "c" not in outputs and len(outputs) == 2
+    assert outputs.setdefault("c", [7]) == [7] and outputs.get("d", ()) == ()
+    assert outputs._packed["a"].itemsize == 8
+    del outputs["b"]
+    assert sorted(outputs) == ["a", "c"]
+
+
+def test_the_hash_memory_forgets_the_oldest_hash_first(monkeypatch):
+    monkeypatch.setattr(block_pool, "HASH_MEMORY_MAX", 4)
+    checker = block_pool.BlockPoolChecker()
+
+    def contents(ids):
+        return ids * 10 + 1, np.ones(ids.size, dtype=bool)
+
+    hash_of = {b: b"h%d" % b for b in range(10)}
+    kept = []
+    for step, fresh in enumerate([[0, 1], [2, 3], [4], [1, 5], [6, 7, 8]]):
+        assert checker.check_fresh(step, fresh, hash_of, contents) == []
+        kept.append(list(checker.content_of_hash))
+        assert list(checker.hash_order) == kept[-1]
+    assert kept[2] == [b"h1", b"h2", b"h3", b"h4"]
+    assert kept[3] == [b"h3", b"h4", b"h1", b"h5"]  # h1 forgotten, then remembered anew
+    assert kept[4] == [b"h5", b"h6", b"h7", b"h8"]
+
+
+def _slots_one_by_one(tables, starts, counts, block_size):
+    out = []
+    for table, start, count in zip(tables, starts, counts, strict=True):
+        for p in range(start, start + count):
+            index = p // block_size
+            block = table[index] if index < len(table) else -1
+            out.append(block * block_size + p % block_size if block >= 0 else -1)
+    return out
+
+
+def test_gather_slots_names_each_positions_slot_and_minus_one_past_the_table():
+    rng = random.Random(0)
+    for _ in range(500):  # bounded: random cases
+        n, block_size = rng.randint(0, 6), rng.choice([1, 2, 16])
+        tables = [tuple(rng.randrange(-1, 50) for _ in range(rng.randint(0, 8))) for _ in range(n)]
+        starts = [rng.randint(0, 140) for _ in range(n)]
+        counts = [rng.randint(1, 40) for _ in range(n)]
+        got = gather_slots(tables, starts, counts, block_size)
+        assert got.dtype == np.int64
+        assert got.tolist() == _slots_one_by_one(tables, starts, counts, block_size)
