@@ -23,6 +23,7 @@ SUMMARY_KEYS = (
     "examples",
     "found",
     "kind",
+    "signature",
     "time_to_detect_s",
     "reproduce",
     "reproduce_campaign",
@@ -132,6 +133,28 @@ def campaign_sections(campaign: Campaign, links: Mapping[str, str], index: int) 
     return sections
 
 
+def distinct_findings(campaigns: list[Campaign], links: Mapping[str, str]) -> Section:
+    """One row per distinct finding (signature) of a --continue-past-findings run."""
+    rows = []
+    for c in campaigns:  # bounded: the run's campaigns
+        report = c.report or {}
+        if not report.get("found"):
+            continue
+        bundle = str(report.get("bundle") or "")
+        name = Link(bundle.rsplit("/", 1)[-1], links[bundle]) if bundle in links else bundle
+        rows.append(
+            [report.get("signature") or report.get("kind"), report.get("time_to_detect_s"),
+             report.get("shrunk_requests"), name]
+        )  # fmt: skip
+    header = ("signature", "time to detect (s)", "shrunk requests", "bundle (report)")
+    return Section(
+        "Distinct findings",
+        rows_table(header, rows) if rows else note("No campaign found anything."),
+    )
+
+
 def campaign_page(campaigns: list[Campaign], links: Mapping[str, str]) -> str:
     sections = [s for i, c in enumerate(campaigns) for s in campaign_sections(c, links, i)]
+    if len(campaigns) > 1:
+        sections.insert(0, distinct_findings(campaigns, links))
     return render(f"schedcheck campaign: {campaigns[0].path.name}", sections)

@@ -4,6 +4,7 @@ bundle with a GPU verification beside it. Needs plotly (the `report` extra)."""
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 import sys
@@ -198,3 +199,22 @@ def test_without_plotly_it_is_exit_2_naming_the_extra(tmp_path, monkeypatch, cap
         "schedcheck: error: report needs plotly: pip install 'schedcheck[report]'\n"
     )
     assert not out.exists()
+
+
+def test_a_continue_past_findings_run_lists_its_distinct_findings(tmp_path):
+    """OUT/campaign-N of a --continue-past-findings run: one row per signature at the top."""
+    signatures = ["engine-crash[AssertionError at x.py:schedule:28]", "shadow-kv.read[a <b> via c]"]
+    for i, signature in enumerate([*signatures, None]):
+        camp = tmp_path / "camp" / f"campaign-{i}"
+        camp.mkdir(parents=True)
+        record = {"found": signature is not None, "signature": signature, "kind": "k",
+                  "time_to_detect_s": 1.5 + i, "shrunk_requests": 2, "bundle": None,
+                  "examples": 10, "progress": [[1.0, 10]], "coverage": {"abort-mid-chunk": 1},
+                  "never_reached": [], "configs": {"block_size": {"4": 10}}}  # fmt: skip
+        (camp / "campaign.json").write_text(json.dumps(record))
+    out = tmp_path / "site" / "campaign.html"
+    assert main(["report", str(tmp_path / "camp"), "-o", str(out)]) == 0
+    text = _self_contained(out)
+    assert text.index("Distinct findings") < text.index("Campaign campaign-0")
+    for signature in signatures:
+        assert html.escape(signature) in text
