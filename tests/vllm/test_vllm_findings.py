@@ -40,11 +40,15 @@ def test_the_finding_reproduces(bundle: Path) -> None:
 # and so the fingerprint, may differ between releases)
 ALSO_FAILS_IN = {
     "0.11.0-v1-priority-engine-crash": ("0.10.1.1",),
-    "0.33.0-spec-engine-crash": ("0.25.0",),
-    "0.33.0-v1-liveness-scheduled-tokens": ("0.25.0",),
+    "0.33.0-spec-engine-crash": ("0.25.0",),  # clean in 0.34.0: 0.34.0-spec-engine-crash
+    "0.33.0-spec-liveness": ("0.34.0",),
+    "0.33.0-v1-liveness-scheduled-tokens": ("0.25.0", "0.34.0"),
     "0.11.1-v1-async-sliding-block-pool-cached-unwritten": ("0.10.1.1", "0.11.0", "0.12.0"),
-    "0.25.0-spec-priority-block-pool-cached-unwritten": ("0.33.0",),
+    "0.25.0-spec-priority-block-pool-cached-unwritten": ("0.33.0", "0.34.0"),
     "0.12.0-spec-priority-block-pool-cached-unwritten": ("0.11.1",),
+    "0.33.0-v1-async-priority-block-pool-cached-unwritten": ("0.34.0",),
+    "0.33.0-v1-hybrid-async-priority-block-pool-cached-unwritten": ("0.34.0",),
+    "0.33.0-v1-priority-block-pool-cached-unwritten": ("0.34.0",),
 }
 ALSO = [(name, release) for name, releases in ALSO_FAILS_IN.items() for release in releases]
 
