@@ -121,6 +121,13 @@ class KernelRun:
     wall_s: float
 
     @property
+    def prefix_hits(self) -> int:
+        """Admissions that started past position 0 (a prefix-cache hit)."""
+        return sum(
+            1 for out in self.result.schedule for r in out.scheduled if r.num_cached_tokens > 0
+        )
+
+    @property
     def chunked_prompts(self) -> int:
         """Requests whose prompt some step ran only part of (a chunk ending before the
         prompt's end, or a prefill after a prefix hit): 0 in an unchunked baseline."""
@@ -136,6 +143,9 @@ class KernelRun:
                 )
             }
         )
+
+
+NOT_RUNNABLE = "not runnable"
 
 
 def kernel_run(
@@ -275,11 +285,25 @@ class KernelReport:
         classes = {f.cls for f in self.findings}
         if MISALIGNMENT in classes:
             return "misaligned"
+        if self.compared == 0:
+            return NOT_RUNNABLE
         return "near-tie" if NEAR_TIE in classes else "consistent"
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.verdict == "misaligned" else 0
+        return {"misaligned": 1, NOT_RUNNABLE: 2}.get(self.verdict, 0)
+
+    @property
+    def not_runnable_why(self) -> str | None:
+        """Why nothing could be compared (a verdict of NOT_RUNNABLE), else None."""
+        if self.verdict != NOT_RUNNABLE:
+            return None
+        result = self.replay.result
+        return (
+            f"vLLM sampled no token both runs could compare: {result.requests} requests, "
+            f"{result.rejected} rejected by vLLM's frontend checks (max_model_len "
+            f"{self.replay.config.max_model_len}), {result.finished} finished"
+        )
 
     def first_divergence(self) -> dict[str, Finding]:
         return first_per_request(self.findings)
@@ -299,6 +323,9 @@ class KernelReport:
             "steps": {"replay": replay.result.steps, "baseline": baseline.result.steps},
             "samples_compared": self.compared,
             "samples": {"replay": len(replay.samples), "baseline": len(baseline.samples)},
+            "not_runnable_why": self.not_runnable_why,
+            "replay_chunked_prompts": replay.chunked_prompts,
+            "replay_prefix_hits": replay.prefix_hits,
             "baseline_chunked_prompts": baseline.chunked_prompts,
             "tolerance": {"logprob_atol": self.atol, "tie_margin": self.tie_margin},
             "max_logprob_error_within_tolerance": self.max_logprob_error,
@@ -345,6 +372,9 @@ def verify_bundle_on_vllm(path: str | Path, engine: str = KERNEL_ENGINE) -> Kern
     findings, max_ok, compared = compare_samples(replay.samples, baseline.samples)
     recorded_engine = str(cfg.get("engine", "?"))
     reasons = list(notes)
+    if bundle.violations and not cfg.get("sim", {}).get("keep_going", False):
+        step = bundle.violations[0].get("step")
+        reasons.append(f"the recording stopped at its first violation (step {step})")
     if recorded_engine not in ("vllm-engine", KERNEL_ENGINE):
         reasons.append(f"recorded by {recorded_engine}, replayed by vLLM 0.32's whole engine")
     tables = config.block_size == recorded.block_size

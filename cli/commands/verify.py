@@ -163,6 +163,8 @@ def _print_vllm(report: dict[str, Any]) -> None:
     )
     for note in report["notes"]:
         print(f"  note: {note}")
+    if report["not_runnable_why"]:
+        print(f"  not runnable: {report['not_runnable_why']}")
     for rid, f in report["first_divergence"].items():
         print(f"  {rid}: {f['cls']} {f['kind']} at step {f['step']} position {f['position']}: "
               f"{f['message']}")  # fmt: skip

@@ -33,6 +33,7 @@ from schedcheck.traces.schema import TraceRequest
 pytestmark = pytest.mark.vllm_cpu
 
 HERE = Path(__file__).parent
+MEASURED = "runner-bug-campaign:"  # the slow tests print their numbers after this
 VOCAB = 32_000
 CONFIG = EngineConfig(
     block_size=32, num_gpu_blocks=64, max_num_batched_tokens=32, max_num_seqs=4, max_model_len=512
@@ -130,10 +131,19 @@ def test_fuzz_finds_each_runner_bug_and_the_kernels_agree(
         kernels = verify_bundle_on_vllm(report["bundle"]).to_json()
     finally:
         runner_bugs.revert()
+    first = kernels["first_divergence"]
+    fuzz = ("time_to_detect_s", "elapsed_s", "examples", "headline", "shrunk_requests")
+    measured = {"bug": name, "upstream": runner_bugs.UPSTREAM[name]}
+    measured |= {k: report[k] for k in fuzz}
+    measured |= {k: kernels[k] for k in ("verdict", "notes", "schedule_divergence")}
+    measured["first"] = {r: (f["step"], f["position"], f["kind"]) for r, f in first.items()}
+    print(MEASURED, json.dumps(measured))
     assert kernels["verdict"] == "misaligned", kernels
 
 
 @pytest.mark.slow
 def test_fuzz_control_is_clean(tmp_path: Path) -> None:
     report = campaign("control", tmp_path / "fuzz")
+    print(MEASURED, json.dumps({"bug": "control", "examples": report["examples"],
+        "elapsed_s": report["elapsed_s"], "found": report["found"]}))  # fmt: skip
     assert not report["found"], report.get("headline")
