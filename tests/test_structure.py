@@ -36,7 +36,7 @@ FILE_LINES_DEFAULT = 400
 # Files longer than the default, each with its budget and why it is longer. A file may grow
 # to its budget; past it, split it or raise the budget here with a reason.
 FILE_LINES_BUDGET: dict[str, tuple[int, str]] = {
-    "sim/symbolic.py": (870, "the symbolic executor: shadow-KV writes and every read path"),
+    "sim/symbolic.py": (800, "the symbolic executor: shadow-KV writes and every read path"),
     "engines/reference/scheduler.py": (
         750,
         "the reference scheduler kept in one readable file, as vLLM's Scheduler is",

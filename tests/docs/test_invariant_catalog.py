@@ -68,7 +68,7 @@ def test_every_catalog_name_is_reported_somewhere():
 def test_the_scan_sees_the_names_it_must():
     """The scanner itself: known reports at known places (so the tests above can fail)."""
     reported = _reported_names()
-    assert reported["shadow-kv.read"].startswith("sim/symbolic.py:")
+    assert reported["shadow-kv.read"].startswith("sim/bad_reads.py:")
     assert reported["accounting.budget"].startswith("invariants/accounting.py:")
     assert reported["engine-crash"].startswith("sim/blame.py:")
     assert reported["protocol.lost-request"].startswith("invariants/protocol.py:")
