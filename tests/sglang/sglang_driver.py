@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import dataclass, field
 
 import numpy as np
+import pytest
 
 from schedcheck.engines.metadata import build_metadata
 from schedcheck.engines.protocol import EngineConfig, EngineRequest, SchedulerOutput
 from schedcheck.sim.symbolic import SymbolicExecutor
+
+
+def _sglang_version() -> str | None:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# the marks of a test module that drives SGLang 0.5.23 (skipped without it)
+SGLANG_0_5_23 = [
+    pytest.mark.sglang,
+    pytest.mark.skipif(
+        _sglang_version() != "0.5.23", reason="needs sglang==0.5.23 (tox -e sglang)"
+    ),
+]
 
 
 def config(**overrides) -> EngineConfig:

@@ -8,25 +8,9 @@ Output tokens come from the shadow KV (the hash model), so they are the same in 
 
 from __future__ import annotations
 
-import importlib.metadata
+from sglang_driver import SGLANG_0_5_23, Driver, config, request, summary
 
-import pytest
-from sglang_driver import Driver, config, request, summary
-
-
-def _sglang_version() -> str | None:
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-pytestmark = [
-    pytest.mark.sglang,
-    pytest.mark.skipif(
-        _sglang_version() != "0.5.23", reason="needs sglang==0.5.23 (tox -e sglang)"
-    ),
-]
+pytestmark = SGLANG_0_5_23
 
 PROMPT = tuple(range(10, 20))  # 10 tokens
 

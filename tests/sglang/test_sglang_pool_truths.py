@@ -10,29 +10,13 @@
 
 from __future__ import annotations
 
-import importlib.metadata
-
-import pytest
-from sglang_driver import config
+from sglang_driver import SGLANG_0_5_23, config
 
 from schedcheck.sim.cost_model import profile
 from schedcheck.sim.loop import SimOptions, run
 from schedcheck.traces.schema import TraceRequest
 
-
-def _sglang_version() -> str | None:
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-pytestmark = [
-    pytest.mark.sglang,
-    pytest.mark.skipif(
-        _sglang_version() != "0.5.23", reason="needs sglang==0.5.23 (tox -e sglang)"
-    ),
-]
+pytestmark = SGLANG_0_5_23
 
 
 def test_an_aborted_requests_discarded_write_into_a_slot_dedup_freed_is_clean():
