@@ -155,3 +155,28 @@ def test_a_wrong_num_computed_count_is_a_violation_with_both_counts(monkeypatch)
     assert (violation.expected, violation.found) == ("4", "5")  # the schedule: 0 + 4
     assert "num_computed_tokens 4, the KV manager 5" in violation.message
     assert result.exit_code == 1
+
+
+def test_vllm_appending_more_tokens_than_sampled_is_an_engine_fault(monkeypatch):
+    """The adapter's check of vLLM's appended tokens is vLLM's fault (EngineFault: an
+    engine-crash naming both counts), not an assertion of the harness."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    original = Scheduler.update_from_output
+
+    def one_more_token(self, scheduler_output, model_runner_output):
+        out = original(self, scheduler_output, model_runner_output)
+        request = self.requests.get("r0")
+        if request is not None and request.output_token_ids:
+            request.append_output_token_ids(7)
+        return out
+
+    monkeypatch.setattr(Scheduler, "update_from_output", one_more_token)
+    requests = (TraceRequest("r0", 0.0, 4, prompt_token_ids=tuple(range(100, 108))),)
+    config = EngineConfig(
+        block_size=4, num_gpu_blocks=32, max_num_batched_tokens=8, max_num_seqs=4, max_model_len=64
+    )
+    result = loop.run(requests, "vllm-v1", config, loop.SimOptions())
+    [violation] = result.violations
+    assert violation.invariant == "engine-crash"
+    assert "r0: vLLM appended 2 tokens for 1 sampled" in violation.message

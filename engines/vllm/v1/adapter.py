@@ -1,8 +1,7 @@
 """Engine under test: vLLM v1's real Scheduler + KVCacheManager, driven with no model.
 
-One mapping for vLLM 0.10.1.1 to 0.34.0 (and newer, tried); where releases differ, a shim of
-engines/vllm/v1/eras.py picks the branch by a feature test (the era table there and in
-docs/bisect.md). An older release is refused by the factory (exit 2); a newer one is tried.
+One mapping for vLLM 0.10.1.1 to 0.34.0 (a newer one is tried, an older refused: factory.py);
+where releases differ, a shim of eras.py picks the branch by a feature test (docs/bisect.md).
 
 The adapter owns no scheduling logic. Each step:
 
@@ -26,11 +25,9 @@ The adapter owns no scheduling logic. Each step:
                            -> Scheduler.update_from_output()
     update_draft_token_ids(): the drafter's proposals -> DraftTokenIds ->
                            Scheduler.update_draft_token_ids(), as EngineCore.post_step
-                           does after a step that ran the model (synchronous scheduling)
-                           Async scheduling: never called. vLLM's AsyncScheduler schedules
-                           -1 placeholders as drafts, optimistically after every draft of
-                           the step in flight; the runner (the loop) fills in its drafter's
-                           tokens and moves the chunk back by the drafts that step rejected
+                           (synchronous). Async: never called; the AsyncScheduler schedules
+                           -1 placeholders, which the runner (the loop) fills in, moving the
+                           chunk back by the drafts the step in flight rejected
     abort_request():       Scheduler.finish_requests(id, RequestStatus.FINISHED_ABORTED)
     kv_snapshot():         vLLM's own BlockPool / manager state (see snapshot.py,
                            which also says how the null block, block 0, is reported)
@@ -41,8 +38,8 @@ scheduler output, i.e. before `_update_after_schedule` advances it)::
     | computed (KV in cache)        | chunk: num_scheduled_tokens | rest |
     0                num_computed_tokens                  +num_scheduled   num_tokens
 
-An exception raised inside vLLM propagates unchanged out of the method that called it;
-the simulator turns it into an `engine-crash` finding.
+An exception raised inside vLLM propagates unchanged (an `engine-crash` finding); where
+vLLM's output contradicts its own contract, the adapter raises EngineFault with the values.
 """
 
 from __future__ import annotations
@@ -86,11 +83,10 @@ from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput  # isor
 from vllm.v1.request import Request, RequestStatus  # isort: skip
 
 ENGINE_NAME = "vllm-v1"
-# vLLM stamps Request.arrival_time with time.time() as each request reaches the engine, so
-# two requests never tie; the simulator adds a tick's arrivals at one simulated time. The
-# adapter keeps vLLM's order by making each stamp at least this much later than the last
-# (ties would decide the priority policy's victim and queue order by request id instead:
-# a false liveness finding of the first priority campaign, tests/vllm/test_vllm_v1_options.py)
+# vLLM stamps Request.arrival_time with time.time(), so two requests never tie; the
+# simulator adds a tick's arrivals at one time. Each stamp is at least this much later than
+# the last (ties would order the priority policy's victims by request id: a false liveness
+# finding of the first priority campaign, tests/vllm/test_vllm_v1_options.py)
 ARRIVAL_TIME_TICK_S = 1e-6
 
 
@@ -176,7 +172,10 @@ class VllmV1Engine:
         if request is None or request.is_finished():
             return
         aborted = self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
-        assert eras.finished_ids(aborted, request_id) == [request_id]
+        finished = eras.finished_ids(aborted, request_id)
+        if finished != [request_id]:
+            message = f"finish_requests({request_id!r}) reported {finished} finished"
+            raise _fault(message, "an abort reported other requests", request_id)
         self._report_finished(request, "abort")
 
     # ---------------------------------------------------------------------- step --
@@ -237,14 +236,9 @@ class VllmV1Engine:
 
     # ----------------------------------------------------------------- inspection --
     def kv_snapshot(self) -> KVSnapshot:
-        return V1KVSnapshot(
-            self.scheduler,
-            self.config.block_size,
-            self._evictions.num_calls,
-            sum(c[0] for c in self._window_frees),
-            self._changes,
-            self._hash_index,
-        )
+        window_frees = sum(c[0] for c in self._window_frees)
+        return V1KVSnapshot(self.scheduler, self.config.block_size, self._evictions.num_calls,
+                            window_frees, self._changes, self._hash_index)  # fmt: skip
 
     def has_unfinished_requests(self) -> bool:
         # _pending_finished is not counted: those requests are finished already
@@ -321,10 +315,8 @@ class VllmV1Engine:
         spec_token_ids: list[int] | None,
     ) -> ScheduledRequest:
         request, tokens = self._live[rid], self._tokens[rid]
-        # schedule() has already advanced vLLM's request.num_computed_tokens to `end`; where
-        # it did not, the step is mapped from the schedule all the same, and the check after
-        # the update (accounting.manager-agreement, over the snapshot's num_computed_tokens)
-        # reports vLLM's count beside the schedule's: a finding with its values, not a crash
+        # schedule() advanced vLLM's count to `end`; where it did not, the check after the
+        # update reports both counts (accounting.manager-agreement), not a crash
         end = num_computed + num_scheduled
         if spec_token_ids and self._depth > 1:  # async: vLLM's own placeholders (-1)
             num_tokens = end - len(spec_token_ids)  # optimistic: every draft accepted
@@ -381,7 +373,9 @@ class VllmV1Engine:
             return
         buf = self._tokens[rid]
         num_appended = request.num_tokens - buf.num_tokens
-        assert 0 <= num_appended <= len(token_ids), f"{rid}: token counts diverged"
+        if not 0 <= num_appended <= len(token_ids):
+            message = f"{rid}: vLLM appended {num_appended} tokens for {len(token_ids)} sampled"
+            raise _fault(message, "appended tokens differ from the sampled ones", rid)
         for token_id in token_ids[:num_appended]:
             buf.append(token_id)
 
@@ -392,6 +386,11 @@ class VllmV1Engine:
         self._pending_finished.append(
             FinishedRequest(rid, tuple(int(t) for t in request.output_token_ids), reason)
         )
+
+
+def _fault(message: str, case: str, request_id: str) -> EngineFault:
+    """vLLM broke its own contract (sim/blame.py: an engine-crash with this case)."""
+    return EngineFault("engine-crash", message, case=case, request_id=request_id)
 
 
 def make_engine(config: EngineConfig) -> VllmV1Engine:

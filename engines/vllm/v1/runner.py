@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from schedcheck.engines.engine_fault import EngineFault
 from schedcheck.engines.vllm.common import RunnerBlockTables
 from schedcheck.engines.vllm.v1 import eras
 
@@ -36,7 +37,13 @@ def update_runner_tables(
     for i, rid in enumerate(cached.req_ids):
         new_block_ids = cached.new_block_ids[i]
         if rid in resumed:
-            assert new_block_ids is not None, f"resumed {rid} without a block table"
+            if new_block_ids is None:
+                raise EngineFault(
+                    "engine-crash",
+                    f"vLLM resumed {rid} without a block table",
+                    case="a resumed request without a block table",
+                    request_id=rid,
+                )
             for tables, block_ids in zip(groups, new_block_ids, strict=True):
                 tables.set(rid, block_ids)
             admitted.add(rid)
