@@ -31,6 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from schedcheck.engines.protocol import EngineConfig, SchedulerOutput
+from schedcheck.engines.vllm.engine.factory import (
+    KERNEL_BLOCK_SIZE_MULTIPLE,
+    KERNEL_ENGINE,
+    fit_config,
+)
 from schedcheck.gpu.findings import MISALIGNMENT, NEAR_TIE, Finding, first_per_request
 from schedcheck.sim.cost_model import StepCostModel
 from schedcheck.sim.loop import RunResult, SimOptions, Simulation
@@ -38,8 +43,6 @@ from schedcheck.traces import read_trace
 from schedcheck.traces.bundle import read_bundle
 from schedcheck.traces.schema import TraceRequest
 
-KERNEL_ENGINE = "schedcheck.engines.vllm.engine.factory:make_kernel_engine"
-KERNEL_BLOCK_SIZE_MULTIPLE = 32  # CPU_ATTN's MultipleOf(32)
 # fp32 on vLLM's CPU kernels: clean runs differ by at most ~1e-6 (the rounding of other
 # batch shapes, docs/how-to/vllm-engine.md); runner bugs move logprobs by 0.1 to 2
 KERNEL_LOGPROB_ATOL = 1e-4
@@ -56,8 +59,6 @@ def kernel_block_size(block_size: int) -> int:
 
 def kernel_config(recorded: EngineConfig) -> tuple[EngineConfig, list[str]]:
     """The recorded config as the kernel engine runs it, and each change, in words."""
-    from schedcheck.engines.vllm.engine.factory import fit_config
-
     notes = []
     config = recorded
     block_size = kernel_block_size(recorded.block_size)
@@ -74,7 +75,7 @@ def kernel_config(recorded: EngineConfig) -> tuple[EngineConfig, list[str]]:
     if config.block_manager not in ("hashed", "v1"):
         notes.append(f"block manager {config.block_manager!r} -> vLLM v1's (the only one)")
         config = dataclasses.replace(config, block_manager="hashed")
-    fitted = fit_config(config)
+    fitted = fit_config(config)  # vllm-engine's
     for field in dataclasses.fields(EngineConfig):  # bounded: the config's fields
         before, after = getattr(config, field.name), getattr(fitted, field.name)
         if before != after and field.name != "extra":
