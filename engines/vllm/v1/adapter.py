@@ -73,7 +73,7 @@ from schedcheck.engines.vllm.v1.changes import BlockChangeLog
 from schedcheck.engines.vllm.v1.frontend import queue_rejection
 from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
 from schedcheck.engines.vllm.v1.paths import SameStepPreemptions, count_window_frees
-from schedcheck.engines.vllm.v1.runner import update_runner_tables
+from schedcheck.engines.vllm.v1.runner import check_drafts_follow_tokens, update_runner_tables
 from schedcheck.engines.vllm.v1.snapshot import V1KVSnapshot
 
 from vllm.sampling_params import SamplingParams  # isort: skip
@@ -323,6 +323,7 @@ class VllmV1Engine:
             known = tokens.chunk_with_placeholders(num_computed, num_tokens)
             chunk = np.concatenate([known, np.asarray(spec_token_ids, dtype=np.int64)])
         elif spec_token_ids:  # the runner appends the drafts after the known tokens
+            check_drafts_follow_tokens(rid, num_computed, num_scheduled, spec_token_ids)
             known = tokens.chunk(num_computed, end - len(spec_token_ids))
             num_tokens = tokens.num_tokens
             chunk = np.concatenate([known, np.asarray(spec_token_ids, dtype=np.int64)])

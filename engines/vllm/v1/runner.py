@@ -52,3 +52,22 @@ def update_runner_tables(
                 tables.extend(rid, block_ids)
         computed[rid] = cached.num_computed_tokens[i]
     return computed, admitted
+
+
+def check_drafts_follow_tokens(
+    rid: str, num_computed: int, num_scheduled: int, spec_token_ids: Sequence[int]
+) -> None:
+    """A chunk with drafts holds at least one known token before them (the runner appends
+    the drafts after the tokens it knows). vLLM 0.25.0 schedules a prefill whose whole
+    chunk is drafts where the budget leaves room for nothing else; 0.33.0 on assert there
+    (`num_new_tokens == 1 + num_spec_tokens`). The engine's fault, an engine-crash as in
+    the later releases (so bisect sees one kind), with the values."""
+    if num_scheduled > len(spec_token_ids):
+        return
+    raise EngineFault(
+        "engine-crash",
+        f"{rid}: vLLM scheduled {num_scheduled} tokens at position {num_computed}, all of "
+        f"them drafts ({len(spec_token_ids)}): no known token before the drafts",
+        case="a chunk of drafts only",
+        request_id=rid,
+    )
