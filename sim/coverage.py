@@ -31,8 +31,11 @@ vLLM v1 scheduler options (VLLM_OPTION_PATHS: only an engine with those options 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
-from schedcheck.engines.protocol import EngineRequest, ScheduledRequest, SchedulerOutput
+import numpy as np
+
+from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
 
 RARE_PATHS = (
     "fully-cached-prompt",
@@ -57,6 +60,16 @@ SPEC_PATHS = ("spec-rejected", "spec-rejected-cross-block")
 SLIDING_PATHS = ("sliding-window-block-freed",)
 
 
+class Prompted(Protocol):
+    """What coverage reads of a live request (an EngineRequest, or the ledger's own)."""
+
+    @property
+    def num_prompt_tokens(self) -> int: ...
+
+    @property
+    def prompt_token_ids(self) -> np.ndarray: ...
+
+
 class Coverage:
     def __init__(self, block_size: int, num_lookahead_tokens: int = 0) -> None:
         self.block_size = block_size
@@ -67,7 +80,7 @@ class Coverage:
         self.scheduled_before: set[str] = set()
         self.first_block_key: dict[str, bytes] = {}  # request id -> its first block's tokens
 
-    def observe_step(self, output: SchedulerOutput, live: Mapping[str, EngineRequest]) -> None:
+    def observe_step(self, output: SchedulerOutput, live: Mapping[str, Prompted]) -> None:
         bs = self.block_size
         for rid in output.preempted_req_ids:
             if rid in self.mid_prefill and rid in self.admitted_with_hit:

@@ -3,7 +3,8 @@
 The engine under test keeps its own books, and the checks must not take its word for them.
 The loop keeps, per request from its arrival until it finishes, is aborted or rejected:
 
-    live        the request as it was added (prompt, max_tokens, cache salt)
+    live        the request as it was added (max_tokens, cache salt; its prompt read only
+                when asked for: LiveRequest)
     num_tokens  tokens the request knows: prompt + tokens sampled for it (the accounting's
                 `num_tokens`: a step may schedule no token the request does not know)
     sampled     the tokens sampled for it so far (a finished request's outputs are checked
@@ -22,12 +23,57 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
+import numpy as np
+
 from schedcheck.engines.protocol import EngineRequest, SchedulerOutput
 from schedcheck.sim.arrivals import Release
 from schedcheck.sim.result import RunResult
+from schedcheck.traces.schema import TraceRequest
 
 # (step, num_computed, num_scheduled, num_tokens, num_cached, num_blocks, *last 3 blocks)
 StepLine = tuple[int, ...]
+PromptOf = Callable[[TraceRequest], np.ndarray]  # a released request's full prompt, again
+
+
+class LiveRequest:
+    """A live request as the loop keeps it: the EngineRequest's fields, its prompt read
+    only when asked for. A request waiting in the engine's queue (thousands of them when a
+    trace outruns the engine) then costs no copy of its prompt here: with `prompt_of` the
+    prompt is built again from the trace (the same tokens: `Arrivals.full_prompt`) at the
+    first read and kept until the request leaves; without it, or for a later turn of a
+    conversation, the array is kept."""
+
+    __slots__ = (
+        "_prompt",
+        "_prompt_of",
+        "_trace_request",
+        "arrival_time_s",
+        "cache_salt",
+        "max_tokens",
+        "num_prompt_tokens",
+        "priority",
+        "request_id",
+    )
+
+    def __init__(
+        self, request: EngineRequest, trace_request: TraceRequest, prompt_of: PromptOf | None
+    ) -> None:
+        self.request_id, self.max_tokens = request.request_id, request.max_tokens
+        self.arrival_time_s, self.priority = request.arrival_time_s, request.priority
+        self.cache_salt, self.num_prompt_tokens = request.cache_salt, request.num_prompt_tokens
+        if trace_request.parent_request_id is not None:  # its prompt holds a parent's
+            prompt_of = None  # outputs, and a parent read later in a trace would change it
+        self._trace_request, self._prompt_of = trace_request, prompt_of
+        self._prompt = None if prompt_of is not None else request.prompt_token_ids
+
+    @property
+    def prompt_token_ids(self) -> np.ndarray:
+        if self._prompt is None:
+            assert self._prompt_of is not None
+            prompt = self._prompt_of(self._trace_request)
+            assert prompt.size == self.num_prompt_tokens, "the prompt must be built alike"
+            self._prompt = prompt
+        return self._prompt
 
 
 class Ledger:
@@ -36,10 +82,12 @@ class Ledger:
         context_steps: int,
         result: RunResult,
         on_retired: Callable[[str, tuple[int, ...]], None],
+        prompt_of: PromptOf | None = None,
     ) -> None:
         self.context_steps, self.result, self.on_retired = context_steps, result, on_retired
+        self.prompt_of = prompt_of  # None: each live request's prompt array is kept
         self.forget: list[Callable[[str], None]] = []  # told when a request leaves
-        self.live: dict[str, EngineRequest] = {}
+        self.live: dict[str, LiveRequest] = {}
         self.num_tokens: dict[str, int] = {}
         self.sampled: dict[str, list[int]] = {}
         self.history: dict[str, deque[StepLine]] = {}
@@ -55,7 +103,7 @@ class Ledger:
             priority=trace_req.priority,
             cache_salt=trace_req.cache_salt,
         )
-        self.live[request.request_id] = request
+        self.live[request.request_id] = LiveRequest(request, trace_req, self.prompt_of)
         self.num_tokens[request.request_id] = request.num_prompt_tokens
         self.sampled[request.request_id] = []
         return request
@@ -83,6 +131,10 @@ class Ledger:
             self.num_tokens.pop(rid, None)
             self.history.pop(rid, None)
             self.on_retired(rid, done)
+
+    def prompt(self, request_id: str) -> np.ndarray:
+        """A live request's prompt (built again from the trace at its first read)."""
+        return self.live[request_id].prompt_token_ids
 
     def gain(self, request_id: str, tokens: tuple[int, ...]) -> tuple[int, ...]:
         """The tokens a request gained in a step the engine has applied, up to its

@@ -102,8 +102,8 @@ class Simulation:
         self.engine = build_engine(engine, config)
         self.executor = make_executor(options, config)
         self.wakeup = self.env.event()
-        self.arrivals = Arrivals(self.env, trace, self._wake, options.vocab_size)
-        self.ledger = Ledger(options.context_steps, result, self.arrivals.finished)
+        self.arrivals = arrivals = Arrivals(self.env, trace, self._wake, options.vocab_size)
+        self.ledger = Ledger(options.context_steps, result, arrivals.finished, arrivals.full_prompt)
         budget = capabilities(engine).decodes_within_budget
         self.checks = StepChecks(
             config, options, result, self.ledger, self.executor, self._snapshot, budget

@@ -39,6 +39,7 @@ from schedcheck.sim.executors import ExecutorParts
 from schedcheck.sim.kv_events import KVEventRecorder
 from schedcheck.sim.ledger import Ledger
 from schedcheck.sim.result import RunResult, SimOptions
+from schedcheck.sim.symbolic import SymbolicExecutor
 
 
 class StepChecks:
@@ -64,6 +65,8 @@ class StepChecks:
         self.kv_events = KVEventRecorder() if options.record_kv_events else None
         if executor.shadow is not None:  # its rare path looks a table up in the engine
             executor.shadow.current_table = self._current_table
+        if isinstance(executor.run, SymbolicExecutor):  # a waiting request: no prompt kept
+            executor.run.prompt_source = ledger.prompt
 
     def forget(self, request_id: str) -> None:
         self.accounting.forget(request_id)

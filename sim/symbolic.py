@@ -53,6 +53,7 @@ snapshot names slots too.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -79,7 +80,8 @@ class _ShadowRequest:
     time they are read (its first scheduled step), with room for a quarter more tokens."""
 
     index: int  # into SymbolicExecutor.req_names
-    prompt: np.ndarray  # the prompt as added (read-only; not copied until first read)
+    # the prompt as added (read-only; not copied until first read), or how to get it then
+    prompt: np.ndarray | Callable[[], np.ndarray]
     salt: int  # hash_model.salt_identity of its cache salt (0: none)
     num_tokens: int
     verified_len: int = 0  # count of keys [0, verified_len) read and found right
@@ -89,10 +91,12 @@ class _ShadowRequest:
     buffers: tuple[np.ndarray, np.ndarray] | None = None  # (tokens int64, ids uint64)
 
     def _build(self) -> tuple[np.ndarray, np.ndarray]:
-        n = int(self.prompt.size)
+        prompt = self.prompt if isinstance(self.prompt, np.ndarray) else self.prompt()
+        n = int(prompt.size)
+        assert n == self.num_tokens or self.buffers is None, "built at its first read"
         capacity = n + max(16, n // 4)
         tokens = np.zeros(capacity, dtype=I64)
-        tokens[:n] = self.prompt
+        tokens[:n] = prompt
         ids = np.zeros(capacity, dtype=U64)
         ids[:n] = hash_model.identities(tokens[:n], self.salt)
         self.buffers = (tokens, ids)
@@ -144,6 +148,9 @@ class SymbolicExecutor(BadReads):
         self.violations: list[Violation] = []  # of the last step
         # request id -> its block table in the engine now (set by the loop; rare path only)
         self.current_table: Callable[[str], Sequence[int] | None] | None = None
+        # request id -> its prompt, the same tokens as added (set by the loop: then a
+        # request keeps no reference to its prompt until its first step reads it)
+        self.prompt_source: Callable[[str], np.ndarray] | None = None
         self.num_keys_checked = 0
         # request id -> the drafts the rejection sampler accepted in the last step (those
         # with scheduled drafts only); its sampled token is the bonus after them
@@ -158,8 +165,10 @@ class SymbolicExecutor(BadReads):
         assert request_id not in self.requests, f"request {request_id} added twice"
         n = int(prompt_token_ids.size)
         salt = hash_model.salt_identity(cache_salt)
-        prompt = prompt_token_ids  # kept by reference: a waiting request costs no copy
-        if not isinstance(prompt, np.ndarray) or prompt.flags.writeable:
+        prompt: np.ndarray | Callable[[], np.ndarray] = prompt_token_ids
+        if self.prompt_source is not None:  # a waiting request holds no prompt at all
+            prompt = functools.partial(self.prompt_source, request_id)
+        elif not isinstance(prompt, np.ndarray) or prompt.flags.writeable:
             prompt = np.array(prompt)  # the caller may still change it
         shadow = _ShadowRequest(len(self.req_names), prompt, salt, n)
         self.requests[request_id] = shadow
