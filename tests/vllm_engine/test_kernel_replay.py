@@ -15,6 +15,7 @@ CPU kernels twice, chunked + prefix-cached and unchunked + uncached:
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from pathlib import Path
 
@@ -101,3 +102,12 @@ def test_a_one_slot_shift_in_vllms_runner_is_misaligned(bundle: Path, monkeypatc
 
 
 PINNED_FIRST = ("r0", 90)  # r0's first sample (its prompt: 90 tokens, chunks of 32)
+
+
+def test_verify_cli_runs_the_kernel_replay(bundle: Path, capsys) -> None:
+    from schedcheck.cli.entry import main
+
+    code = main(["verify", "--engine", "vllm-engine", str(bundle), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert (code, out["verdict"], out["schedule_divergence"]) == (0, "consistent", None)
+    assert out["block_size"] == 32 and out["samples_compared"] == 24
