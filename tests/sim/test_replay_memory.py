@@ -1,15 +1,21 @@
 """What a long replay keeps (issue 30): a request waiting in the engine's queue costs the
-shadow KV no buffers, outputs are kept packed, the pool check's hash memory forgets its
-oldest hash first, and gather_slots (now array operations) names the slots it always did."""
+shadow KV no buffers and the ledger no prompt, outputs are kept packed, the pool check's
+hash memory forgets its oldest hash first, and gather_slots (now array operations) names
+the slots it always did."""
 
 import random
 
 import numpy as np
 
 from schedcheck.engines.metadata import gather_slots
+from schedcheck.engines.protocol import EngineConfig
 from schedcheck.invariants import block_pool, hash_model
-from schedcheck.sim.result import Outputs
+from schedcheck.sim.arrivals import Release
+from schedcheck.sim.cost_model import profile
+from schedcheck.sim.ledger import Ledger
+from schedcheck.sim.result import Outputs, RunResult, SimOptions
 from schedcheck.sim.symbolic import SymbolicExecutor
+from schedcheck.traces.schema import TraceRequest
 
 
 def test_a_waiting_request_costs_the_shadow_kv_no_buffers_until_it_is_read():
@@ -82,3 +88,29 @@ def test_gather_slots_names_each_positions_slot_and_minus_one_past_the_table():
         got = gather_slots(tables, starts, counts, block_size)
         assert got.dtype == np.int64
         assert got.tolist() == _slots_one_by_one(tables, starts, counts, block_size)
+
+
+def test_a_waiting_request_keeps_no_prompt_in_the_ledger_until_it_is_read():
+    built = []
+
+    def prompt_of(trace_request):
+        built.append(trace_request.request_id)
+        return np.asarray(trace_request.prompt_token_ids, np.int64)
+
+    result = RunResult("reference", EngineConfig(), SimOptions(), profile("unit"))
+    ledger = Ledger(2, result, lambda rid, done: None, prompt_of)
+    first = TraceRequest("a", 0.0, 3, prompt_token_ids=(5, 6, 7))
+    later_turn = TraceRequest("b", 0.0, 3, prompt_token_ids=(8,), parent_request_id="a")
+    handed = ledger.admit(Release(first, np.array([5, 6, 7], np.int64)), 0.0)
+    ledger.admit(Release(later_turn, np.array([5, 6, 7, 1, 8], np.int64)), 0.0)
+    assert handed.prompt_token_ids.tolist() == [5, 6, 7]  # the engine gets the array
+    assert ledger.live["a"].num_prompt_tokens == 3 and built == []
+    assert ledger.prompt("a").tolist() == [5, 6, 7] and built == ["a"]
+    assert ledger.prompt("a").tolist() == [5, 6, 7] and built == ["a"]  # kept once read
+    assert ledger.prompt("b").tolist() == [5, 6, 7, 1, 8] and built == ["a"]  # kept whole
+
+    shadow = SymbolicExecutor(num_blocks=8, block_size=4)
+    shadow.prompt_source = ledger.prompt
+    shadow.add_request("a", np.array([5, 6, 7], np.int64))
+    assert not isinstance(shadow.requests["a"].prompt, np.ndarray)
+    assert shadow.requests["a"].tokens[:3].tolist() == [5, 6, 7]
