@@ -19,15 +19,15 @@ The schedule vLLM actually ran is compared with the bundle's: the first step whe
 requests run (id, computed, scheduled), the preemptions or, at the recorded block size,
 the block tables differ, with the reasons the replay's config differs from the recording.
 Exit codes as verify: 0 consistent (near ties allowed), 1 misaligned, 2 not runnable.
+The two runs go through the simulator's loop, which gpu/ does not import:
+cli/commands/verify_vllm.py runs them and hands them to `kernel_report`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from schedcheck.engines.protocol import EngineConfig, SchedulerOutput
@@ -37,10 +37,7 @@ from schedcheck.engines.vllm.engine.factory import (
     fit_config,
 )
 from schedcheck.gpu.findings import MISALIGNMENT, NEAR_TIE, Finding, first_per_request
-from schedcheck.sim.cost_model import StepCostModel
-from schedcheck.sim.loop import RunResult, SimOptions, Simulation
-from schedcheck.traces import read_trace
-from schedcheck.traces.bundle import read_bundle
+from schedcheck.traces.bundle import Bundle
 from schedcheck.traces.schema import TraceRequest
 
 # fp32 on vLLM's CPU kernels: clean runs differ by at most ~1e-6 (the rounding of other
@@ -117,7 +114,7 @@ class KernelRun:
     """One run of the arrivals through the kernel engine."""
 
     config: EngineConfig
-    result: RunResult
+    result: Any  # the loop's RunResult (sim/ is above gpu/: run by cli/commands/verify_vllm)
     samples: Mapping[tuple[str, int], Any]  # (request, position) -> KernelSample
     wall_s: float
 
@@ -147,21 +144,6 @@ class KernelRun:
 
 
 NOT_RUNNABLE = "not runnable"
-
-
-def kernel_run(
-    trace: Sequence[TraceRequest],
-    config: EngineConfig,
-    options: SimOptions,
-    cost: StepCostModel,
-    engine: str = KERNEL_ENGINE,
-) -> KernelRun:
-    """The arrivals through vLLM's engine on its CPU kernels, its schedule and samples kept."""
-    start = time.perf_counter()
-    sim = Simulation(trace, engine, config, options, cost)
-    result = sim.run()
-    samples = dict(getattr(sim.engine, "samples", {}))
-    return KernelRun(config, result, samples, time.perf_counter() - start)
 
 
 def compare_samples(
@@ -351,25 +333,16 @@ def _cap(findings: list[Finding]) -> list[Finding]:
     return kept
 
 
-def verify_bundle_on_vllm(path: str | Path, engine: str = KERNEL_ENGINE) -> KernelReport:
-    """Replay a bundle's arrivals through vLLM's engine twice and compare (see module doc).
-
-    Raises ValueError when the bundle is unreadable or the engine refuses its config
-    (not runnable). `engine` names the kernel engine's factory (tests wrap it)."""
-    bundle = read_bundle(path)
+def kernel_report(
+    bundle: Bundle,
+    recorded: EngineConfig,
+    config: EngineConfig,
+    notes: list[str],
+    replay: KernelRun,
+    baseline: KernelRun,
+) -> KernelReport:
+    """Compare the two runs of a bundle's arrivals (see the module doc) into a report."""
     cfg = bundle.config
-    recorded = EngineConfig(**cfg["engine_config"])
-    config, notes = kernel_config(recorded)
-    sim = {k: v for k, v in cfg.get("sim", {}).items() if k != "progress"}
-    options = SimOptions(
-        **{**sim, "keep_going": True},
-        executor_options=cfg.get("executor_options", {}),
-        record_schedule=True,
-    )
-    cost = StepCostModel(**cfg["cost"])
-    trace = list(read_trace(bundle.trace_path))
-    replay = kernel_run(trace, config, options, cost, engine)
-    baseline = kernel_run(trace, baseline_config(config, trace), options, cost, engine)
     findings, max_ok, compared = compare_samples(replay.samples, baseline.samples)
     recorded_engine = str(cfg.get("engine", "?"))
     reasons = list(notes)
@@ -383,7 +356,7 @@ def verify_bundle_on_vllm(path: str | Path, engine: str = KERNEL_ENGINE) -> Kern
         list(bundle.schedule()), replay.result.schedule, tables, reasons
     )
     return KernelReport(
-        bundle=str(path),
+        bundle=str(bundle.path),
         recorded_engine=recorded_engine,
         block_size_recorded=recorded.block_size,
         block_size=config.block_size,

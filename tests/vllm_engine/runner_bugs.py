@@ -191,3 +191,12 @@ def make_kernel_engine(config: EngineConfig) -> Engine:
     """vllm-engine on CPU_ATTN (the kernel replay) with the bug of the environment."""
     _from_env()
     return factory.make_kernel_engine(config)
+
+
+@declare(factory.CAPABILITIES)
+def make_engine_any_block_size(config: EngineConfig) -> Engine:
+    """vllm-engine (shadow backend) with the bug of the environment, at the fuzzer's own
+    block sizes (1, 2, 4, 16, ...: the shadow backend takes any); its bundles re-run at
+    32 in the kernel replay."""
+    _from_env()
+    return factory.make_engine(config)

@@ -58,7 +58,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_clean_kernel_replay_is_consistent_with_spread_logprobs(bundle: Path) -> None:
-    from schedcheck.gpu.vllm_engine import verify_bundle_on_vllm
+    from schedcheck.cli.commands.verify_vllm import verify_bundle_on_vllm
 
     report = verify_bundle_on_vllm(bundle)
     out = report.to_json()
@@ -77,7 +77,7 @@ def test_clean_kernel_replay_is_consistent_with_spread_logprobs(bundle: Path) ->
 def test_a_one_slot_shift_in_vllms_runner_is_misaligned(bundle: Path, monkeypatch) -> None:
     from vllm.v1.worker import block_table
 
-    from schedcheck.gpu.vllm_engine import verify_bundle_on_vllm
+    from schedcheck.cli.commands.verify_vllm import verify_bundle_on_vllm
 
     original = block_table.BlockTable.compute_slot_mapping
 

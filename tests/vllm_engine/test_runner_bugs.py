@@ -84,7 +84,7 @@ def planted(request: pytest.FixtureRequest) -> Iterator[str]:
 
 @pytest.mark.parametrize("planted", [*BUGS, "control"], indirect=True)
 def test_shadow_backend_and_kernel_replay_see_the_runner(planted: str, bundle: Path) -> None:
-    from schedcheck.gpu.vllm_engine import verify_bundle_on_vllm
+    from schedcheck.cli.commands.verify_vllm import verify_bundle_on_vllm
     from schedcheck.sim.loop import SimOptions, run
 
     shadow = run(_trace(), "vllm-engine", CONFIG, SimOptions(keep_going=True))
@@ -120,7 +120,7 @@ def campaign(name: str, out: Path, budget_s: float = 60.0) -> dict:
 def test_fuzz_finds_each_runner_bug_and_the_kernels_agree(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from schedcheck.gpu.vllm_engine import verify_bundle_on_vllm
+    from schedcheck.cli.commands.verify_vllm import verify_bundle_on_vllm
 
     report = campaign(name, tmp_path / "fuzz")
     assert report["found"], report.get("headline")
