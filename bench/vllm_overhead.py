@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import inspect
 import json
 import os
 import statistics
@@ -129,6 +130,8 @@ def run_bare(config: EngineConfig, reqs: list[EngineRequest], args) -> RunTimes:
     sched, index = built.scheduler, {r.request_id: i for i, r in enumerate(reqs)}
     clock, times, perf = VirtualClock(reqs, args.step_ms), RunTimes(), time.perf_counter_ns
     cpu = time.process_time_ns
+    # vLLM 0.34 dropped ModelRunnerOutput.req_id_to_index
+    has_index = "req_id_to_index" in inspect.signature(ModelRunnerOutput).parameters
     _freeze_gc()
     for step in range(1, args.steps_max + 1):
         idle = not sched.has_unfinished_requests()
@@ -150,8 +153,8 @@ def run_bare(config: EngineConfig, reqs: list[EngineRequest], args) -> RunTimes:
             [stand_in_token(step, index[rid])] if _prompt_done(sched.requests[rid]) else []
             for rid in ids
         ]
-        mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                sampled_token_ids=sampled)  # fmt: skip
+        extra = {"req_id_to_index": {r: i for i, r in enumerate(ids)}} if has_index else {}
+        mro = ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled, **extra)
         c2, t2 = cpu(), perf()
         sched.update_from_output(so, mro)
         t3, c3 = perf(), cpu()
