@@ -300,9 +300,9 @@ def gather_slots(
     """
     num_reqs = len(block_tables)
     assert len(starts) == len(counts) == num_reqs
+    assert min(starts, default=0) >= 0 and min(counts, default=1) >= 1
     starts_arr = np.asarray(starts, dtype=np.int64)
     counts_arr = np.asarray(counts, dtype=np.int64)
-    assert (starts_arr >= 0).all() and (counts_arr >= 1).all()
     first_blocks = starts_arr // block_size
     num_touched = (starts_arr + counts_arr - 1) // block_size + 1 - first_blocks
     offsets = np.zeros(num_reqs, dtype=np.int64)
@@ -315,9 +315,8 @@ def gather_slots(
     row_start = np.zeros(num_reqs, dtype=np.int64)
     np.cumsum(counts_arr[:-1], out=row_start[1:])
     run_start = offsets * block_size + starts_arr % block_size
-    rows = np.repeat(run_start - row_start, counts_arr) + np.arange(
-        int(counts_arr.sum()), dtype=np.int64
-    )
+    rows = np.repeat(run_start - row_start, counts_arr)
+    rows += np.arange(rows.size, dtype=np.int64)
     return block_slots[rows]
 
 
