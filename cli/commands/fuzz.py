@@ -119,8 +119,8 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         metavar="INVARIANT|SIGNATURE",
         help="an invariant of a known behaviour (e.g. outputs.length), or one finding's "
         "signature (e.g. 'engine-crash[AssertionError at vllm/v1/core/block_pool.py:"
-        "cache_full_blocks:223]', as a campaign prints it): its violations are counted, not findings, "
-        "so the campaign looks past it; engine-crash, liveness: examples that crash the "
+        "cache_full_blocks:223]', as a campaign prints it): its violations are counted, not "
+        "findings, so the campaign looks past it; engine-crash, liveness: examples that crash the "
         "engine, or stall, count as clean (the run still ends there); repeatable",
     )
     target.add_argument(
