@@ -125,8 +125,9 @@ def _under_root(path: Path) -> Path | None:
 
 
 def _portable(path: Path) -> str:
-    """The frame's file as every machine writes it: relative to site-packages, to
-    schedcheck's root (its rooms, or the repository's tests), else its name alone."""
+    """The frame's file as every machine and install writes it: schedcheck's own relative
+    to its rooms (`engines/vllm/v1/adapter.py`), a package's relative to site-packages
+    (`vllm/v1/core/block_pool.py`), anything else (a user's engine module) by its name."""
     relative = _under_root(path)
     if relative is not None and relative.parts[0] in HARNESS_ROOMS:
         return relative.as_posix()
@@ -134,4 +135,4 @@ def _portable(path: Path) -> str:
     if "site-packages" in parts:
         index = len(parts) - 1 - parts[::-1].index("site-packages")
         return "/".join(parts[index + 1 :])
-    return relative.as_posix() if relative is not None else path.name
+    return path.name

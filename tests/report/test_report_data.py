@@ -148,7 +148,7 @@ def test_every_repository_bundle_builds_and_every_shadow_read_replays():
         if finding.reproduced is not None:
             assert finding.reproduced, path.name
             shadow_reads += 1
-    assert len(BUNDLES) == 40 and shadow_reads == 8
+    assert len(BUNDLES) == 41 and shadow_reads == 8
 
 
 def test_reproduced_is_false_when_the_replay_misses_it():
