@@ -114,7 +114,7 @@ class VllmWholeEngine:
     def close(self) -> None:
         """Shut vLLM's engine core down (its worker, model and KV cache go)."""
         core, self.core = self.core, None
-        self.runner = self.sampler = None
+        self.runner = None  # the sampler it wraps goes with the core
         if core is not None:
             core.shutdown()
         gc.collect()
