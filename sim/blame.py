@@ -56,7 +56,10 @@ def crash_violation(step: int, where: str, exc: BaseException) -> Violation:
 
 
 def harness_crash(step: int, exc: BaseException) -> Violation:
-    """The violation of an exception the harness raised outside any engine call."""
+    """The violation of an exception raised outside any engine call (the harness's, unless
+    it is an adapter's EngineFault: then the engine's, wherever the adapter saw it)."""
+    if isinstance(exc, EngineFault):
+        return crash_violation(step, "step", exc)
     _, case = crash_case(exc)
     return Violation(
         HARNESS_CRASH,
