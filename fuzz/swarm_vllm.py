@@ -11,7 +11,8 @@ them to what vLLM's validation accepts (engines/vllm/v1/fit.py).
     async      async_scheduling (AsyncScheduler, pipeline depth 2 in the loop)
     budget     max_num_scheduled_tokens, long_prefill_token_threshold_adaptive,
                prefill_schedule_interval
-    admission  watermark, scheduler_reserve_full_isl False, max_num_active_seqs
+    admission  watermark, scheduler_reserve_full_isl False, max_num_active_seqs,
+               cache_aware_admission_window / _threshold (0.34: fcfs + prefix caching only)
     queue      max_num_queued_reqs, max_num_queued_tokens (the API server's 503)
 """
 
@@ -26,6 +27,8 @@ VLLM_FAMILIES = ("priority", "async", "budget", "admission", "queue")
 WATERMARKS = ("0.01", "0.1", "0.25", "0.5")
 PREFILL_INTERVALS = ("2", "3", "5")
 ACTIVE_SEQS = ("1", "2", "3")
+CACHE_AWARE_WINDOWS = ("1", "2", "4", "8")  # waiting requests looked past (the swarm's queues are short)
+CACHE_AWARE_THRESHOLDS = ("0.0", "0.5", "0.9")  # KV usage below which the window is off
 QUEUED_REQS = ("1", "2", "3", "5")
 Extra = tuple[tuple[str, str], ...]
 
@@ -70,6 +73,9 @@ def _admission(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, s
         out["vllm:scheduler_reserve_full_isl"] = "false"
     if draw(st.booleans()):
         out["vllm:max_num_active_seqs"] = pick(draw, ACTIVE_SEQS)
+    if draw(st.booleans()):
+        out["vllm:cache_aware_admission_window"] = pick(draw, CACHE_AWARE_WINDOWS)
+        out["vllm:cache_aware_admission_threshold"] = pick(draw, CACHE_AWARE_THRESHOLDS)
     return out
 
 

@@ -63,9 +63,23 @@ def test_a_named_family_is_drawn_in_every_example(data):
         "vllm:watermark",
         "vllm:scheduler_reserve_full_isl",
         "vllm:max_num_active_seqs",
+        "vllm:cache_aware_admission_window",
+        "vllm:cache_aware_admission_threshold",
         "vllm:max_num_queued_reqs",
         "vllm:max_num_queued_tokens",
     }
+
+
+@settings(max_examples=50, deadline=None, database=None)
+@given(st.data())
+def test_the_admission_family_draws_cache_aware_admission_window_and_threshold_together(data):
+    spec = SwarmSpec(engine="vllm-v1", families=("admission",))
+    extra = dict(data.draw(st.composite(lambda draw: draw_knobs(draw, spec))()).extra)
+    window = extra.get("vllm:cache_aware_admission_window")
+    threshold = extra.get("vllm:cache_aware_admission_threshold")
+    assert (window is None) == (threshold is None)
+    assert window in (None, "1", "2", "4", "8")
+    assert threshold in (None, "0.0", "0.5", "0.9")
 
 
 @settings(max_examples=30, deadline=None, database=None)
