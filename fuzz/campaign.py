@@ -83,6 +83,7 @@ class CampaignResult:
     configs: dict[str, dict[str, int]] = field(default_factory=dict)  # knob -> value -> count
     started_at_s: float = field(default_factory=time.time)
     evictions_counted: bool = True  # the engine's snapshot has num_evicted_blocks
+    engine_paths: tuple[str, ...] = ()  # the rare paths the engine counts itself
 
     @property
     def found(self) -> bool:
@@ -121,6 +122,7 @@ class CampaignResult:
             sliding=draws_sliding_window(spec),
             aborts=spec.capabilities.aborts,
             evictions_counted=self.evictions_counted,
+            engine_paths=self.engine_paths,
         )
 
     def unmeasured(self) -> list[str]:
@@ -155,6 +157,7 @@ def run_campaign(
     engine = check_target(opts.spec)
     result = CampaignResult(opts)
     result.evictions_counted = counts_evictions(engine)
+    result.engine_paths = engine_counted_paths(engine)
     started = time.time()
     db = FailureDB(Path(opts.db_dir)) if opts.db_dir is not None else None
 
@@ -185,6 +188,12 @@ def run_campaign(
 def counts_evictions(engine: Engine) -> bool:
     """Does the engine's KV snapshot count its evictions (the optional num_evicted_blocks)?"""
     return getattr(engine.kv_snapshot(), "num_evicted_blocks", None) is not None
+
+
+def engine_counted_paths(engine: Engine) -> tuple[str, ...]:
+    """The rare paths the engine counts itself (its optional rare_path_counts()), sorted."""
+    counts = getattr(engine, "rare_path_counts", None)
+    return tuple(sorted(counts())) if counts is not None else ()
 
 
 def _db_entry(finding: dict[str, Any]) -> dict[str, Any]:

@@ -26,11 +26,14 @@ vLLM v1 scheduler options (VLLM_OPTION_PATHS: only an engine with those options 
     async-output-placeholder       async scheduling: a chunk ran a position whose token the
                                    engine did not know yet (the previous step's sample)
     queue-full-rejection           refused at admission by max_num_queued_reqs / _tokens
+    cache-aware-reorder            cache_aware_admission_window moved a waiting request with a
+                                   cached prefix ahead of earlier arrivals (vLLM 0.34.0 on;
+                                   RELEASE_PATHS: reachable only where the engine counts it)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Protocol
 
 import numpy as np
@@ -50,12 +53,17 @@ RARE_PATHS = (
     "preempt-scheduled-same-step",
     "async-output-placeholder",
     "queue-full-rejection",
+    "cache-aware-reorder",
 )
 VLLM_OPTION_PATHS = (
     "preempt-scheduled-same-step",
     "async-output-placeholder",
     "queue-full-rejection",
+    "cache-aware-reorder",
 )
+# paths of a feature only some releases have: reachable only where the engine's
+# rare_path_counts() names them
+RELEASE_PATHS = ("cache-aware-reorder",)
 SPEC_PATHS = ("spec-rejected", "spec-rejected-cross-block")
 SLIDING_PATHS = ("sliding-window-block-freed",)
 
@@ -182,6 +190,7 @@ def never_reached(
     sliding: bool = False,
     aborts: bool = True,
     evictions_counted: bool = True,
+    engine_paths: Collection[str] = RELEASE_PATHS,
 ) -> list[str]:
     """Rare paths with a zero count, of those the campaign can reach: one that never draws
     draft tokens cannot reach drafts-cross-block, one without prefix caching none of
@@ -190,7 +199,9 @@ def never_reached(
     SPEC_PATHS and SLIDING_PATHS only for a campaign that draws scheduled drafts (`spec`)
     or a sliding-window group (`sliding`); abort-mid-chunk only for an engine that declares
     aborts; evict-cached-block only where the engine's snapshot counts its evictions (the
-    optional `num_evicted_blocks`: without it the path is unmeasured, not unreached)."""
+    optional `num_evicted_blocks`: without it the path is unmeasured, not unreached);
+    RELEASE_PATHS only where `engine_paths` (the engine's rare_path_counts() keys) names
+    them."""
     unreachable: tuple[str, ...] = () if drafts else ("drafts-cross-block",)
     if not prefix_caching:
         unreachable += PREFIX_CACHE_PATHS
@@ -204,6 +215,7 @@ def never_reached(
         unreachable += ("abort-mid-chunk",)
     if not evictions_counted:
         unreachable += ("evict-cached-block",)
+    unreachable += tuple(p for p in RELEASE_PATHS if p not in engine_paths)
     paths = (p for p in RARE_PATHS if p not in unreachable)
     return [path for path in paths if counts.get(path, 0) == 0]
 

@@ -156,3 +156,9 @@ def test_replay_refuses_a_vllm_option_on_another_engine():
 def test_replay_runs_the_reference_engine_with_the_priority_policy():
     done = _replay("--policy", "priority", "--json")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_release_path_is_listed_only_where_the_engine_counts_it():
+    assert "cache-aware-reorder" in never_reached({}, engine_paths=("cache-aware-reorder",))
+    assert "cache-aware-reorder" not in never_reached({}, engine_paths=())
+    assert "cache-aware-reorder" not in never_reached({"cache-aware-reorder": 1})

@@ -245,3 +245,30 @@ def test_0_11_0_keeps_a_request_it_preempted_in_num_scheduled_tokens():
     else:  # the adapter's word that vLLM broke its contract: the engine's finding
         assert raised.type is EngineFault and raised.value.invariant == "engine-crash"
         assert "vLLM scheduled ['low'] in num_scheduled_tokens" in str(raised.value)
+
+
+@needs_options("cache_aware_admission_window")
+def test_cache_aware_admission_moves_a_cached_prefix_ahead_and_is_counted():
+    """a's two full blocks [10..13][14..17] are cached when it finishes; b (cold) arrives
+    before c (a's prompt + 2): the window puts c first, as its 8 cached tokens say."""
+    extra = {
+        "vllm:cache_aware_admission_window": "4",
+        "vllm:cache_aware_admission_threshold": "0.0",
+    }
+    engine = _engine(extra, max_num_seqs=1)
+    engine.add_request(request("a", PROMPT, 1))
+    s1 = engine.schedule()
+    (done,) = engine.update_from_output(s1, {"a": 7001})
+    assert done.request_id == "a"
+    engine.add_request(request("b", tuple(range(50, 60)), 1))
+    engine.add_request(request("c", (*PROMPT, 20, 21), 1))
+    s2 = engine.schedule()
+    assert [(r.request_id, r.num_computed_tokens) for r in s2.scheduled] == [("c", 8)]
+    assert engine.rare_path_counts()["cache-aware-reorder"] == 1
+
+
+def test_a_release_without_cache_aware_admission_leaves_its_path_out():
+    engine = _engine()
+    has_window = hasattr(engine.scheduler, "_reorder_waiting_by_cached_prefix")
+    assert ("cache-aware-reorder" in engine.rare_path_counts()) == has_window
+    assert engine.rare_path_counts().get("cache-aware-reorder", 0) == 0

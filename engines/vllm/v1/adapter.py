@@ -67,12 +67,11 @@ from schedcheck.engines.vllm.common import (
     read_only_prompt,
     refuse_lookahead,
 )
-from schedcheck.engines.vllm.v1 import eras
+from schedcheck.engines.vllm.v1 import eras, paths
 from schedcheck.engines.vllm.v1.build import build_scheduler
 from schedcheck.engines.vllm.v1.changes import BlockChangeLog
 from schedcheck.engines.vllm.v1.frontend import queue_rejection
 from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
-from schedcheck.engines.vllm.v1.paths import SameStepPreemptions, count_window_frees
 from schedcheck.engines.vllm.v1.runner import check_drafts_follow_tokens, update_runner_tables
 from schedcheck.engines.vllm.v1.snapshot import V1KVSnapshot
 
@@ -109,7 +108,7 @@ class VllmV1Engine:
             self.scheduler.kv_cache_manager.block_pool, "_maybe_evict_cached_block"
         )
         self._window_frees = [  # calls that freed blocks before a sliding window
-            count_window_frees(m)
+            paths.count_window_frees(m)
             for m in self.scheduler.kv_cache_manager.coordinator.single_type_managers
             if isinstance(m, SlidingWindowManager)
         ]
@@ -126,7 +125,8 @@ class VllmV1Engine:
         # (depth 1: synchronous; 2: async scheduling, step_with_batch_queue)
         self._in_flight: deque[tuple[SchedulerOutput, VllmSchedulerOutput]] = deque()
         self._depth = 2 if is_async_scheduling(config) else 1
-        self._same_step_preemptions = SameStepPreemptions(self.scheduler)
+        self._same_step_preemptions = paths.SameStepPreemptions(self.scheduler)
+        self._cache_aware_reorders = paths.count_cache_aware_reorders(self.scheduler)
         self._num_queue_rejections = 0
         self._last_arrival_time_s = -ARRIVAL_TIME_TICK_S
         self._pending_finished: list[FinishedRequest] = []  # aborts, rejections
@@ -245,11 +245,12 @@ class VllmV1Engine:
         return self.scheduler.has_unfinished_requests() or bool(self._rejected)
 
     def rare_path_counts(self) -> Mapping[str, int]:
-        """Rare paths only the adapter sees (sim/coverage.py adds them to its counts)."""
-        return {
-            "preempt-scheduled-same-step": self._same_step_preemptions.count,
-            "queue-full-rejection": self._num_queue_rejections,
-        }
+        """Rare paths only the adapter sees (sim/coverage.py adds them); none it lacks."""
+        counts = {"preempt-scheduled-same-step": self._same_step_preemptions.count,
+                  "queue-full-rejection": self._num_queue_rejections}  # fmt: skip
+        if self._cache_aware_reorders is not None:
+            counts["cache-aware-reorder"] = self._cache_aware_reorders[0]
+        return counts
 
     def _queued(self) -> tuple[int, int]:
         """(unfinished requests, prompt tokens of those with no output yet) as vLLM's API

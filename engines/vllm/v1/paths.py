@@ -14,6 +14,12 @@ preempt-scheduled-same-step
 
         schedule():  allocate_slots(r1) ok, allocate_slots(r2) ok, allocate_slots(r3) None
                      -> preempts r2               r2 was scheduled in this very call
+
+cache-aware-reorder
+    From 0.34.0, `cache_aware_admission_window` lets `schedule()` move waiting requests
+    with a deeper cached prefix ahead of earlier arrivals in the window
+    (`_reorder_waiting_by_cached_prefix`): counted when a call changed the queue's order
+    (`count_cache_aware_reorders`; a release without the method does not count it).
 """
 
 from __future__ import annotations
@@ -93,4 +99,22 @@ def _count_skipped_block_frees(manager: Any, counter: list[int]) -> list[int]:
         counter[0] += num_null(request_id) > before
 
     manager.remove_skipped_blocks = counted
+    return counter
+
+
+def count_cache_aware_reorders(scheduler: Any) -> list[int] | None:
+    """Wrap the scheduler's `_reorder_waiting_by_cached_prefix` to count the calls that
+    changed the waiting queue's order; returns the one-element counter, or None where the
+    release has no cache-aware admission (the path is then not reachable, not unreached)."""
+    original = getattr(scheduler, "_reorder_waiting_by_cached_prefix", None)
+    if original is None:
+        return None
+    counter = [0]
+
+    def counted() -> None:
+        before = [r.request_id for r in scheduler.waiting]
+        original()
+        counter[0] += [r.request_id for r in scheduler.waiting] != before
+
+    scheduler._reorder_waiting_by_cached_prefix = counted
     return counter
