@@ -2,7 +2,7 @@
 
 Token layout::
 
-    _token_buffer (capacity num_prompt_tokens + max_tokens, int64)
+    _token_buffer (capacity num_prompt_tokens + max_tokens, int64; built at admission)
     | prompt_token_ids          | output_token_ids    | (room for the rest) |
     0                   num_prompt_tokens        num_tokens            capacity
     |<----------- num_computed_tokens ----------->|      KV written (or cache hit)
@@ -11,10 +11,16 @@ Token layout::
 makes `num_computed_tokens` catch up with it. After a recompute preemption
 `num_computed_tokens` is 0 again and the re-prefill covers prompt + every output (vllm#28787).
 
-`block_hashes` are computed lazily, on first use, and extended as outputs fill blocks; they
-are hashed from a byte view of the token buffer (no copy). With prefix caching on, the
-scheduler asks for the prompt's hashes in `add_request`, as vLLM's Request does when it is
-created, so that `schedule()` does not pay for them.
+A request waiting for its first admission keeps only its prompt, in the narrowest integer
+dtype that holds every id exactly (uint16 for a 32,000-token vocabulary: a quarter of the
+int64 array it was handed, which it does not keep), and no block hash: thousands of them wait
+when a trace outruns the engine. The scheduler builds the int64 buffer (`build_tokens`) when
+it first considers the request for admission; every accessor of the tokens builds it too.
+
+`block_hashes` are computed lazily, on first use (the first prefix-cache lookup, at that
+admission), and extended as outputs fill blocks; they are hashed from a byte view of the
+token buffer (no copy). They depend on the tokens and the cache salt alone, so when they are
+computed changes no decision.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class Request:
         "_block_hashes",
         "_extra_key",
         "_hasher",
+        "_prompt",
         "_token_buffer",
         "_token_bytes",
         "arrival_seq",
@@ -84,15 +91,13 @@ class Request:
         self.arrival_time_s = engine_request.arrival_time_s
         self.arrival_seq = arrival_seq  # tie-breaker: the order add_request saw
         self.cache_salt = engine_request.cache_salt
-        capacity = self.num_prompt_tokens + self.max_tokens
-        self._token_buffer = np.empty(capacity, dtype=np.int64)
-        self._token_buffer[: self.num_prompt_tokens] = prompt
-        readonly = self._token_buffer.view()
-        readonly.flags.writeable = False
-        # The whole buffer, read-only; only [0, num_tokens) is meaningful. Slices of it are
-        # what ScheduledRequest.token_ids carries (no copy; the tokens never change).
-        self.readonly_tokens = readonly
-        self._token_bytes = memoryview(self._token_buffer.data).cast("B")
+        # Until build_tokens: the prompt alone, compact; no buffer, empty views.
+        self._prompt: np.ndarray | None = compact_tokens(prompt)
+        self._token_buffer: TokenArray | None = None
+        # Once built: the whole buffer, read-only; only [0, num_tokens) is meaningful. Slices
+        # of it are what ScheduledRequest.token_ids carries (no copy; the tokens never change).
+        self.readonly_tokens: TokenArray = _NOT_BUILT
+        self._token_bytes = memoryview(b"")
         self.num_tokens = self.num_prompt_tokens
         self.output_token_ids: list[int] = []
         self.num_computed_tokens = 0
@@ -112,13 +117,33 @@ class Request:
 
     # -- tokens ----------------------------------------------------------------------------
 
+    def build_tokens(self) -> None:
+        """Build the int64 token buffer (prompt + room for max_tokens outputs) from the
+        compact prompt, once; the scheduler calls it at the request's first admission."""
+        if self._token_buffer is not None:
+            return
+        prompt = self._prompt
+        assert prompt is not None
+        buffer = np.empty(self.num_prompt_tokens + self.max_tokens, dtype=np.int64)
+        buffer[: self.num_prompt_tokens] = prompt
+        readonly = buffer.view()
+        readonly.flags.writeable = False
+        self._token_buffer, self.readonly_tokens, self._prompt = buffer, readonly, None
+        self._token_bytes = memoryview(buffer.data).cast("B")
+
+    @property
+    def tokens_built(self) -> bool:
+        return self._token_buffer is not None
+
     @property
     def prompt_token_ids(self) -> TokenArray:
+        self.build_tokens()
         return self.readonly_tokens[: self.num_prompt_tokens]
 
     @property
     def all_token_ids(self) -> TokenArray:
         """Read-only view of tokens [0, num_tokens)."""
+        self.build_tokens()
         return self.readonly_tokens[: self.num_tokens]
 
     @property
@@ -128,12 +153,18 @@ class Request:
     def token_view(self, start: int, stop: int) -> TokenArray:
         """Read-only int64 view of tokens [start, stop); valid for the request's lifetime."""
         assert 0 <= start <= stop <= self.num_tokens
+        self.build_tokens()
         return self.readonly_tokens[start:stop]
 
     def append_output_token(self, token_id: int) -> None:
         num_tokens = self.num_tokens
         assert num_tokens - self.num_prompt_tokens < self.max_tokens, "max_tokens emitted"
-        self._token_buffer[num_tokens] = token_id
+        buffer = self._token_buffer
+        if buffer is None:  # outputs come after an admission; a test may skip it
+            self.build_tokens()
+            buffer = self._token_buffer
+            assert buffer is not None
+        buffer[num_tokens] = token_id
         self.output_token_ids.append(token_id)
         self.num_tokens = num_tokens + 1
 
@@ -146,6 +177,7 @@ class Request:
         """The sampled token for the placeholder at `position` (its step was applied); a
         block hash computed over the placeholder is dropped, to be computed again."""
         assert self.num_prompt_tokens <= position < self.num_tokens
+        assert self._token_buffer is not None, "outputs imply a built buffer"
         assert self._token_buffer[position] == PLACEHOLDER_TOKEN_ID, "not a placeholder"
         self._token_buffer[position] = token_id
         self.output_token_ids[position - self.num_prompt_tokens] = token_id
@@ -159,6 +191,7 @@ class Request:
         """Chained hashes of the full blocks of tokens [0, num_tokens), computed lazily."""
         hashes = self._block_hashes
         if len(hashes) < self.num_tokens // self._hasher.block_size:
+            self.build_tokens()
             self._hasher.extend(hashes, self._token_bytes, self.num_tokens, self._extra_key)
         return hashes
 
@@ -176,3 +209,22 @@ class Request:
             f"Request({self.request_id!r}, status={self.status.value}, "
             f"num_computed_tokens={self.num_computed_tokens}, num_tokens={self.num_tokens})"
         )
+
+
+_NOT_BUILT: TokenArray = np.empty(0, dtype=np.int64)
+_NOT_BUILT.flags.writeable = False
+_NARROW_DTYPES = (np.dtype(np.uint16), np.dtype(np.int32))
+
+
+def compact_tokens(prompt: np.ndarray) -> np.ndarray:
+    """The prompt in the narrowest of uint16 / int32 that holds every id exactly (a copy:
+    the caller's array is not kept); otherwise the array itself if read-only (a view, no
+    copy), else a copy (the caller may still change it)."""
+    low, high = int(prompt.min()), int(prompt.max())
+    for dtype in _NARROW_DTYPES:  # bounded: two
+        info = np.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return prompt.astype(dtype)
+    if prompt.dtype == np.int64 and not prompt.flags.writeable:
+        return prompt
+    return np.array(prompt, dtype=np.int64)

@@ -128,8 +128,8 @@ class Scheduler:
             self._pending_rejected.append((request_id, reason))
             self._pending_finished.append(FinishedRequest(request_id, (), f"rejected: {reason}"))
             return
-        if self.config.enable_prefix_caching:
-            request.block_hashes  # noqa: B018 - hash the prompt now, as vLLM does at Request creation
+        # Neither its int64 buffer nor its block hashes yet (vLLM hashes at Request creation):
+        # a waiting request keeps its compact prompt alone, until _admit first considers it.
         self.requests[request_id] = request
         self.waiting.add(request)
 
@@ -373,6 +373,7 @@ class Scheduler:
     def _admit(self, request: Request, token_budget: int, batch: _Batch) -> int:
         """Move the head of the waiting queue to running with its first chunk after its
         prefix hit; returns the chunk's token count, or 0 if it waits (and records why)."""
+        request.build_tokens()  # its int64 buffer, once (a no-op after the first attempt)
         hit = self._prefix_hit(request)
         num_new_tokens = self._chunk_waiting(request, hit, token_budget)
         if num_new_tokens == 0 or not self._allocate_waiting(request, num_new_tokens, hit):
