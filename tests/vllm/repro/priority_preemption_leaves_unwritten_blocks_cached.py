@@ -24,6 +24,7 @@ Exit 1 when the bug shows (a hit longer than what ran), 0 when it does not.
 Imports only vLLM (CPU is enough: no model is loaded, only a config.json is written).
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -52,9 +53,18 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
-EXPECTED_EXIT = 1  # vLLM 0.33.0 has the bug (tests/vllm/test_repro.py checks it)
+EXPECTED_EXIT = {"0.33.0": 1, "0.34.0": 1}  # the bug shows in both (tests/vllm/test_repro.py)
 BLOCK_SIZE, NUM_BLOCKS, MAX_MODEL_LEN = 4, 10, 64  # block 0 is vLLM's null block
 
+
+
+def runner_output(req_ids, sampled):
+    """vLLM's ModelRunnerOutput for these requests; 0.33 also wants req_id_to_index (0.34
+    dropped it: the scheduler indexes req_ids)."""
+    fields = {f.name for f in dataclasses.fields(ModelRunnerOutput)}
+    index = {rid: i for i, rid in enumerate(req_ids)}
+    extra = {"req_id_to_index": index} if "req_id_to_index" in fields else {}
+    return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, **extra)
 
 def tiny_model_dir() -> str:
     path = tempfile.mkdtemp()
@@ -137,10 +147,11 @@ def run_step(scheduler, step, ran_until):
     out = scheduler.schedule()
     admitted = [(r.req_id, r.num_computed_tokens) for r in out.scheduled_new_reqs]
     cached = out.scheduled_cached_reqs
+    resumed = getattr(cached, "resumed_req_ids", ())  # 0.34: resumed ones are new reqs
     admitted += [
         (rid, cached.num_computed_tokens[i])
         for i, rid in enumerate(cached.req_ids)
-        if rid in cached.resumed_req_ids
+        if rid in resumed
     ]
     admitted = [(rid, n, ran_until.get(rid, 0)) for rid, n in admitted]
     req_ids = list(out.num_scheduled_tokens)
@@ -150,11 +161,7 @@ def run_step(scheduler, step, ran_until):
         ran_until[rid] = request.num_computed_tokens  # the chunk ran: KV up to here
         done = request.num_computed_tokens >= request.num_tokens
         sampled.append([5000 + step] if done else [])
-    runner = ModelRunnerOutput(
-        req_ids=req_ids,
-        req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-        sampled_token_ids=sampled,
-    )
+    runner = runner_output(req_ids, sampled)
     scheduler.update_from_output(out, runner)
     return admitted
 

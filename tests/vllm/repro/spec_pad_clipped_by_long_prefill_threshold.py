@@ -25,6 +25,7 @@ placeholder rows ... drop the padding instead of shortening it"); the threshold 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -54,10 +55,19 @@ from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
-EXPECTED_EXIT = 1  # vLLM 0.33.0 has the bug (tests/vllm/test_repro.py asserts it)
+EXPECTED_EXIT = {"0.33.0": 1, "0.34.0": 1}  # the bug shows in both (tests/vllm/test_repro.py)
 BLOCK_SIZE = 4
 MAX_MODEL_LEN = 64
 
+
+
+def runner_output(req_ids, sampled):
+    """vLLM's ModelRunnerOutput for these requests; 0.33 also wants req_id_to_index (0.34
+    dropped it: the scheduler indexes req_ids)."""
+    fields = {f.name for f in dataclasses.fields(ModelRunnerOutput)}
+    index = {rid: i for i, rid in enumerate(req_ids)}
+    extra = {"req_id_to_index": index} if "req_id_to_index" in fields else {}
+    return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, **extra)
 
 def tiny_model_dir() -> str:
     path = tempfile.mkdtemp(prefix="vllm_repro_model_")
@@ -144,7 +154,7 @@ def main() -> int:
     assert dict(step1.num_scheduled_tokens) == {"a": 1}
     scheduler.update_from_output(
         step1,
-        ModelRunnerOutput(req_ids=["a"], req_id_to_index={"a": 0}, sampled_token_ids=[[12]]),
+        runner_output(["a"], [[12]]),
     )
     scheduler.update_draft_token_ids(DraftTokenIds(["a"], [[13]]))
     scheduler.add_request(request("b", [21]))

@@ -21,6 +21,7 @@ request without the padding would run its one token at once.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -52,11 +53,20 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
-EXPECTED_EXIT = 1  # vLLM 0.33.0 has the bug (tests/vllm/test_repro.py asserts it)
+EXPECTED_EXIT = {"0.33.0": 1, "0.34.0": 1}  # the bug shows in both (tests/vllm/test_repro.py)
 STEPS_MAX = 20
 BLOCK_SIZE = 4
 MAX_MODEL_LEN = 64
 
+
+
+def runner_output(req_ids, sampled):
+    """vLLM's ModelRunnerOutput for these requests; 0.33 also wants req_id_to_index (0.34
+    dropped it: the scheduler indexes req_ids)."""
+    fields = {f.name for f in dataclasses.fields(ModelRunnerOutput)}
+    index = {rid: i for i, rid in enumerate(req_ids)}
+    extra = {"req_id_to_index": index} if "req_id_to_index" in fields else {}
+    return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, **extra)
 
 def tiny_model_dir() -> str:
     path = tempfile.mkdtemp(prefix="vllm_repro_model_")
@@ -154,11 +164,7 @@ def run_until_idle(scheduler: Scheduler, token: int) -> int:
         ]
         scheduler.update_from_output(
             out,
-            ModelRunnerOutput(
-                req_ids=ids,
-                req_id_to_index={r: i for i, r in enumerate(ids)},
-                sampled_token_ids=sampled,
-            ),
+            runner_output(ids, sampled),
         )
     return STEPS_MAX
 
