@@ -57,7 +57,6 @@ EXPECTED_EXIT = {"0.33.0": 1, "0.34.0": 1}  # the bug shows in both (tests/vllm/
 BLOCK_SIZE, NUM_BLOCKS, MAX_MODEL_LEN = 4, 10, 64  # block 0 is vLLM's null block
 
 
-
 def runner_output(req_ids, sampled):
     """vLLM's ModelRunnerOutput for these requests; 0.33 also wants req_id_to_index (0.34
     dropped it: the scheduler indexes req_ids)."""
@@ -65,6 +64,7 @@ def runner_output(req_ids, sampled):
     index = {rid: i for i, rid in enumerate(req_ids)}
     extra = {"req_id_to_index": index} if "req_id_to_index" in fields else {}
     return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, **extra)
+
 
 def tiny_model_dir() -> str:
     path = tempfile.mkdtemp()

@@ -60,7 +60,6 @@ BLOCK_SIZE = 4
 MAX_MODEL_LEN = 64
 
 
-
 def runner_output(req_ids, sampled):
     """vLLM's ModelRunnerOutput for these requests; 0.33 also wants req_id_to_index (0.34
     dropped it: the scheduler indexes req_ids)."""
@@ -68,6 +67,7 @@ def runner_output(req_ids, sampled):
     index = {rid: i for i, rid in enumerate(req_ids)}
     extra = {"req_id_to_index": index} if "req_id_to_index" in fields else {}
     return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, **extra)
+
 
 def tiny_model_dir() -> str:
     path = tempfile.mkdtemp(prefix="vllm_repro_model_")
