@@ -122,8 +122,15 @@ class CampaignResult:
             sliding=draws_sliding_window(spec),
             aborts=spec.capabilities.aborts,
             evictions_counted=self.evictions_counted,
-            engine_paths=self.engine_paths,
+            engine_paths=self._release_paths(),
         )
+
+    def _release_paths(self) -> tuple[str, ...]:
+        """The engine's own paths this campaign's draws can reach: vLLM applies the
+        cache-aware admission window under FCFS only, so not with --family priority."""
+        if "priority" in self.options.spec.families:
+            return tuple(p for p in self.engine_paths if p != "cache-aware-reorder")
+        return self.engine_paths
 
     def unmeasured(self) -> list[str]:
         """Rare paths the engine does not let the harness count (a snapshot without

@@ -162,3 +162,17 @@ def test_a_release_path_is_listed_only_where_the_engine_counts_it():
     assert "cache-aware-reorder" in never_reached({}, engine_paths=("cache-aware-reorder",))
     assert "cache-aware-reorder" not in never_reached({}, engine_paths=())
     assert "cache-aware-reorder" not in never_reached({"cache-aware-reorder": 1})
+
+
+def test_a_priority_campaign_does_not_list_cache_aware_reorder_as_unreached():
+    """vLLM applies the cache-aware admission window under FCFS only: every example of a
+    --family priority campaign is a priority one, so the path cannot be reached there."""
+    from schedcheck.fuzz.campaign import CampaignOptions, CampaignResult
+
+    def missed(families: tuple[str, ...]) -> list[str]:
+        result = CampaignResult(CampaignOptions(SwarmSpec(engine="vllm-v1", families=families)))
+        result.engine_paths = ("cache-aware-reorder", "preempt-scheduled-same-step")
+        return result.never_reached()
+
+    assert "cache-aware-reorder" in missed(("admission",))
+    assert "cache-aware-reorder" not in missed(("priority",))
