@@ -97,7 +97,7 @@ class Request:
         # Once built: the whole buffer, read-only; only [0, num_tokens) is meaningful. Slices
         # of it are what ScheduledRequest.token_ids carries (no copy; the tokens never change).
         self.readonly_tokens: TokenArray = _NOT_BUILT
-        self._token_bytes = memoryview(b"")
+        self._token_bytes = _NO_BYTES  # shared: a memoryview object is 184 bytes
         self.num_tokens = self.num_prompt_tokens
         self.output_token_ids: list[int] = []
         self.num_computed_tokens = 0
@@ -213,6 +213,7 @@ class Request:
 
 _NOT_BUILT: TokenArray = np.empty(0, dtype=np.int64)
 _NOT_BUILT.flags.writeable = False
+_NO_BYTES = memoryview(b"")
 _NARROW_DTYPES = (np.dtype(np.uint16), np.dtype(np.int32))
 
 
