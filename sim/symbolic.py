@@ -49,13 +49,21 @@ An engine that hands per-token slot lists (`ScheduledRequest.slots`, SGLang) get
 of block size 1 (`engines/metadata.py`); at its first step the executor then tracks every
 slot as a block of one (`num_blocks * block_size` blocks of size 1), and its engine's KV
 snapshot names slots too.
+
+Cost: a step is a fixed number of array operations over its rows, not Python per token.
+The slots are arrays indexed by slot (identity, writer request, position, step), the
+requests' true tokens and identities one arena indexed by request (`sim/token_store.py`):
+a write is a scatter, a read a gather and one vectorized comparison with the identities
+gathered from the arena, a sample one scatter. Python runs per request only where a
+request's block table changed since its last check, where its verified KV grows by a
+block, and where a comparison failed (to word the violation).
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -63,69 +71,19 @@ from schedcheck.engines.metadata import RunnerMetadata, gather_slots
 from schedcheck.engines.protocol import KVCacheGroup, ScheduledRequest
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.violation import Violation
-from schedcheck.sim.bad_reads import BadReads
+from schedcheck.sim.draft_acceptance import DraftAcceptance
+from schedcheck.sim.token_store import ShadowRequest, TokenStore, sample_and_terms
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
 
 I64 = np.int64
 U64 = np.uint64
-_MASK64 = (1 << 64) - 1
+_INDEX = operator.attrgetter("index")
+_SEEN = operator.attrgetter("seen_table")
+_COMPUTED = operator.attrgetter("num_computed_tokens")
+_SCHEDULED = operator.attrgetter("num_scheduled_tokens")
 
 
-@dataclass(slots=True)
-class _ShadowRequest:
-    """What the executor knows of one live request: its true tokens and what it verified.
-
-    Memory: a request that waits in the engine's queue costs only a reference to its prompt
-    (the array the loop already holds); its token and identity buffers are built the first
-    time they are read (its first scheduled step), with room for a quarter more tokens."""
-
-    index: int  # into SymbolicExecutor.req_names
-    # the prompt as added (read-only; not copied until first read), or how to get it then
-    prompt: np.ndarray | Callable[[], np.ndarray]
-    salt: int  # hash_model.salt_identity of its cache salt (0: none)
-    num_tokens: int
-    verified_len: int = 0  # count of keys [0, verified_len) read and found right
-    verified_table: tuple[int, ...] = ()  # block table prefix covering those keys
-    seen_table: tuple[int, ...] | None = None  # the block table of the last check
-    resumed: bool = False  # preempted at least once (its KV recomputed since)
-    buffers: tuple[np.ndarray, np.ndarray] | None = None  # (tokens int64, ids uint64)
-
-    def _build(self) -> tuple[np.ndarray, np.ndarray]:
-        prompt = self.prompt if isinstance(self.prompt, np.ndarray) else self.prompt()
-        n = int(prompt.size)
-        assert n == self.num_tokens or self.buffers is None, "built at its first read"
-        capacity = n + max(16, n // 4)
-        tokens = np.zeros(capacity, dtype=I64)
-        tokens[:n] = prompt
-        ids = np.zeros(capacity, dtype=U64)
-        ids[:n] = hash_model.identities(tokens[:n], self.salt)
-        self.buffers = (tokens, ids)
-        return self.buffers
-
-    @property
-    def tokens(self) -> np.ndarray:
-        """int64 buffer, [0, num_tokens) valid."""
-        return (self.buffers or self._build())[0]
-
-    @property
-    def ids(self) -> np.ndarray:
-        """uint64 buffer: identity of each known position."""
-        return (self.buffers or self._build())[1]
-
-    def append(self, token: int, term: int) -> None:
-        """Append a sampled token whose hash-model term (for its position) is `term`."""
-        tokens, ids = self.buffers or self._build()
-        n = self.num_tokens
-        if n == tokens.size:
-            tokens = np.concatenate([tokens, np.zeros_like(tokens)])
-            ids = np.concatenate([ids, np.zeros_like(ids)])
-            self.buffers = (tokens, ids)
-        tokens[n] = token
-        ids[n] = (int(ids[n - 1]) + term) & _MASK64
-        self.num_tokens = n + 1
-
-
-class SymbolicExecutor(BadReads):
+class SymbolicExecutor(DraftAcceptance):
     """Shadow KV of `num_blocks * block_size` slots; implements engines/executor.Executor."""
 
     hash_model_tokens = True  # its tokens are the hash model's: outputs.unchunked applies
@@ -144,7 +102,8 @@ class SymbolicExecutor(BadReads):
         self.writer_step = np.full(self.num_slots, -1, dtype=I64)
         self.verifiers = np.zeros(num_blocks, dtype=np.int32)  # live requests verifying a block
         self.req_names: list[str] = []
-        self.requests: dict[str, _ShadowRequest] = {}
+        self.requests: dict[str, ShadowRequest] = {}
+        self.store = TokenStore()  # per request index: tokens, identities, verified counts
         self.violations: list[Violation] = []  # of the last step
         # request id -> its block table in the engine now (set by the loop; rare path only)
         self.current_table: Callable[[str], Sequence[int] | None] | None = None
@@ -170,8 +129,9 @@ class SymbolicExecutor(BadReads):
             prompt = functools.partial(self.prompt_source, request_id)
         elif not isinstance(prompt, np.ndarray) or prompt.flags.writeable:
             prompt = np.array(prompt)  # the caller may still change it
-        shadow = _ShadowRequest(len(self.req_names), prompt, salt, n)
-        self.requests[request_id] = shadow
+        index = self.store.add(n)
+        assert index == len(self.req_names)
+        self.requests[request_id] = ShadowRequest(self.store, index, prompt, salt)
         if cache_salt is not None:  # kept past finish_request, for discarded writes
             self.salt_identity[request_id] = hash_model.salt_identity(cache_salt)
         self.req_names.append(request_id)
@@ -180,6 +140,7 @@ class SymbolicExecutor(BadReads):
         req = self.requests.pop(request_id, None)
         if req is not None:
             self._unverify(req, 0)
+            self.store.free(req.index)
 
     def execute(self, meta: RunnerMetadata) -> dict[str, int]:
         self.violations = []
@@ -196,23 +157,32 @@ class SymbolicExecutor(BadReads):
             self._use_slot_granularity(meta.block_size)
         if meta.output.discarded:
             self._write_discarded(step, meta.output.discarded)
-        reqs = [self.requests.get(rid) for rid in meta.req_ids]
-        for rid, req in zip(meta.req_ids, reqs, strict=True):
-            if req is None:
-                self._violate("shadow-kv.unknown-request", step, rid, "scheduled but never added")
-        if any(r is None for r in reqs) or meta.num_reqs == 0:
+        found = list(map(self.requests.get, meta.req_ids))
+        if None in found:
+            for rid, req in zip(meta.req_ids, found, strict=True):
+                if req is None:
+                    self._violate(
+                        "shadow-kv.unknown-request", step, rid, "scheduled but never added"
+                    )
             return {}
-        known = [r for r in reqs if r is not None]
-        num_known = self._extend_with_drafts(meta, known)
-        written, true_ids = self._write(meta, known)
-        bad_reqs = self._check_alignment(meta) | self._read(meta, known, true_ids)
+        if meta.num_reqs == 0:
+            return {}
+        reqs: list[ShadowRequest] = found  # no None in it
+        idx = np.fromiter(map(_INDEX, reqs), I64, len(reqs))  # each one's store index
+        unbuilt = self.store.base[idx] < 0
+        if np.count_nonzero(unbuilt):  # their first step: build their tokens and identities
+            for i in unbuilt.nonzero()[0].tolist():
+                reqs[i].build()
+        num_known = self._extend_with_drafts(meta, reqs)
+        written, true_ids = self._write(meta, reqs, idx)
+        bad_reqs = self._check_alignment(meta) | self._read(meta, reqs, idx, true_ids)
         for group in range(1, len(meta.kv_groups)):
-            bad_reqs |= self._read_group(meta, known, group)
-        sampled = self._sample(meta, known, written, bad_reqs, num_known)
+            bad_reqs |= self._read_group(meta, reqs, idx, group)
+        sampled = self._sample(meta, reqs, idx, written, bad_reqs, num_known)
         if num_known:
-            sampled.update(self._accept(meta, known, written, bad_reqs, num_known))
+            sampled.update(self._accept(meta, reqs, written, bad_reqs, num_known))
         if meta.lookahead_slot_mapping.size:
-            self._write_drafts(meta, known)
+            self._write_drafts(meta, idx)
         return sampled
 
     def _use_slot_granularity(self, block_size: int) -> None:
@@ -282,20 +252,25 @@ class SymbolicExecutor(BadReads):
     # -- step phases ------------------------------------------------------------------------
 
     def _write(
-        self, meta: RunnerMetadata, reqs: list[_ShadowRequest]
+        self, meta: RunnerMetadata, reqs: list[ShadowRequest], idx: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Write every row's identity through slot_mapping; returns the identities written
         and the identities the request really has at each row's position."""
         step = meta.output.step
-        true_ids, true_tokens = self._rows_truth(meta, reqs)
-        written = np.where(true_tokens == meta.input_ids, true_ids, true_ids ^ hash_model.POISON)
+        scheduled = meta.output.scheduled  # the chunks' true positions: the scheduler's
+        lo = np.fromiter(map(_COMPUTED, scheduled), I64, len(scheduled))
+        counts = np.fromiter(map(_SCHEDULED, scheduled), I64, len(scheduled))
+        true_ids, true_tokens = self.store.chunk_truth(idx, lo, counts)
+        wrong = true_tokens != meta.input_ids
+        written = true_ids
         row_req = meta.row_req
-        for r in np.flatnonzero(true_tokens != meta.input_ids)[:1]:
-            req = reqs[row_req[r]]
+        if np.count_nonzero(wrong):
+            written = true_ids ^ (hash_model.POISON * wrong)  # poisoned where the token is
+            r = int(wrong.argmax())  # the first row of a wrong token
             self._violate(
                 "accounting.chunk-tokens",
                 step,
-                self.req_names[req.index],
+                self.req_names[reqs[row_req[r]].index],
                 f"the chunk's token is {int(meta.input_ids[r])}, the request's token there is "
                 f"{int(true_tokens[r])}",
                 position=int(meta.positions[r]),
@@ -306,21 +281,21 @@ class SymbolicExecutor(BadReads):
             meta.positions,
             row_req,
             written,
-            reqs,
+            idx,
             slots_of_positions=meta.slot_mapping_from_block_table,
         )
         for group in range(1, len(meta.kv_groups)):
             tagged = np.where(written != 0, written ^ hash_model.group_tag(group), written)
             slots = meta.slots_of_group(group)
-            self._store(step, slots, meta.positions, row_req, tagged, reqs, False)
+            self._store(step, slots, meta.positions, row_req, tagged, idx, False)
         return written, true_ids
 
-    def _write_drafts(self, meta: RunnerMetadata, reqs: list[_ShadowRequest]) -> None:
+    def _write_drafts(self, meta: RunnerMetadata, idx: np.ndarray) -> None:
         """The drafter's KV of each sampling request's lookahead positions (vllm#16370)."""
         positions = meta.lookahead_positions
         drafts = np.full(positions.size, hash_model.DRAFT, dtype=U64)
         slots = meta.lookahead_slot_mapping
-        self._store(meta.output.step, slots, positions, meta.lookahead_req, drafts, reqs)
+        self._store(meta.output.step, slots, positions, meta.lookahead_req, drafts, idx)
 
     def _store(
         self,
@@ -329,48 +304,65 @@ class SymbolicExecutor(BadReads):
         positions: np.ndarray,
         batch: np.ndarray,
         identities: np.ndarray,
-        reqs: list[_ShadowRequest],
+        idx: np.ndarray,
         slots_of_positions: bool = True,
     ) -> None:
-        """Write identities[w] into slots[w] for position positions[w] of request batch[w];
-        a slot outside the cache (or -1: past the block table) is an out-of-bounds write,
-        reported at each request's first one.
+        """Write identities[w] into slots[w] for position positions[w] of request batch[w]
+        (idx: the store index of each request of the batch); a slot outside the cache (or
+        -1: past the block table) is an out-of-bounds write, reported at each request's
+        first one.
         `slots_of_positions`: each slot is its position's slot through the request's block
         table (False under a runner mutant that derives slots otherwise)."""
+        if slots.size == 0:
+            return
+        if self._outside(slots):  # rare
+            valid = self._report_out_of_bounds(step, slots, positions, batch, identities, idx)
+            slots, positions, batch = slots[valid], positions[valid], batch[valid]
+            identities = identities[valid]
+        writers = idx[batch]
+        # every write over KV already there, equal identities included: a kernel does not
+        # rewrite bit-identical floats, so a recompute into a block another live request
+        # verified is a write into shared KV too (block-pool.write-into-shared-block)
+        old = self.shadow[slots]
+        self.shadow[slots] = identities
+        self.writer_req[slots] = writers
+        self.writer_pos[slots] = positions
+        self.writer_step[slots] = step
+        if np.count_nonzero(old):
+            self._invalidate_overwritten(step, slots, positions, writers, old, slots_of_positions)
+
+    def _outside(self, slots: np.ndarray) -> bool:
+        """Does any slot lie outside the cache? (negative ones too, read as unsigned)"""
+        unsigned = slots.view(U64) if slots.dtype == I64 else slots.astype(U64)
+        return np.count_nonzero(unsigned >= self.num_slots) != 0
+
+    def _report_out_of_bounds(
+        self,
+        step: int,
+        slots: np.ndarray,
+        positions: np.ndarray,
+        batch: np.ndarray,
+        identities: np.ndarray,
+        idx: np.ndarray,
+    ) -> np.ndarray:
+        """Report each request's first write outside the cache; returns the valid writes."""
         valid = (slots >= 0) & (slots < self.num_slots)
         invalid = np.flatnonzero(~valid)
-        if invalid.size:  # rare: each request's first out-of-bounds write
-            _, first = np.unique(batch[invalid], return_index=True)
-            invalid = invalid[first]
-        for w in invalid:
+        _, first = np.unique(batch[invalid], return_index=True)
+        for w in invalid[first]:
             what = "slot_mapping"
             if identities[w] == hash_model.DRAFT:
                 what = f"the drafter's lookahead_slot_mapping (position {int(positions[w])})"
             self._violate(
                 "shadow-kv.write-out-of-bounds",
                 step,
-                self.req_names[reqs[int(batch[w])].index],
+                self.req_names[int(idx[batch[w]])],
                 f"{what} names slot {int(slots[w])}, outside the KV cache "
                 f"(0..{self.num_slots - 1}) or outside the block table",
                 position=int(positions[w]),
                 slot=int(slots[w]),
             )
-        slots_ok = slots[valid]
-        old = self.shadow[slots_ok]
-        # every write over KV already there, equal identities included: a kernel does not
-        # rewrite bit-identical floats, so a recompute into a block another live request
-        # verified is a write into shared KV too (block-pool.write-into-shared-block)
-        changed = old != 0
-        self.shadow[slots_ok] = identities[valid]
-        req_index = np.fromiter((r.index for r in reqs), np.int32, len(reqs))
-        self.writer_req[slots_ok] = req_index[batch[valid]]
-        self.writer_pos[slots_ok] = positions[valid]
-        self.writer_step[slots_ok] = step
-        if changed.any():
-            kept = np.flatnonzero(valid)[changed]
-            self._invalidate_overwritten(
-                step, slots_ok[changed], positions[kept], batch[kept], reqs, slots_of_positions
-            )
+        return valid
 
     def _copy_block(self, step: int, src: int, dst: int) -> None:
         bs = self.block_size
@@ -402,7 +394,7 @@ class SymbolicExecutor(BadReads):
         for arr in (self.shadow, self.writer_req, self.writer_pos, self.writer_step):
             arr[lo:hi] = arr[s_lo : s_lo + bs]
 
-    def _copy_changes(self, req: _ShadowRequest, dst: int, changed: np.ndarray) -> bool:
+    def _copy_changes(self, req: ShadowRequest, dst: int, changed: np.ndarray) -> bool:
         """Does a copy into block `dst` change a key `req` has verified there? (A copy of
         equal content changes nothing the request reads: v0's copy-on-write into a block
         promoted to the same hash, or a block copied onto itself.)"""
@@ -412,17 +404,15 @@ class SymbolicExecutor(BadReads):
 
     def _check_alignment(self, meta: RunnerMetadata) -> set[int]:
         """Row r must attend exactly keys 0..positions[r] (causal, bottom-right aligned)."""
-        row_req = meta.row_req
-        qsl = meta.query_start_loc
-        last_key = (
-            np.arange(meta.num_tokens)
-            - qsl[row_req]
-            + meta.seq_lens[row_req]
-            - meta.query_lens[row_req]
-        )
-        bad_rows = np.flatnonzero(last_key != meta.positions)
+        row_req, qsl = meta.row_req, meta.query_start_loc
+        query_lens = qsl[1:] - qsl[:-1]
+        start = meta.seq_lens - query_lens - qsl[:-1]  # each request's last key - row
+        last_key = start[row_req] + np.arange(meta.num_tokens)
+        wrong = last_key != meta.positions
+        if not np.count_nonzero(wrong):
+            return set()
         bad: set[int] = set()
-        for r in bad_rows:
+        for r in wrong.nonzero()[0]:
             i = int(row_req[r])
             if i in bad:
                 continue
@@ -432,7 +422,7 @@ class SymbolicExecutor(BadReads):
                 meta.output.step,
                 meta.req_ids[i],
                 f"the row of position {int(meta.positions[r])} attends keys 0..{int(last_key[r])}"
-                f" (seq_len {int(meta.seq_lens[i])}, query_len {int(meta.query_lens[i])}), "
+                f" (seq_len {int(meta.seq_lens[i])}, query_len {int(query_lens[i])}), "
                 f"it must attend keys 0..{int(meta.positions[r])}",
                 position=int(meta.positions[r]),
                 expected=f"key length {int(meta.positions[r]) + 1}",
@@ -441,7 +431,11 @@ class SymbolicExecutor(BadReads):
         return bad
 
     def _read(
-        self, meta: RunnerMetadata, reqs: list[_ShadowRequest], true_ids: np.ndarray
+        self,
+        meta: RunnerMetadata,
+        reqs: list[ShadowRequest],
+        idx: np.ndarray,
+        true_ids: np.ndarray,
     ) -> set[int]:
         """Check every key the kernel reads that was not verified before; returns bad reqs.
 
@@ -450,39 +444,44 @@ class SymbolicExecutor(BadReads):
         table; then the chunk's rows already name the slots and the expected identities
         and no second gather is needed. Every other request takes the general path.
         """
-        tables = list(meta.block_tables)
-        lows = np.fromiter(
-            (self._revalidate(req, table) for req, table in zip(reqs, tables, strict=True)),
-            I64,
-            len(reqs),
-        )
+        tables = meta.block_tables
+        if not all(map(operator.is_, tables, map(_SEEN, reqs))):  # some table changed
+            for req, table in zip(reqs, tables, strict=True):
+                if table is not req.seen_table:
+                    self._revalidate(req, table)
+        lows = self.store.verified_len[idx]
         highs = np.maximum(meta.seq_lens, lows)
-        chunk_only = (lows == meta.num_computed_tokens) & (highs == meta.seq_lens)
-        if not meta.as_documented:
-            chunk_only[:] = False
-        rows = np.flatnonzero(chunk_only[meta.row_req])
-        parts = [
-            (meta.row_req[rows], meta.positions[rows], meta.slot_mapping[rows], true_ids[rows])
-        ]
-        other = np.flatnonzero(~chunk_only & (highs > lows))
-        if other.size:
-            parts.append(self._gather_keys(reqs, tables, other, lows, highs))
-        key_req, keys, slots, expected = (np.concatenate(p) for p in zip(*parts, strict=True))
-        bad = self._compare(meta, reqs, (key_req, keys, slots, expected))
-        for j in np.flatnonzero(highs > lows).tolist():
-            if j not in bad:
-                self._verify(reqs[j], tables[j], int(highs[j]))
+        chunk_only = lows == meta.num_computed_tokens
+        chunk_only &= highs == meta.seq_lens
+        if meta.as_documented and np.count_nonzero(chunk_only) == chunk_only.size:
+            # every request reads its chunk only: the rows written, through slot_mapping
+            reads = (meta.row_req, meta.positions, meta.slot_mapping, true_ids)
+        else:
+            if not meta.as_documented:
+                chunk_only[:] = False
+            rows = np.flatnonzero(chunk_only[meta.row_req])
+            parts = [
+                (meta.row_req[rows], meta.positions[rows], meta.slot_mapping[rows], true_ids[rows])
+            ]
+            other = np.flatnonzero(~chunk_only & (highs > lows))
+            if other.size:
+                parts.append(self._gather_keys(idx, tables, other, lows, highs))
+            key_req, keys, slots, expected = (np.concatenate(p) for p in zip(*parts, strict=True))
+            reads = (key_req, keys, slots, expected)
+        bad = self._compare(meta, reqs, reads)
+        self._verify(reqs, idx, tables, highs > lows, highs, bad)
         return bad
 
     def _gather_keys(
         self,
-        reqs: list[_ShadowRequest],
-        tables: list[tuple[int, ...]],
+        idx: np.ndarray,
+        tables: Sequence[tuple[int, ...]],
         todo: np.ndarray,
         lows: np.ndarray,
         highs: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(request, key, slot, expected identity) of keys [lows[i], highs[i]) of each i."""
+        """(request, key, slot, expected identity) of keys [lows[i], highs[i]) of each i
+        (expected 0 past the request's known tokens)."""
         counts = (highs - lows)[todo]
         key_index = np.repeat(np.arange(todo.size), counts)
         row_start = np.zeros(todo.size, dtype=I64)
@@ -491,13 +490,15 @@ class SymbolicExecutor(BadReads):
         slots = gather_slots(
             [tables[i] for i in todo], lows[todo].tolist(), counts.tolist(), self.block_size
         )
-        expected = np.concatenate([self._expected(reqs[i], lows[i], highs[i]) for i in todo])
-        return todo[key_index], keys, slots, expected
+        key_req = todo[key_index]
+        expected, _ = self.store.truth(idx[key_req], keys)
+        return key_req, keys, slots, expected
 
     def _sample(
         self,
         meta: RunnerMetadata,
-        reqs: list[_ShadowRequest],
+        reqs: list[ShadowRequest],
+        idx: np.ndarray,
         written: np.ndarray,
         bad_reqs: set[int],
         num_known: dict[int, int],
@@ -511,14 +512,21 @@ class SymbolicExecutor(BadReads):
         if rows.size == 0:
             return {}
         batch = meta.row_req[rows]
-        identity = written[rows].copy()
+        identity = written[rows]
         if bad_reqs:
             poisoned = np.isin(batch, np.fromiter(bad_reqs, I64, len(bad_reqs)))
             identity[poisoned] ^= hash_model.READ_POISON
-        tokens = hash_model.sample_tokens(identity, self.vocab_size)
         positions = meta.positions[rows]
-        terms = hash_model.terms(positions + 1, tokens)
-        out: dict[str, int] = {}
+        tokens, terms = sample_and_terms(identity, positions + 1, self.vocab_size)
+        writers = idx[batch]
+        # each request once (rows in batch order), each sampling after its last token
+        right = positions == self.store.num_tokens[writers] - 1
+        right[1:] &= batch[1:] > batch[:-1]
+        if np.count_nonzero(right) == right.size:
+            self.store.append_many(writers, tokens, terms)
+            names = [meta.req_ids[i] for i in batch.tolist()]
+            return dict(zip(names, tokens.tolist(), strict=True))
+        out: dict[str, int] = {}  # rare: one at a time, to report the wrong positions
         for i, token, position, term in zip(
             batch.tolist(), tokens.tolist(), positions.tolist(), terms.tolist(), strict=True
         ):
@@ -538,75 +546,11 @@ class SymbolicExecutor(BadReads):
             out[meta.req_ids[i]] = token
         return out
 
-    # -- speculative decoding with acceptance ------------------------------------------------
-
-    def _extend_with_drafts(
-        self, meta: RunnerMetadata, reqs: list[_ShadowRequest]
-    ) -> dict[int, int]:
-        """Append each request's scheduled drafts to its tokens for this step; returns batch
-        index -> num_tokens before its drafts (empty: no drafts in the step)."""
-        if meta.num_draft_tokens.size == 0:
-            return {}
-        num_known: dict[int, int] = {}
-        for i in np.flatnonzero(meta.num_draft_tokens).tolist():
-            req, sched = reqs[i], meta.output.scheduled[i]
-            num_known[i] = n = req.num_tokens
-            drafts = np.asarray(sched.spec_token_ids, dtype=I64)
-            if sched.num_end_tokens - drafts.size != n:  # drafts not after the known tokens
-                self._violate(
-                    "accounting.draft-position",
-                    meta.output.step,
-                    meta.req_ids[i],
-                    f"{drafts.size} drafts end its chunk at {sched.num_end_tokens}, but the "
-                    f"request knows {n} tokens: drafts must follow them",
-                    position=n,
-                )
-            terms = hash_model.terms(np.arange(n, n + drafts.size, dtype=I64), drafts)
-            for token, term in zip(drafts.tolist(), terms.tolist(), strict=True):
-                req.append(token, term)
-        return num_known
-
-    def _accept(
-        self,
-        meta: RunnerMetadata,
-        reqs: list[_ShadowRequest],
-        written: np.ndarray,
-        bad_reqs: set[int],
-        num_known: dict[int, int],
-    ) -> dict[str, int]:
-        """The rejection sampler: per request with drafts, sample every row from its last
-        known token on, accept the longest prefix of drafts equal to the samples before them
-        and add the bonus; the request keeps verified KV only before its first rejected
-        draft."""
-        rows = meta.spec_rows
-        identity = written[rows].copy()
-        batch = meta.row_req[rows]
-        if bad_reqs:
-            poisoned = np.isin(batch, np.fromiter(bad_reqs, I64, len(bad_reqs)))
-            identity[poisoned] ^= hash_model.READ_POISON
-        samples = hash_model.sample_tokens(identity, self.vocab_size)
-        out: dict[str, int] = {}
-        for i, n in num_known.items():
-            req, rid = reqs[i], meta.req_ids[i]
-            mine = samples[batch == i]
-            drafts = req.tokens[n : req.num_tokens].copy()
-            req.num_tokens = n  # drop the drafts; append what was generated instead
-            if meta.positions[rows[batch == i][0]] != n - 1:
-                continue  # reported by _extend_with_drafts
-            rejected = np.flatnonzero(drafts != mine[: drafts.size])
-            num_accepted = int(rejected[0]) if rejected.size else int(drafts.size)
-            generated = mine[: num_accepted + 1]
-            terms = hash_model.terms(np.arange(n, n + generated.size, dtype=I64), generated)
-            for token, term in zip(generated.tolist(), terms.tolist(), strict=True):
-                req.append(token, term)
-            self._unverify(req, n + num_accepted)  # KV of n + num_accepted on: rejected
-            self.accepted_token_ids[rid] = tuple(generated[:-1].tolist())
-            out[rid] = int(generated[-1])
-        return out
-
     # -- hybrid KV cache: sliding-window groups ----------------------------------------------
 
-    def _read_group(self, meta: RunnerMetadata, reqs: list[_ShadowRequest], group: int) -> set[int]:
+    def _read_group(
+        self, meta: RunnerMetadata, reqs: list[ShadowRequest], idx: np.ndarray, group: int
+    ) -> set[int]:
         """Read, through group `group`'s tables, exactly the keys in its rows' windows::
 
         window of the row at position p:  keys [max(0, p - W + 1), p]
@@ -620,8 +564,8 @@ class SymbolicExecutor(BadReads):
         todo = np.flatnonzero(highs > lows)
         if todo.size == 0:
             return set()
-        tables = list(meta.tables_of_group(group))
-        key_req, keys, slots, expected = self._gather_keys(reqs, tables, todo, lows, highs)
+        tables = meta.tables_of_group(group)
+        key_req, keys, slots, expected = self._gather_keys(idx, tables, todo, lows, highs)
         tag = hash_model.group_tag(group)
         expected = np.where(expected != 0, expected ^ tag, expected)
         return self._compare(meta, reqs, (key_req, keys, slots, expected), kv_group)
@@ -629,7 +573,7 @@ class SymbolicExecutor(BadReads):
     def _compare(
         self,
         meta: RunnerMetadata,
-        reqs: list[_ShadowRequest],
+        reqs: list[ShadowRequest],
         reads: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
         kv_group: KVCacheGroup | None = None,
     ) -> set[int]:
@@ -637,12 +581,22 @@ class SymbolicExecutor(BadReads):
         each bad request's first bad key and returns the bad requests (indices into reqs).
         `reads` is (request index, key, slot, expected identity) per key read."""
         key_req, keys, slots, expected = reads
-        in_cache = (slots >= 0) & (slots < self.num_slots)
-        found = np.where(in_cache, self.shadow[np.where(in_cache, slots, 0)], U64(0))
-        bad_keys = np.flatnonzero((found != expected) | ~in_cache | (expected == 0))
         self.num_keys_checked += int(keys.size)
+        if keys.size == 0:
+            return set()
+        if self._outside(slots):
+            in_cache = (slots >= 0) & (slots < self.num_slots)
+            found = np.where(in_cache, self.shadow[np.where(in_cache, slots, 0)], U64(0))
+            wrong = (found != expected) | ~in_cache | (expected == 0)
+        else:  # every key in the cache
+            found = self.shadow[slots]
+            wrong = found != expected
+            if np.count_nonzero(expected) != expected.size:  # keys past the tokens known
+                wrong |= expected == 0
+        if not np.count_nonzero(wrong):
+            return set()
         bad: set[int] = set()
-        for k in bad_keys.tolist():  # bounded: the keys read
+        for k in wrong.nonzero()[0].tolist():  # bounded: the keys read
             i = int(key_req[k])
             if i not in bad:
                 bad.add(i)
@@ -652,33 +606,10 @@ class SymbolicExecutor(BadReads):
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _rows_truth(
-        self, meta: RunnerMetadata, reqs: list[_ShadowRequest]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Per row: the identity and the token the request really has at that position."""
-        ids, tokens = [], []
-        for req, sched in zip(reqs, meta.output.scheduled, strict=True):
-            lo = sched.num_computed_tokens
-            hi = lo + sched.num_scheduled_tokens
-            known = min(hi, req.num_tokens)  # hi > lo: every request runs a token
-            pad = hi - max(known, lo)
-            ids.append(req.ids[lo:known])
-            tokens.append(req.tokens[lo:known])
-            if pad > 0:  # positions the request does not have: no true token there
-                ids.append(np.zeros(pad, U64))
-                tokens.append(np.full(pad, -1, I64))
-        return np.concatenate(ids), np.concatenate(tokens)
-
-    def _expected(self, req: _ShadowRequest, lo: int, hi: int) -> np.ndarray:
-        known = min(hi, req.num_tokens)
-        if known >= hi:
-            return req.ids[lo:hi]
-        return np.concatenate([req.ids[lo:known], np.zeros(hi - max(known, lo), U64)])
-
-    def _revalidate(self, req: _ShadowRequest, table: tuple[int, ...]) -> int:
+    def _revalidate(self, req: ShadowRequest, table: tuple[int, ...]) -> None:
         """Keys still verified: those whose block-table entries did not change."""
         if table is req.seen_table:  # the engine handed the same tuple again: unchanged
-            return req.verified_len
+            return
         req.seen_table = table
         n = len(req.verified_table)
         if n and table[:n] != req.verified_table:
@@ -686,23 +617,48 @@ class SymbolicExecutor(BadReads):
                 (k for k in range(n) if k >= len(table) or table[k] != req.verified_table[k]), n
             )
             self._unverify(req, same * self.block_size)
-        return req.verified_len
 
-    def _verify(self, req: _ShadowRequest, table: tuple[int, ...], verified_len: int) -> None:
-        old_blocks = len(req.verified_table)
-        new_blocks = -(-verified_len // self.block_size)
-        if new_blocks > old_blocks:
-            np.add.at(self.verifiers, np.asarray(table[old_blocks:new_blocks], I64), 1)
-            req.verified_table = table[:new_blocks]
-        req.verified_len = max(req.verified_len, verified_len)
+    def _verify(
+        self,
+        reqs: list[ShadowRequest],
+        idx: np.ndarray,
+        tables: Sequence[tuple[int, ...]],
+        read: np.ndarray,
+        highs: np.ndarray,
+        bad: set[int],
+    ) -> None:
+        """Each request i that read keys (read[i]) and found them right has verified keys
+        [0, highs[i]): its verified length grows, and so do its verified blocks (counted
+        in `verifiers`) where it reaches a new block."""
+        if bad:
+            read[np.fromiter(bad, I64, len(bad))] = False
+        store, todo, who = self.store, None, idx
+        if np.count_nonzero(read) != read.size:
+            todo = read.nonzero()[0]
+            who, highs = idx[todo], highs[todo]
+        store.verified_len[who] = np.maximum(store.verified_len[who], highs)
+        new_blocks = (highs + (self.block_size - 1)) // self.block_size
+        grown = (new_blocks > store.verified_blocks[who]).nonzero()[0]
+        if grown.size == 0:
+            return
+        blocks: list[int] = []
+        for k, n in zip(grown.tolist(), new_blocks[grown].tolist(), strict=True):
+            i = k if todo is None else int(todo[k])
+            req, table = reqs[i], tables[i]
+            blocks += table[len(req.verified_table) : n]
+            req.verified_table = table[:n]
+            store.verified_blocks[req.index] = len(req.verified_table)
+        np.add.at(self.verifiers, np.asarray(blocks, I64), 1)
 
-    def _unverify(self, req: _ShadowRequest, keep_len: int) -> None:
+    def _unverify(self, req: ShadowRequest, keep_len: int) -> None:
         keep_blocks = keep_len // self.block_size
         dropped = req.verified_table[keep_blocks:]
         if dropped:
             np.add.at(self.verifiers, np.asarray(dropped, I64), -1)
         req.verified_table = req.verified_table[:keep_blocks]
-        req.verified_len = min(req.verified_len, keep_blocks * self.block_size)
+        store = self.store
+        store.verified_blocks[req.index] = len(req.verified_table)
+        store.verified_len[req.index] = min(req.verified_len, keep_blocks * self.block_size)
         req.seen_table = None
 
     def _invalidate_overwritten(
@@ -710,36 +666,42 @@ class SymbolicExecutor(BadReads):
         step: int,
         slots: np.ndarray,
         positions: np.ndarray,
-        row_reqs: np.ndarray,
-        reqs: list[_ShadowRequest],
+        writers: np.ndarray,
+        old: np.ndarray,
         slots_of_positions: bool,
     ) -> None:
-        """A write changed a slot: any live request that had verified it must re-read it.
+        """A write changed a slot (one that held KV, old[w] != 0): any live request that
+        had verified it must re-read it.
 
-        Write w was of position positions[w] of request reqs[row_reqs[w]]. The common case
-        is a request writing the stale rest of its own last, partly verified block (its
-        position's own slot: past every key it verified there); only a block verified by
-        some *other* live request takes the slow path, which finds the requests and
-        re-verifies them from that key. When slots are not their positions' slots (a
-        runner bug), a write into the writer's own verified block may hit a verified key:
-        slow path too.
+        Write w was of position positions[w] of the request of store index writers[w].
+        The common case is a request writing the stale rest of its own last, partly
+        verified block (its position's own slot: past every key it verified there); only a
+        block verified by some *other* live request takes the slow path, which finds the
+        requests and re-verifies them from that key. When slots are not their positions'
+        slots (a runner bug), a write into the writer's own verified block may hit a
+        verified key: slow path too.
         """
-        own_blocks = np.fromiter((len(r.verified_table) for r in reqs), I64, len(reqs))
-        self_verified = (positions // self.block_size) < own_blocks[row_reqs]
-        self_verified &= slots_of_positions
-        if not (self.verifiers[slots // self.block_size] > self_verified).any():
+        held = self.verifiers[slots // self.block_size]  # live requests verifying the block
+        if not np.count_nonzero(held):
             return
+        own_blocks = self.store.verified_blocks[writers]
+        self_verified = (positions // self.block_size) < own_blocks
+        self_verified &= slots_of_positions
+        changed = old != 0
+        if not np.count_nonzero(changed & (held > self_verified)):
+            return
+        kept = np.flatnonzero(changed)
+        slots, writers = slots[kept], writers[kept]
         for name, req in self.requests.items():  # rare path: only on overwrites of verified KV
-            for slot, row_req in zip(slots.tolist(), row_reqs.tolist(), strict=True):
+            for slot, writer in zip(slots.tolist(), writers.tolist(), strict=True):
                 key = self._verified_key(req, slot)
                 if key < 0:
                     continue
-                writer = reqs[row_req]
-                if writer is not req and self._still_holds(name, key, slot):
+                if writer != req.index and self._still_holds(name, key, slot):
                     self._violate(
                         "block-pool.write-into-shared-block",
                         step,
-                        self.req_names[writer.index],
+                        self.req_names[writer],
                         f"writes slot {slot} of block {slot // self.block_size}, which holds "
                         f"key {key} of live request {name}",
                         slot=slot,
@@ -747,7 +709,7 @@ class SymbolicExecutor(BadReads):
                     )
                 self._unverify(req, key)
 
-    def _verified_key(self, req: _ShadowRequest, slot: int) -> int:
+    def _verified_key(self, req: ShadowRequest, slot: int) -> int:
         """The key of `req` whose verified KV lies in `slot`, or -1."""
         block = slot // self.block_size
         index = next((i for i, b in enumerate(req.verified_table) if b == block), -1)
