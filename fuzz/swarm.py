@@ -29,6 +29,8 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
     vLLM scheduler options       vllm-v1 (fuzz/swarm_vllm.py): policy, async scheduling,
                                  max_num_scheduled_tokens, watermark, queue limits, ...,
                                  by family, each on in half the examples (--family: all);
+                                 vllm-engine: the same but async scheduling (its CPU
+                                 platform turns it off);
                                  the reference engine: async scheduling under --family async
                                  only (then without drafts), so a seed's examples stay
     num_gpu_blocks               the least that lets every request run alone, plus a slack
@@ -74,7 +76,7 @@ from schedcheck.fuzz.strategies import (
     draw_features,
     pick,
 )
-from schedcheck.fuzz.swarm_vllm import VLLM_FAMILIES, draw_vllm_v1_extra
+from schedcheck.fuzz.swarm_vllm import VLLM_ENGINE_FAMILIES, VLLM_FAMILIES, draw_vllm_v1_extra
 from schedcheck.sim.faults import FAULT_KINDS
 from schedcheck.traces.schema import TraceRequest
 
@@ -89,7 +91,11 @@ SPEC_TOKENS = (1, 2, 3, 5)
 DRAFT_ACCEPTANCES = (0.7, 0.0, 0.3, 0.9, 1.0)
 # --family: a campaign per option family (vLLM's scheduler options, drafts, sliding windows)
 FAMILIES = (*VLLM_FAMILIES, "spec-decode", "sliding-window")
-VLLM_OPTION_ENGINES = frozenset({"vllm-v1"})  # engines drawing vLLM v1's scheduler options
+# engines drawing vLLM v1's scheduler options, with the families each draws
+VLLM_OPTION_ENGINES: Mapping[str, tuple[str, ...]] = {
+    "vllm-v1": VLLM_FAMILIES,
+    "vllm-engine": VLLM_ENGINE_FAMILIES,
+}
 SPEC_ENGINES = frozenset({"vllm-v1", "reference"})  # engines that schedule draft tokens
 HYBRID_ENGINES = frozenset({"vllm-v1"})  # engines with sliding-window KV-cache groups
 
@@ -171,7 +177,8 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
         budget_tokens = max(budget_tokens, block_size)  # needs room for one block
         threshold = max(threshold, block_size) if threshold else 0
     if draws_vllm_options(spec):
-        extra += draw_vllm_v1_extra(draw, spec.families, block_size, blocks_max)
+        drawable = VLLM_OPTION_ENGINES[spec.engine]
+        extra += draw_vllm_v1_extra(draw, spec.families, block_size, blocks_max, drawable)
     elif spec.is_reference and "async" in spec.families:  # no draws: the stream is kept
         extra += ((ASYNC_SCHEDULING_KEY, "true"),)
     # draw order matters (a seed replays the same examples): as the fields below
@@ -249,7 +256,8 @@ def draw_flag(draw: st.DrawFn, accepted: tuple[bool, ...], shrinks_to: bool) -> 
 
 
 def draws_vllm_options(spec: SwarmSpec) -> bool:
-    """vLLM v1's scheduler options (fuzz/swarm_vllm.py) are drawn for vllm-v1."""
+    """vLLM v1's scheduler options (fuzz/swarm_vllm.py) are drawn for vllm-v1 and, all
+    but async scheduling, for vllm-engine (vLLM's whole engine)."""
     return spec.engine in VLLM_OPTION_ENGINES
 
 

@@ -1,4 +1,5 @@
-"""The vLLM v1 scheduler options the swarm draws for `--engine vllm-v1`, by family.
+"""The vLLM v1 scheduler options the swarm draws for `--engine vllm-v1` (every family) and
+`--engine vllm-engine` (all but async: `VLLM_ENGINE_FAMILIES`), by family.
 
 Each family is drawn on or off per example (off shrinks first, to vLLM's defaults; on in
 every example for a family named by `--family`, a campaign per family), and
@@ -24,6 +25,8 @@ from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY
 from schedcheck.fuzz.strategies import draw_boundary_length, pick
 
 VLLM_FAMILIES = ("priority", "async", "budget", "admission", "queue")
+# vLLM's whole engine on a CPU: its CPU platform turns async scheduling off
+VLLM_ENGINE_FAMILIES = ("priority", "budget", "admission", "queue")
 WATERMARKS = ("0.01", "0.1", "0.25", "0.5")
 PREFILL_INTERVALS = ("2", "3", "5")
 ACTIVE_SEQS = ("1", "2", "3")
@@ -34,12 +37,19 @@ Extra = tuple[tuple[str, str], ...]
 
 
 def draw_vllm_v1_extra(
-    draw: st.DrawFn, families: tuple[str, ...], block_size: int, blocks_max: int
+    draw: st.DrawFn,
+    families: tuple[str, ...],
+    block_size: int,
+    blocks_max: int,
+    drawable: tuple[str, ...] = VLLM_FAMILIES,
 ) -> Extra:
     """The options of every family drawn on (those in `families` always, the others in
-    half the examples), as sorted EngineConfig.extra pairs."""
+    half the examples), as sorted EngineConfig.extra pairs; only the `drawable` families
+    (the engine's: vllm-engine has no async scheduling) are drawn at all."""
     extra: dict[str, str] = {}
     for family in VLLM_FAMILIES:  # a fixed order: the same draws for the same choices
+        if family not in drawable:
+            continue
         if family in families or draw(st.booleans()):
             extra.update(_DRAWS[family](draw, block_size, blocks_max))
     return tuple(sorted(extra.items()))

@@ -30,7 +30,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from schedcheck.engines.protocol import EngineConfig, SchedulerOutput
+from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig, SchedulerOutput
 from schedcheck.engines.vllm.engine.factory import (
     KERNEL_BLOCK_SIZE_MULTIPLE,
     KERNEL_ENGINE,
@@ -54,20 +54,37 @@ def kernel_block_size(block_size: int) -> int:
     return max(m, m * round(block_size / m))
 
 
+def kernel_pool_blocks(num_blocks: int, block_size: int, kernel_block_size: int) -> int:
+    """The pool at `kernel_block_size` for one of `num_blocks` blocks of `block_size`: its
+    blocks kept, or its usable tokens (rounded up, + vLLM's null block) where that is more.
+
+    Keeping the blocks keeps the concurrency: a request of n tokens takes cdiv(n, K)
+    <= cdiv(n, b) blocks at K >= b, so every set of requests co-resident at the recorded
+    size stays co-resident at K (the pool only grows in tokens: fewer preemptions)."""
+    tokens = (num_blocks - NULL_BLOCKS) * block_size  # vLLM's null block is not usable
+    by_tokens = max(1, -(-tokens // kernel_block_size)) + NULL_BLOCKS
+    return max(by_tokens, num_blocks)
+
+
+def _pool_why(recorded: EngineConfig, block_size: int, num_blocks: int) -> str:
+    if num_blocks == recorded.num_gpu_blocks:
+        return "its blocks kept: every set of requests co-resident then still is"
+    tokens = (recorded.num_gpu_blocks - NULL_BLOCKS) * recorded.block_size
+    return f"its {tokens} usable tokens rounded up, + the null block"
+
+
 def kernel_config(recorded: EngineConfig) -> tuple[EngineConfig, list[str]]:
     """The recorded config as the kernel engine runs it, and each change, in words."""
     notes = []
     config = recorded
     block_size = kernel_block_size(recorded.block_size)
     if block_size != recorded.block_size:
-        # vLLM's null block is not usable: keep the usable tokens, rounded up
-        tokens = (recorded.num_gpu_blocks - NULL_BLOCKS) * recorded.block_size
-        num_blocks = max(1, -(-tokens // block_size)) + NULL_BLOCKS
+        num_blocks = kernel_pool_blocks(recorded.num_gpu_blocks, recorded.block_size, block_size)
         config = dataclasses.replace(config, block_size=block_size, num_gpu_blocks=num_blocks)
         notes.append(
             f"block size {recorded.block_size} re-run at {block_size} (CPU_ATTN takes "
             f"multiples of {KERNEL_BLOCK_SIZE_MULTIPLE}); pool {recorded.num_gpu_blocks} "
-            f"blocks -> {num_blocks} (its {tokens} usable tokens rounded up, + the null block)"
+            f"blocks -> {num_blocks} ({_pool_why(recorded, block_size, num_blocks)})"
         )
     if config.block_manager not in ("hashed", "v1"):
         notes.append(f"block manager {config.block_manager!r} -> vLLM v1's (the only one)")
@@ -77,20 +94,30 @@ def kernel_config(recorded: EngineConfig) -> tuple[EngineConfig, list[str]]:
         before, after = getattr(config, field.name), getattr(fitted, field.name)
         if before != after and field.name != "extra":
             notes.append(f"{field.name} {before!r} -> {after!r} (vllm-engine's fit)")
-    if dict(config.extra) != dict(fitted.extra):
-        notes.append(f"options {dict(config.extra)} dropped (vllm-engine: {_dropped_why()})")
+    before, after = dict(config.extra), dict(fitted.extra)
+    dropped = {k: v for k, v in before.items() if k not in after}
+    if dropped:
+        why = "; ".join(sorted({_dropped_why(k) for k in dropped}))
+        notes.append(f"options {dropped} dropped (vllm-engine: {why})")
+    for key in sorted(k for k in after if before.get(k) != after[k]):  # bounded: options
+        notes.append(f"option {key} {before.get(key)!r} -> {after[key]!r} (vllm-engine's fit)")
     return fitted, notes
 
 
-def _dropped_why() -> str:
-    return "FCFS only, no drafter, one KV-cache group"
+def _dropped_why(key: str) -> str:
+    if key == ASYNC_SCHEDULING_KEY:
+        return "vLLM's CPU platform turns async scheduling off"
+    if key.startswith("vllm:"):
+        return "not a SchedulerConfig field of the installed vLLM"
+    return "not one of vLLM's scheduler options (no drafter)"
 
 
 def baseline_config(config: EngineConfig, trace: Sequence[TraceRequest]) -> EngineConfig:
     """The same engine, each request alone, unchunked and uncached: one request at a time
     (max_num_seqs 1: row 0 of the persistent batch, never moved), a budget that holds the
     longest whole sequence (no prompt is split), prefix caching off, a pool that holds
-    every request (no preemption)."""
+    every request (no preemption), vLLM's default scheduler options (FCFS; no token cap
+    that would split a prompt, no queue limit that would reject one)."""
     lengths = [_length(r) for r in trace]
     blocks = sum(-(-n // config.block_size) for n in lengths) + 1
     return dataclasses.replace(
@@ -101,6 +128,7 @@ def baseline_config(config: EngineConfig, trace: Sequence[TraceRequest]) -> Engi
         max_num_batched_tokens=max([*lengths, config.max_num_batched_tokens]),
         long_prefill_token_threshold=0,
         num_gpu_blocks=max(blocks, config.num_gpu_blocks),
+        extra={},
     )
 
 

@@ -169,14 +169,16 @@ def _from_env() -> None:
 
 def kernel_sizes(config: EngineConfig) -> EngineConfig:
     """The fuzzer's config at the nearest block size vLLM's CPU kernel takes (a multiple
-    of 32, the pool's tokens kept): a campaign's bundles then replay on CPU_ATTN with the
-    same chunks and prefix hits."""
+    of 32, the pool's blocks kept: requests that ran together still do): a campaign's
+    bundles then replay on CPU_ATTN with the same chunks and prefix hits."""
     from schedcheck.gpu.vllm_engine import kernel_config
 
     return factory.fit_config(kernel_config(config)[0])
 
 
-CAPABILITIES = dataclasses.replace(factory.CAPABILITIES, fit_config=kernel_sizes)
+# FCFS (the swarm draws vLLM's options for vllm-engine only): no priorities drawn either,
+# so a seed draws the examples it drew before the whole engine took priorities
+CAPABILITIES = dataclasses.replace(factory.CAPABILITIES, fit_config=kernel_sizes, priorities=False)
 
 
 @declare(CAPABILITIES)

@@ -9,6 +9,7 @@ from schedcheck.gpu.vllm_engine import (
     compare_samples,
     kernel_block_size,
     kernel_config,
+    kernel_pool_blocks,
     schedule_divergence,
 )
 
@@ -22,15 +23,27 @@ class Sample:  # the fields of engines/vllm/engine/build.KernelSample
     forced_logprob: float
 
 
-def test_block_sizes_go_to_the_nearest_multiple_of_32_keeping_the_pool_tokens() -> None:
+def test_block_sizes_go_to_the_nearest_multiple_of_32_keeping_the_pool_blocks() -> None:
     assert [kernel_block_size(b) for b in (1, 4, 16, 32, 40, 64)] == [32, 32, 32, 32, 32, 64]
     config, notes = kernel_config(EngineConfig(block_size=4, num_gpu_blocks=10))
-    assert (config.block_size, config.num_gpu_blocks) == (32, 3)  # 36 usable tokens + null
+    # its 10 blocks kept (36 usable tokens would fit 2 + the null block: one request at a time)
+    assert (config.block_size, config.num_gpu_blocks) == (32, 10)
     assert notes[0].startswith("block size 4 re-run at 32")
+    assert "pool 10 blocks -> 10 (its blocks kept" in notes[0]
+    config, notes = kernel_config(EngineConfig(block_size=40, num_gpu_blocks=5))
+    assert (config.block_size, config.num_gpu_blocks) == (32, 6)  # 160 usable tokens + null
+    assert "its 160 usable tokens rounded up" in notes[0]
     assert kernel_config(EngineConfig(block_size=32, num_gpu_blocks=10)) == (
         EngineConfig(block_size=32, num_gpu_blocks=10),
         [],
     )
+
+
+def test_every_set_co_resident_at_the_recorded_size_stays_co_resident_at_32() -> None:
+    for block_size in (1, 2, 4, 8, 16):  # bounded: the swarm's sizes
+        # a request of n tokens takes no more blocks at 32, and the pool keeps its blocks
+        assert all(-(-n // 32) <= -(-n // block_size) for n in range(1, 300))
+        assert all(kernel_pool_blocks(k, block_size, 32) >= k for k in range(2, 40))
 
 
 def test_samples_within_tolerance_flips_and_near_ties() -> None:

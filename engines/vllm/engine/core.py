@@ -26,9 +26,12 @@ reads it (block tables set from block_ids[0] for new and resumed requests, appen
 new_block_ids[0]), independently of the runner: the shadow KV then checks the runner's
 metadata against what the scheduler decided, so a runner bug is a finding.
 
-Not modelled (refused by the factory, see factory.py): speculative decoding, async
-scheduling, several KV-cache groups, priorities (FCFS only). An exception inside vLLM
-propagates unchanged: the simulator records an `engine-crash`.
+vLLM's scheduler options (policy, `vllm:` SchedulerConfig fields) reach its config through
+EngineArgs (build.py); the queue limits are checked here, before a request reaches the
+engine core, as vLLM's API server does (engines/vllm/v1/frontend.py: a 503 is a
+rejection). Not modelled (refused by the factory, see factory.py): speculative decoding,
+async scheduling, several KV-cache groups. An exception inside vLLM propagates unchanged:
+the simulator records an `engine-crash`.
 """
 
 from __future__ import annotations
@@ -59,9 +62,12 @@ from schedcheck.engines.vllm.engine.build import (
     KernelSample,
     build_engine_core,
     runner_metadata_of,
+    shutdown_engine_core,
     snapshot_class,
 )
 from schedcheck.engines.vllm.engine.model import DEFAULT_VOCAB_SIZE
+from schedcheck.engines.vllm.v1 import paths
+from schedcheck.engines.vllm.v1.frontend import queue_rejection, queued
 
 ENGINE_NAME = "vllm-engine"
 _LIVE: list[VllmWholeEngine] = []  # the engine built last in this process (see __init__)
@@ -107,6 +113,8 @@ class VllmWholeEngine:
         self._runner_meta: dict[int, RunnerMetadata] = {}
         self._pending_finished: list[FinishedRequest] = []
         self._rejected: list[tuple[str, str]] = []
+        self._num_queue_rejections = 0
+        self._same_step_preemptions = paths.SameStepPreemptions(self.scheduler)
         self._last_arrival_time_s = -ARRIVAL_TIME_TICK_S
         shadow_backend.RECORDER.take()  # anything a profiling run left
         _LIVE.append(self)
@@ -116,7 +124,8 @@ class VllmWholeEngine:
         core, self.core = self.core, None
         self.runner = None  # the sampler it wraps goes with the core
         if core is not None:
-            core.shutdown()
+            shutdown_engine_core(core)
+        del core
         gc.collect()
 
     # ------------------------------------------------------------------ requests --
@@ -127,6 +136,9 @@ class VllmWholeEngine:
         rid = request.request_id
         assert rid not in self._live, f"duplicate id {rid}"
         reason = frontend_rejection(request, self.config.max_model_len)
+        if reason is None:  # the API server's queue limits (vllm:max_num_queued_*)
+            reason = queue_rejection(self.scheduler.scheduler_config, queued(self._live.values()))
+            self._num_queue_rejections += reason is not None
         if reason is not None:
             self._rejected.append((rid, reason))
             return
@@ -164,7 +176,9 @@ class VllmWholeEngine:
         from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
 
         assert self._in_flight is None, "schedule() twice: update_from_output() first"
+        self._same_step_preemptions.new_step()
         vllm_output = self.scheduler.schedule()
+        self._same_step_preemptions.end_step(set(vllm_output.preempted_req_ids or ()))
         runner_output = self.core.model_executor.execute_model(vllm_output)
         output = self._map_output(vllm_output)
         if runner_output is not None:  # nothing ran (EngineCore.step's empty path)
@@ -224,6 +238,12 @@ class VllmWholeEngine:
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.scheduler.has_unfinished_requests()) or bool(self._rejected)
+
+    def rare_path_counts(self) -> Mapping[str, int]:
+        """Rare paths only the adapter sees (sim/coverage.py adds them), counted as the
+        vllm-v1 adapter counts them (engines/vllm/v1/paths.py, frontend.py)."""
+        return {"preempt-scheduled-same-step": self._same_step_preemptions.count,
+                "queue-full-rejection": self._num_queue_rejections}  # fmt: skip
 
     def waiting_reasons(self) -> Mapping[str, str]:
         free = self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()

@@ -2,12 +2,14 @@
 
 The whole engine (core.py) runs vLLM's scheduler and its CPU model runner with the shadow
 attention backend; it declares every block size (the backend takes any kernel block size)
-and refuses, with the reason, what it does not model:
+and vLLM's scheduler options as the vllm-v1 adapter takes them (`policy`, priorities
+read under "priority", and the `vllm:<SchedulerConfig field>` options of
+engines/vllm/v1/options.py, fitted by engines/vllm/v1/fit.py; the queue limits are the
+API server's, modelled by engines/vllm/v1/frontend.py). It refuses, with the reason, what
+vLLM's CPU engine cannot run:
 - speculative decoding (num_lookahead_tokens, num_speculative_tokens): no drafter is built;
 - async scheduling: vLLM's CPU platform turns it off (`CpuPlatform.check_and_update_config`);
-- several KV-cache groups: the tiny model is one full-attention group;
-- priorities: FCFS only (vLLM's priority policy is a scheduler option the swarm draws for
-  vllm-v1; not wired here yet).
+- several KV-cache groups: the tiny model is one full-attention group.
 """
 
 from __future__ import annotations
@@ -17,16 +19,23 @@ import dataclasses
 from schedcheck.engines.capabilities import Capabilities, declare
 from schedcheck.engines.protocol import Engine, EngineConfig, is_async_scheduling
 from schedcheck.engines.registry import EngineLoadError
+from schedcheck.engines.vllm.v1.fit import OPTION_PREFIX, fit_config_v1
+
+POLICY_KEY = "policy"  # EngineConfig.extra: "fcfs" (vLLM's default) or "priority"
 
 
 def fit_config(config: EngineConfig) -> EngineConfig:
-    """The config nearest `config` that vLLM's own validation and this engine accept."""
+    """The config nearest `config` that vLLM's own validation and this engine accept: the
+    engine's rules, then the vllm-v1 adapter's for the scheduler options (fit_config_v1:
+    an option the installed SchedulerConfig lacks is dropped, max_num_active_seqs capped
+    at max_num_seqs, ...). Of `extra`, the policy and the `vllm:` options are kept; the
+    rest (async scheduling, a draft method, another engine's options) is dropped."""
     budget = max(config.max_num_batched_tokens, config.max_num_seqs)
     max_model_len = config.max_model_len
     if not config.enable_chunked_prefill:  # vLLM: the budget must hold a whole prompt
         max_model_len = min(max_model_len, budget)
     threshold = config.long_prefill_token_threshold
-    return dataclasses.replace(
+    fitted = dataclasses.replace(
         config,
         max_num_batched_tokens=budget,
         max_model_len=max_model_len,
@@ -34,13 +43,18 @@ def fit_config(config: EngineConfig) -> EngineConfig:
         num_lookahead_tokens=0,
         num_speculative_tokens=0,
         kv_groups="full",
-        extra={},
+        extra={k: v for k, v in config.extra.items() if _is_scheduler_option(k)},
     )
+    return fit_config_v1(fitted)
+
+
+def _is_scheduler_option(key: str) -> bool:
+    return key == POLICY_KEY or key.startswith(OPTION_PREFIX)
 
 
 CAPABILITIES = Capabilities(
     fit_config=fit_config,
-    priorities=False,
+    priorities=True,  # read under policy "priority"
     lookahead_tokens=False,
     rejects_oversize=False,
     spare_blocks=1,  # BlockPool's null block

@@ -70,7 +70,7 @@ from schedcheck.engines.vllm.common import (
 from schedcheck.engines.vllm.v1 import eras, paths
 from schedcheck.engines.vllm.v1.build import build_scheduler
 from schedcheck.engines.vllm.v1.changes import BlockChangeLog
-from schedcheck.engines.vllm.v1.frontend import queue_rejection
+from schedcheck.engines.vllm.v1.frontend import queue_rejection, queued
 from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
 from schedcheck.engines.vllm.v1.runner import check_drafts_follow_tokens, update_runner_tables
 from schedcheck.engines.vllm.v1.snapshot import V1KVSnapshot
@@ -255,8 +255,7 @@ class VllmV1Engine:
     def _queued(self) -> tuple[int, int]:
         """(unfinished requests, prompt tokens of those with no output yet) as vLLM's API
         server counts them for admission (its output processor)."""
-        in_prefill = (r.num_prompt_tokens for r in self._live.values() if not r.output_token_ids)
-        return len(self._live), sum(in_prefill)
+        return queued(self._live.values())
 
     def waiting_reasons(self) -> Mapping[str, str]:
         """Every live request not in vLLM's running queue, with its status and the pool."""

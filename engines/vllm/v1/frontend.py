@@ -11,9 +11,18 @@ outcome, counted as the `queue-full-rejection` rare path, never a finding).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from schedcheck.engines.vllm.v1 import eras
+
+
+def queued(requests: Iterable[Any]) -> tuple[int, int]:
+    """(unfinished requests, prompt tokens of those with no output yet) of vLLM Requests,
+    as vLLM's API server counts them for admission (its output processor)."""
+    requests = list(requests)
+    in_prefill = (r.num_prompt_tokens for r in requests if not r.output_token_ids)
+    return len(requests), sum(in_prefill)
 
 
 def queue_rejection(scheduler_config: Any, queued: tuple[int, int]) -> str | None:
