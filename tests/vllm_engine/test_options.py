@@ -105,3 +105,27 @@ def test_queue_limit_rejects_at_the_frontend_as_vllms_api_server() -> None:
     assert result.violations == [] and not result.stuck
     assert (result.finished, result.rejected) == (2, 1)
     assert result.coverage.get("queue-full-rejection") == 1
+
+
+def test_an_engine_built_after_others_replays_in_a_fresh_process(tmp_path) -> None:
+    """Nothing an engine leaves in the process (vLLM's kernel overrides registered once,
+    the heap frozen once: build.py) changes a later engine's run: a run recorded after
+    the engines above replays in a fresh process with the same fingerprint."""
+    import json
+    import subprocess
+    import sys
+
+    from schedcheck.sim.bundles import save_bundle
+    from schedcheck.sim.loop import SimOptions, run
+
+    config = dataclasses.replace(
+        BASE, num_gpu_blocks=8, max_num_batched_tokens=24, extra={"policy": "priority"}
+    )
+    result = run(_trace((2, 0, 1)), "vllm-engine", config, SimOptions(record_schedule=True))
+    assert result.violations == [] and result.finished == 3
+    bundle = save_bundle(tmp_path / "bundle", result)
+    cmd = [sys.executable, "-m", "schedcheck.cli", "replay", "--bundle", str(bundle), "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    replayed = json.loads(done.stdout)
+    assert replayed["reproduced"] and replayed["bundle_fingerprint"] == result.fingerprint
