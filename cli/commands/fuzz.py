@@ -133,8 +133,8 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         "adaptive threshold, prefill_schedule_interval), admission (watermark, "
         "scheduler_reserve_full_isl, max_num_active_seqs), queue (max_num_queued_*), "
         "spec-decode (scheduled drafts with acceptance), sliding-window (a hybrid KV "
-        "cache with a sliding-window group); reference: async only (then without "
-        "drafts); repeatable",
+        "cache with a sliding-window group); vllm-engine: priority, budget, admission, "
+        "queue; reference: async only (then without drafts); repeatable",
     )
 
 

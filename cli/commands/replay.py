@@ -175,7 +175,8 @@ def add_scheduler_option_args(eng: argparse._ArgumentGroup) -> None:
         "--policy",
         choices=("fcfs", "priority"),
         default=None,
-        help="scheduling policy (reference, vllm-v1): priority runs lower trace `priority` "
+        help="scheduling policy (reference, vllm-v1, vllm-engine): priority runs lower trace "
+        "`priority` "
         "values first, ties by arrival (default fcfs)",
     )
     eng.add_argument(
@@ -189,7 +190,7 @@ def add_scheduler_option_args(eng: argparse._ArgumentGroup) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="vllm-v1: a SchedulerConfig field, e.g. watermark=0.1, "
+        help="vllm-v1, vllm-engine: a SchedulerConfig field, e.g. watermark=0.1, "
         "max_num_scheduled_tokens=512, prefill_schedule_interval=2, max_num_queued_reqs=64 "
         "(repeatable; an unknown KEY is refused with the known ones)",
     )
@@ -204,8 +205,10 @@ def scheduler_option_extra(args: argparse.Namespace) -> dict[str, str]:
     if args.async_scheduling:
         extra[ASYNC_SCHEDULING_KEY] = "true"
     if args.vllm_option:
-        if args.engine != "vllm-v1":
-            raise UsageError(f"--vllm-option is for --engine vllm-v1, not {args.engine!r}")
+        if args.engine not in ("vllm-v1", "vllm-engine"):
+            raise UsageError(
+                f"--vllm-option is for --engine vllm-v1 or vllm-engine, not {args.engine!r}"
+            )
         try:
             from schedcheck.engines.vllm.v1.options import options_extra, parse_option
 

@@ -149,7 +149,7 @@ def test_replay_refuses_a_vllm_option_on_another_engine():
     done = _replay("--vllm-option", "watermark=0.1")
     assert (done.returncode, done.stderr.strip()) == (
         2,
-        "schedcheck: error: --vllm-option is for --engine vllm-v1, not 'reference'",
+        "schedcheck: error: --vllm-option is for --engine vllm-v1 or vllm-engine, not 'reference'",
     )
 
 
