@@ -49,6 +49,7 @@ ALSO_FAILS_IN = {
     "0.33.0-v1-async-priority-block-pool-cached-unwritten": ("0.34.0",),
     "0.33.0-v1-hybrid-async-priority-block-pool-cached-unwritten": ("0.34.0",),
     "0.33.0-v1-priority-block-pool-cached-unwritten": ("0.34.0",),
+    "0.12.0-async-spec-sliding-shadow-kv-read": ("0.11.1", "0.25.0"),
 }
 ALSO = [(name, release) for name, releases in ALSO_FAILS_IN.items() for release in releases]
 
@@ -70,3 +71,25 @@ def test_the_finding_also_fails_in_the_releases_it_applies_to(name: str, release
         else (result.violations[0].invariant if result.violations else "clean")
     )
     assert found == kind
+
+
+# bundles of a bug vLLM fixed (docs/bisect.md): clean in every release from the fix on,
+# so a regression of the fix (or of the harness's reading of it) fails here, in CI's env
+CLEAN_IN = {
+    # vllm#47728: sliding-window blocks freed on the processed-token count, not the
+    # optimistic one of async scheduling (a rejected draft moves the chunk back)
+    "0.12.0-async-spec-sliding-shadow-kv-read": ("0.33.0", "0.34.0"),
+    "0.25.0-async-spec-sliding-shadow-kv-read": ("0.33.0", "0.34.0"),
+}
+CLEAN = [(name, release) for name, releases in CLEAN_IN.items() for release in releases]
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(("name", "release"), CLEAN, ids=[f"{n}@{r}" for n, r in CLEAN])
+def test_the_finding_is_clean_where_vllm_fixed_it(name: str, release: str) -> None:
+    if _vllm_version() != release:
+        pytest.skip(f"needs vllm=={release} (tox -e {tox_env(release)})")
+    from schedcheck.sim.bundles import rerun_bundle
+
+    result, _ = rerun_bundle(Path(__file__).resolve().parent / "bundles" / name)
+    assert result.violations == [] and not result.stuck

@@ -288,8 +288,8 @@ def async_drafts_accepted(
 
 def async_draft_method(make_engine: Callable[[EngineConfig], Any]) -> str | None:
     """The speculative method production pairs with async scheduling on this release:
-    vLLM's n-gram proposer where the release runs it (0.11.1, 0.25.0 on), else an EAGLE
-    draft model (0.12.0: the drafts are still the simulator's; vLLM's scheduler then also
+    vLLM's n-gram proposer where the release runs it (0.11.1, 0.33.0 on), else an EAGLE
+    draft model (0.12.0, 0.25.0: the drafts are still the simulator's; vLLM's scheduler then also
     keeps num_speculative_tokens lookahead slots and drops the last block of a prefix hit,
     as it does for EAGLE); None where neither runs (0.11.0)."""
     for method in DRAFT_METHODS:  # bounded: two methods, n-gram first
