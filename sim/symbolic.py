@@ -101,6 +101,7 @@ class SymbolicExecutor(DraftAcceptance):
         self.writer_pos = np.full(self.num_slots, -1, dtype=I64)
         self.writer_step = np.full(self.num_slots, -1, dtype=I64)
         self.verifiers = np.zeros(num_blocks, dtype=np.int32)  # live requests verifying a block
+        self._probe = np.zeros(num_blocks, dtype=I64)  # scratch: are blocks named once?
         self.req_names: list[str] = []
         self.requests: dict[str, ShadowRequest] = {}
         self.store = TokenStore()  # per request index: tokens, identities, verified counts
@@ -637,7 +638,7 @@ class SymbolicExecutor(DraftAcceptance):
             todo = read.nonzero()[0]
             who, highs = idx[todo], highs[todo]
         store.verified_len[who] = np.maximum(store.verified_len[who], highs)
-        new_blocks = (highs + (self.block_size - 1)) // self.block_size
+        new_blocks = self._blocks_of(highs + (self.block_size - 1))
         grown = (new_blocks > store.verified_blocks[who]).nonzero()[0]
         if grown.size == 0:
             return
@@ -648,13 +649,31 @@ class SymbolicExecutor(DraftAcceptance):
             blocks += table[len(req.verified_table) : n]
             req.verified_table = table[:n]
             store.verified_blocks[req.index] = len(req.verified_table)
-        np.add.at(self.verifiers, np.asarray(blocks, I64), 1)
+        self._add_verifiers(blocks, 1)
+
+    def _blocks_of(self, values: np.ndarray) -> np.ndarray:
+        """values // block_size (a shift where the block size is a power of two)."""
+        bs = self.block_size
+        return values >> (bs.bit_length() - 1) if bs & (bs - 1) == 0 else values // bs
+
+    def _add_verifiers(self, blocks: Sequence[int], delta: int) -> None:
+        """verifiers[b] += delta for each b in blocks, each occurrence counted."""
+        at = np.asarray(blocks, I64)
+        if at.size > 1:  # a block named twice (an engine's bug) must count twice
+            order = np.arange(at.size, dtype=I64)
+            if self._probe.size != self.verifiers.size:
+                self._probe = np.zeros(self.verifiers.size, I64)
+            self._probe[at] = order  # the last occurrence of each block wins
+            if np.count_nonzero(self._probe[at] != order):
+                np.add.at(self.verifiers, at, delta)
+                return
+        self.verifiers[at] += delta
 
     def _unverify(self, req: ShadowRequest, keep_len: int) -> None:
         keep_blocks = keep_len // self.block_size
         dropped = req.verified_table[keep_blocks:]
         if dropped:
-            np.add.at(self.verifiers, np.asarray(dropped, I64), -1)
+            self._add_verifiers(dropped, -1)
         req.verified_table = req.verified_table[:keep_blocks]
         store = self.store
         store.verified_blocks[req.index] = len(req.verified_table)
@@ -681,11 +700,11 @@ class SymbolicExecutor(DraftAcceptance):
         slots (a runner bug), a write into the writer's own verified block may hit a
         verified key: slow path too.
         """
-        held = self.verifiers[slots // self.block_size]  # live requests verifying the block
+        held = self.verifiers[self._blocks_of(slots)]  # live requests verifying the block
         if not np.count_nonzero(held):
             return
         own_blocks = self.store.verified_blocks[writers]
-        self_verified = (positions // self.block_size) < own_blocks
+        self_verified = self._blocks_of(positions) < own_blocks
         self_verified &= slots_of_positions
         changed = old != 0
         if not np.count_nonzero(changed & (held > self_verified)):

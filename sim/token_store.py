@@ -146,23 +146,26 @@ class TokenStore:
         return base
 
     def _compact(self, need: int) -> None:
-        """Move the live regions to the start of a new arena, in index order, with room for
-        `need` more entries and at least half of it free."""
+        """Move the live regions down to the start of the arena, in place and in arena
+        order; then, if they fill more than half of it (with `need` more entries), a new
+        arena of twice that."""
         live = np.flatnonzero(self.base[: self.count] >= 0)
+        live = live[np.argsort(self.base[live], kind="stable")]
         sizes = self.cap[live] + 1  # each region and its zero entry
-        used = 1 + int(sizes.sum())  # entry 0 first
-        size = max(self.tokens.size, 2 * (used + need))
-        starts = 1 + np.cumsum(sizes) - sizes
-        tokens, ids = np.zeros(size, I64), np.zeros(size, U64)
-        tokens[0] = -1
-        for old, new, n in zip(  # bounded: the live requests' regions, one copy each
+        starts = 1 + np.cumsum(sizes) - sizes  # entry 0 first
+        for old, new, n in zip(  # bounded: the live regions; each moves down, or stays
             (self.base[live] - 1).tolist(), starts.tolist(), sizes.tolist(), strict=True
         ):
-            tokens[new : new + n] = self.tokens[old : old + n]
-            ids[new : new + n] = self.ids[old : old + n]
-        self.tokens, self.ids = tokens, ids
+            if new != old:
+                self.tokens[new : new + n] = self.tokens[old : old + n]
+                self.ids[new : new + n] = self.ids[old : old + n]
         self.base[live] = starts + 1
-        self.end = used
+        self.end = used = 1 + int(sizes.sum())
+        if 2 * (used + need) > self.tokens.size:
+            size = 2 * (used + need)
+            tokens, ids = np.zeros(size, I64), np.zeros(size, U64)
+            tokens[:used], ids[:used] = self.tokens[:used], self.ids[:used]
+            self.tokens, self.ids = tokens, ids
 
 
 def mix64(values: np.ndarray) -> np.ndarray:
