@@ -102,6 +102,7 @@ class SymbolicExecutor(DraftAcceptance):
         self.writer_step = np.full(self.num_slots, -1, dtype=I64)
         self.verifiers = np.zeros(num_blocks, dtype=np.int32)  # live requests verifying a block
         self._probe = np.zeros(num_blocks, dtype=I64)  # scratch: are blocks named once?
+        self._in_cache: np.ndarray | None = None  # slots written this step, all in the cache
         self.req_names: list[str] = []
         self.requests: dict[str, ShadowRequest] = {}
         self.store = TokenStore()  # per request index: tokens, identities, verified counts
@@ -146,6 +147,7 @@ class SymbolicExecutor(DraftAcceptance):
     def execute(self, meta: RunnerMetadata) -> dict[str, int]:
         self.violations = []
         self.accepted_token_ids = {}
+        self._in_cache = None
         step = meta.output.step
         for rid in meta.output.preempted_req_ids:  # its blocks are gone: verify again later
             preempted = self.requests.get(rid)
@@ -320,6 +322,7 @@ class SymbolicExecutor(DraftAcceptance):
             valid = self._report_out_of_bounds(step, slots, positions, batch, identities, idx)
             slots, positions, batch = slots[valid], positions[valid], batch[valid]
             identities = identities[valid]
+        self._in_cache = slots  # this step's read through these slots checks none again
         writers = idx[batch]
         # every write over KV already there, equal identities included: a kernel does not
         # rewrite bit-identical floats, so a recompute into a block another live request
@@ -406,12 +409,12 @@ class SymbolicExecutor(DraftAcceptance):
     def _check_alignment(self, meta: RunnerMetadata) -> set[int]:
         """Row r must attend exactly keys 0..positions[r] (causal, bottom-right aligned)."""
         row_req, qsl = meta.row_req, meta.query_start_loc
-        query_lens = qsl[1:] - qsl[:-1]
-        start = meta.seq_lens - query_lens - qsl[:-1]  # each request's last key - row
-        last_key = start[row_req] + np.arange(meta.num_tokens)
+        # row r of request i: r - qsl[i] + seq_lens[i] - (qsl[i + 1] - qsl[i])
+        last_key = (meta.seq_lens - qsl[1:])[row_req] + np.arange(meta.num_tokens)
         wrong = last_key != meta.positions
         if not np.count_nonzero(wrong):
             return set()
+        query_lens = meta.query_lens
         bad: set[int] = set()
         for r in wrong.nonzero()[0]:
             i = int(row_req[r])
@@ -585,7 +588,7 @@ class SymbolicExecutor(DraftAcceptance):
         self.num_keys_checked += int(keys.size)
         if keys.size == 0:
             return set()
-        if self._outside(slots):
+        if slots is not self._in_cache and self._outside(slots):
             in_cache = (slots >= 0) & (slots < self.num_slots)
             found = np.where(in_cache, self.shadow[np.where(in_cache, slots, 0)], U64(0))
             wrong = (found != expected) | ~in_cache | (expected == 0)

@@ -17,7 +17,7 @@ A request's region is allocated the first time its tokens are read (a request wa
 the engine's queue costs nothing), with room for a quarter more tokens (at least 16); a
 region that fills is moved to the end of the arena with twice its room. When the arena is
 full, the regions of live requests are compacted to its start (those of finished requests
-are dropped), and the arena doubles if they would fill more than half of it.
+are dropped), and the arena grows to four times them if they fill more than a quarter.
 """
 
 from __future__ import annotations
@@ -147,8 +147,9 @@ class TokenStore:
 
     def _compact(self, need: int) -> None:
         """Move the live regions down to the start of the arena, in place and in arena
-        order; then, if they fill more than half of it (with `need` more entries), a new
-        arena of twice that."""
+        order; then, if they fill more than a quarter of it (with `need` more entries), a
+        new arena of four times that (a compaction copies at most a third of what was
+        allocated since the last one)."""
         live = np.flatnonzero(self.base[: self.count] >= 0)
         live = live[np.argsort(self.base[live], kind="stable")]
         sizes = self.cap[live] + 1  # each region and its zero entry
@@ -161,8 +162,8 @@ class TokenStore:
                 self.ids[new : new + n] = self.ids[old : old + n]
         self.base[live] = starts + 1
         self.end = used = 1 + int(sizes.sum())
-        if 2 * (used + need) > self.tokens.size:
-            size = 2 * (used + need)
+        if 4 * (used + need) > self.tokens.size:
+            size = 4 * (used + need)
             tokens, ids = np.zeros(size, I64), np.zeros(size, U64)
             tokens[:used], ids[:used] = self.tokens[:used], self.ids[:used]
             self.tokens, self.ids = tokens, ids
