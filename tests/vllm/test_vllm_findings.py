@@ -16,7 +16,8 @@ import pytest
 from schedcheck.fuzz.bisect import tox_env
 from schedcheck.fuzz.regression import assert_caught
 
-BUNDLES = sorted((Path(__file__).resolve().parent / "bundles").iterdir())
+BUNDLE_DIR = Path(__file__).resolve().parent / "bundles"
+BUNDLES = sorted(BUNDLE_DIR.iterdir())
 
 
 def _vllm_version() -> str | None:
@@ -54,23 +55,25 @@ ALSO_FAILS_IN = {
 ALSO = [(name, release) for name, releases in ALSO_FAILS_IN.items() for release in releases]
 
 
+def _replayed_kind(name: str, release: str) -> str:
+    """The kind bundle `name` fails as in this env's vLLM (skip unless it is `release`):
+    its first violation's invariant, "liveness" or "clean"."""
+    if _vllm_version() != release:
+        pytest.skip(f"needs vllm=={release} (tox -e {tox_env(release)})")
+    from schedcheck.sim.bundles import rerun_bundle
+
+    result, _ = rerun_bundle(BUNDLE_DIR / name)
+    if result.stuck:
+        return "liveness"
+    return result.violations[0].invariant if result.violations else "clean"
+
+
 @pytest.mark.vllm
 @pytest.mark.parametrize(("name", "release"), ALSO, ids=[f"{n}@{r}" for n, r in ALSO])
 def test_the_finding_also_fails_in_the_releases_it_applies_to(name: str, release: str) -> None:
-    if _vllm_version() != release:
-        pytest.skip(f"needs vllm=={release} (tox -e {tox_env(release)})")
     from schedcheck.fuzz.bisect import recorded_kind
-    from schedcheck.sim.bundles import rerun_bundle
 
-    bundle = Path(__file__).resolve().parent / "bundles" / name
-    result, _ = rerun_bundle(bundle)
-    kind = recorded_kind(bundle)
-    found = (
-        "liveness"
-        if result.stuck
-        else (result.violations[0].invariant if result.violations else "clean")
-    )
-    assert found == kind
+    assert _replayed_kind(name, release) == recorded_kind(BUNDLE_DIR / name)
 
 
 # bundles of a bug vLLM fixed (docs/bisect.md): clean in every release from the fix on,
@@ -87,9 +90,4 @@ CLEAN = [(name, release) for name, releases in CLEAN_IN.items() for release in r
 @pytest.mark.vllm
 @pytest.mark.parametrize(("name", "release"), CLEAN, ids=[f"{n}@{r}" for n, r in CLEAN])
 def test_the_finding_is_clean_where_vllm_fixed_it(name: str, release: str) -> None:
-    if _vllm_version() != release:
-        pytest.skip(f"needs vllm=={release} (tox -e {tox_env(release)})")
-    from schedcheck.sim.bundles import rerun_bundle
-
-    result, _ = rerun_bundle(Path(__file__).resolve().parent / "bundles" / name)
-    assert result.violations == [] and not result.stuck
+    assert _replayed_kind(name, release) == "clean"
