@@ -5,6 +5,7 @@ seconds of wall time (or exactly `--examples` examples: the same work on both si
 comparison), counted by the campaign and divided by this process's CPU time.
 
     python bench/fuzz_speed.py --budget-s 60 --json
+    .tox/vllm-v1/bin/python bench/fuzz_speed.py --engine vllm-v1 --examples 320 --json
 
 To compare two commits, run this same file with each installed copy one after the other
 (see docs/performance.md): examples per CPU second, each with its load average.
@@ -23,10 +24,12 @@ from schedcheck.fuzz.campaign import CampaignOptions, run_campaign
 from schedcheck.fuzz.swarm import SwarmSpec
 
 
-def measure(budget_s: float, seed: int, examples: int | None) -> dict[str, object]:
+def measure(
+    budget_s: float, seed: int, examples: int | None, engine: str = "reference"
+) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as out:
         options = CampaignOptions(
-            spec=SwarmSpec(),
+            spec=SwarmSpec(engine=engine),
             seed=seed,
             workers=1,
             budget_s=budget_s if examples is None else 1e6,
@@ -39,6 +42,7 @@ def measure(budget_s: float, seed: int, examples: int | None) -> dict[str, objec
         cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
     assert not result.found and not result.errors, (result.finding, result.errors)
     return {
+        "engine": engine,
         "examples": result.examples,
         "cpu_s": round(cpu_s, 2),
         "wall_s": round(wall_s, 2),
@@ -54,9 +58,10 @@ def main() -> int:
     parser.add_argument(
         "--examples", type=int, default=None, help="run exactly this many (not a budget)"
     )
+    parser.add_argument("--engine", default="reference", help="the engine fuzzed (e.g. vllm-v1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    report = measure(args.budget_s, args.seed, args.examples)
+    report = measure(args.budget_s, args.seed, args.examples, args.engine)
     if args.json:
         json.dump(report, sys.stdout)
         sys.stdout.write("\n")
