@@ -23,7 +23,8 @@
 - `SCHEDCHECK_SGLANG_PREFIX_CACHING=on` keeps the radix cache on: with it off, SGLang's
   ignore_eos admission path never admits a request at the memory cap its own frontend
   grants (a liveness finding, docs/sglang.md F1), which would end every campaign within
-  seconds; the campaigns past F1 pin it on.
+  seconds; the campaigns past F1 pin it on. The same path, with chunked prefill off, also
+  admits a whole request past max_prefill_tokens (an accounting.budget finding, F8).
 """
 
 from __future__ import annotations
