@@ -21,7 +21,7 @@ from schedcheck.invariants.violation import Violation
 from schedcheck.report.block_grid import BlockGrid, Grid
 from schedcheck.report.engine_events import read_block_events
 from schedcheck.report.kv_story import BadRead, BlockStory
-from schedcheck.report.replay import engine_config, replay
+from schedcheck.report.replay import engine_config, replay, unmodelled
 from schedcheck.report.timeline import Mark, Timeline
 from schedcheck.report.usage import Usage
 from schedcheck.traces import read_trace
@@ -56,6 +56,7 @@ class Finding:
     focus: Focus
     replay_violations: list[Violation]
     reproduced: bool | None  # the offline replay found the first recorded violation
+    unmodelled: str | None  # what of the run the offline replay does not re-derive
     marks: list[Mark]
     request_ids: list[str]
     num_steps: int
@@ -88,7 +89,8 @@ def build_finding(path: str | Path) -> Finding:
         header=header(bundle),
         focus=focus,
         replay_violations=state.violations,
-        reproduced=reproduced(bundle, state.violations),
+        reproduced=None if unmodelled(bundle) else reproduced(bundle, state.violations),
+        unmodelled=unmodelled(bundle),
         marks=timeline.finish(),
         request_ids=timeline.request_ids,
         num_steps=timeline.num_steps,

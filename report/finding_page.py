@@ -75,6 +75,8 @@ def _violations(finding: Finding) -> Section:
         False: "the offline replay of the schedule does NOT find the first recorded violation",
         None: "the first recorded violation is not a shadow-KV one (engine state, outputs)",
     }[finding.reproduced]
+    if finding.unmodelled:
+        verdict = f"not compared: the offline replay does not model {finding.unmodelled}"
     body = (
         rows_table(VIOLATION_COLUMNS, recorded)
         + note(f"Shadow KV replayed offline: {verdict}.")

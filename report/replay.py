@@ -136,6 +136,18 @@ def engine_config(bundle: Bundle) -> dict:
     return cfg
 
 
+def unmodelled(bundle: Bundle) -> str | None:
+    """What of the run this replay does not re-derive, or None: with async scheduling and
+    drafts, the runner moves a chunk back after a rejected draft, which the schedule alone
+    does not show (the run drew the acceptances)."""
+    cfg = engine_config(bundle)
+    extra = cfg.get("extra") or {}
+    drafts = int(cfg.get("num_speculative_tokens", 0) or 0) > 0
+    if str(extra.get("async_scheduling", "")).lower() == "true" and drafts:
+        return "async scheduling with drafts: the runner's moves after a rejected draft"
+    return None
+
+
 def replay(bundle: Bundle, observers: Iterable[Observer]) -> ScheduleReplay:
     """Run every recorded step through the shadow KV; each observer sees each step."""
     watchers = list(observers)
