@@ -19,7 +19,8 @@ engine step, split where EngineCore.step() itself splits it::
                            -> Scheduler.update_from_output()
     abort_request():       Scheduler.finish_requests(id, FINISHED_ABORTED) (EngineCore's
                            abort_requests)
-    kv_snapshot():         vLLM's own BlockPool / manager (the vllm-v1 adapter's snapshot)
+    kv_snapshot():         vLLM's own BlockPool / manager (the vllm-v1 adapter's snapshot,
+                           with its eviction count, change log and block-hash index)
 
 The SchedulerOutput is mapped from vLLM's scheduler output as the runner's `_update_states`
 reads it (block tables set from block_ids[0] for new and resumed requests, appended with
@@ -51,6 +52,7 @@ from schedcheck.engines.protocol import (
     SchedulerOutput,
 )
 from schedcheck.engines.vllm.common import (
+    CallCounter,
     RunnerBlockTables,
     TokenBuffer,
     frontend_rejection,
@@ -67,7 +69,9 @@ from schedcheck.engines.vllm.engine.build import (
 )
 from schedcheck.engines.vllm.engine.model import DEFAULT_VOCAB_SIZE
 from schedcheck.engines.vllm.v1 import paths
+from schedcheck.engines.vllm.v1.changes import BlockChangeLog
 from schedcheck.engines.vllm.v1.frontend import queue_rejection, queued
+from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
 
 ENGINE_NAME = "vllm-engine"
 _LIVE: list[VllmWholeEngine] = []  # the engine built last in this process (see __init__)
@@ -105,6 +109,13 @@ class VllmWholeEngine:
         self.runner.sampler = self.sampler
         self._logits_indices = _LogitsIndices(self.runner)
         self._snapshot_cls = snapshot_class()
+        # what the vllm-v1 adapter hands its snapshot, so the pool checks run as deep here:
+        # evictions (evict-cached-block), the blocks changed (the incremental check) and
+        # what each block hash stands for (block-pool.hash-content's meaning check)
+        pool = self.scheduler.kv_cache_manager.block_pool
+        self._evictions = CallCounter(pool, "_maybe_evict_cached_block")
+        self._changes = BlockChangeLog(pool)
+        self._hash_index = BlockHashIndex()
         self._tokens: dict[str, TokenBuffer] = {}
         self._live: dict[str, Any] = {}  # request id -> vLLM Request, until reported
         self._tables = RunnerBlockTables()
@@ -233,7 +244,14 @@ class VllmWholeEngine:
 
     # ----------------------------------------------------------------- inspection --
     def kv_snapshot(self) -> KVSnapshot:
-        snapshot: KVSnapshot = self._snapshot_cls(self.scheduler, self.config.block_size, 0)
+        snapshot: KVSnapshot = self._snapshot_cls(
+            self.scheduler,
+            self.config.block_size,
+            self._evictions.num_calls,
+            0,  # one full-attention group: no sliding window frees blocks
+            self._changes,
+            self._hash_index,
+        )
         return snapshot
 
     def has_unfinished_requests(self) -> bool:
