@@ -171,7 +171,7 @@ class SymbolicExecutor(DraftAcceptance):
         if meta.num_reqs == 0:
             return {}
         reqs: list[ShadowRequest] = found  # no None in it
-        idx = np.fromiter(map(_INDEX, reqs), I64, len(reqs))  # each one's store index
+        idx = np.fromiter(map(_INDEX, reqs), np.int32, len(reqs))  # store indices (writer_req)
         unbuilt = self.store.base[idx] < 0
         if np.count_nonzero(unbuilt):  # their first step: build their tokens and identities
             for i in unbuilt.nonzero()[0].tolist():
