@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +69,7 @@ import numpy as np
 import numpy.typing as npt
 
 from schedcheck.engines.protocol import KVCacheGroup, ScheduledRequest, SchedulerOutput
+from schedcheck.engines.slots import gather_slots, rows_of
 
 IntArray = npt.NDArray[np.int64]
 _EMPTY: IntArray = np.zeros(0, dtype=np.int64)
@@ -178,42 +180,38 @@ def build_metadata(
     """Derive the runner metadata of one step, as documented in the module docstring.
 
     `num_lookahead_tokens` draft positions follow each sampling request's tokens, capped at
-    `max_model_len` (as vLLM's drafter pads positions past it); `kv_groups`: the engine's."""
+    `max_model_len` (as vLLM's drafter pads positions past it); `kv_groups`: the engine's.
+    The per-request numbers are read into lists once; the per-row arrays are built by
+    `slots.rows_of` and `slots.gather_slots`, each picking lists or arrays by size."""
     assert block_size >= 1 and num_lookahead_tokens >= 0
     reqs = output.scheduled
-    num_reqs = len(reqs)
-    num_computed = np.fromiter((r.num_computed_tokens for r in reqs), np.int64, num_reqs)
-    query_lens = np.fromiter((r.num_scheduled_tokens for r in reqs), np.int64, num_reqs)
-    assert (query_lens >= 1).all(), "every scheduled request runs at least one token"
-    query_start_loc = np.zeros(num_reqs + 1, dtype=np.int64)
-    np.cumsum(query_lens, out=query_start_loc[1:])
-    seq_lens = num_computed + query_lens
-    row_req = np.repeat(np.arange(num_reqs, dtype=np.int64), query_lens)
-    positions = num_computed[row_req] + (np.arange(row_req.size) - query_start_loc[row_req])
-    slot_starts = [r.num_computed_tokens for r in reqs]
+    computed = [r.num_computed_tokens for r in reqs]
+    counts = [r.num_scheduled_tokens for r in reqs]
+    assert min(counts, default=1) >= 1, "every scheduled request runs at least one token"
+    starts = list(itertools.accumulate(counts, initial=0))  # query_start_loc
+    positions, row_req = rows_of(computed, counts, starts)
     tables, block_size = _read_tables(reqs, block_size, num_lookahead_tokens)
-    slot_mapping = gather_slots(tables, slot_starts, query_lens.tolist(), block_size)
+    slot_mapping = gather_slots(tables, computed, counts, block_size)
     input_ids = np.concatenate([r.token_ids for r in reqs]) if reqs else np.zeros(0, dtype=np.int64)
     sampling = [i for i, r in enumerate(reqs) if r.samples]
-    logits_indices = query_start_loc[1:][sampling] - 1 if sampling else np.zeros(0, np.int64)
     lookahead = _lookahead(reqs, sampling, num_lookahead_tokens, max_model_len, block_size)
     meta = RunnerMetadata(
         output=output,
         block_size=block_size,
-        req_ids=tuple(r.request_id for r in reqs),
-        num_computed_tokens=num_computed,
-        query_start_loc=query_start_loc,
-        seq_lens=seq_lens,
+        req_ids=tuple([r.request_id for r in reqs]),
+        num_computed_tokens=np.array(computed, dtype=np.int64),
+        query_start_loc=np.array(starts, dtype=np.int64),
+        seq_lens=np.array(list(map(operator.add, computed, counts)), dtype=np.int64),
         positions=positions,
         input_ids=input_ids.astype(np.int64, copy=False),
         slot_mapping=slot_mapping,
-        logits_indices=logits_indices.astype(np.int64, copy=False),
-        sampling_req_ids=tuple(reqs[i].request_id for i in sampling),
+        logits_indices=np.array([starts[i + 1] - 1 for i in sampling], dtype=np.int64),
+        sampling_req_ids=tuple([reqs[i].request_id for i in sampling]),
         block_tables=tuple(tables),
         lookahead_positions=lookahead[0],
         lookahead_slot_mapping=lookahead[1],
         lookahead_req=lookahead[2],
-        **_drafts_and_groups(reqs, kv_groups, slot_starts, query_lens, block_size),
+        **_drafts_and_groups(reqs, kv_groups, computed, counts, block_size),
     )
     meta.__dict__["row_req"] = row_req  # computed already: seed the cached property
     return meta
@@ -223,16 +221,15 @@ def _drafts_and_groups(
     reqs: Sequence[ScheduledRequest],
     kv_groups: tuple[KVCacheGroup, ...],
     slot_starts: list[int],
-    query_lens: IntArray,
+    counts: list[int],
     block_size: int,
 ) -> dict[str, Any]:
     """The draft counts, and per KV-cache group g >= 1 the (B,) block tables and the (T,)
     slot mapping of the rows through that group's tables (empty with one group)."""
-    drafts = np.fromiter((len(r.spec_token_ids) for r in reqs), np.int64, len(reqs))
+    drafts = [len(r.spec_token_ids) for r in reqs]
     tables = tuple(tuple(r.group_table(g) for r in reqs) for g in range(1, len(kv_groups)))
-    counts = query_lens.tolist()
     return {
-        "num_draft_tokens": drafts if drafts.any() else _EMPTY,
+        "num_draft_tokens": np.array(drafts, dtype=np.int64) if any(drafts) else _EMPTY,
         "kv_groups": kv_groups,
         "group_block_tables": tables,
         "group_slot_mappings": tuple(
@@ -280,53 +277,3 @@ def _read_tables(
     lists = [r.slots for r in reqs]
     assert all(s is not None for s in lists), "a step mixes slot lists and block tables"
     return [s for s in lists if s is not None], 1
-
-
-def gather_slots(
-    block_tables: Sequence[tuple[int, ...]],
-    starts: Sequence[int],
-    counts: Sequence[int],
-    block_size: int,
-) -> IntArray:
-    """Slots of the positions [starts[i], starts[i] + counts[i]) of each request i, concatenated,
-    through its block table::
-
-        position p of request i -> block_tables[i][p // block_size] * block_size
-                                   + p % block_size
-
-    Only the block-table entries the ranges touch are gathered. A position whose logical
-    block lies past the end of its block table gets slot -1 (an out-of-bounds access).
-    Every count is >= 1.
-    """
-    num_reqs = len(block_tables)
-    assert len(starts) == len(counts) == num_reqs
-    assert min(starts, default=0) >= 0 and min(counts, default=1) >= 1
-    starts_arr = np.asarray(starts, dtype=np.int64)
-    counts_arr = np.asarray(counts, dtype=np.int64)
-    first_blocks = starts_arr // block_size
-    num_touched = (starts_arr + counts_arr - 1) // block_size + 1 - first_blocks
-    offsets = np.zeros(num_reqs, dtype=np.int64)
-    np.cumsum(num_touched[:-1], out=offsets[1:])
-    flat = _touched_entries(block_tables, first_blocks.tolist(), num_touched.tolist())
-    # every slot of every touched block, in order; each request's rows are one run of it
-    block_slots = (flat[:, None] * block_size + np.arange(block_size, dtype=np.int64)).ravel()
-    if flat.size and flat.min() < 0:  # past the end of a table: -1 for its whole block
-        block_slots[np.repeat(flat < 0, block_size)] = -1
-    row_start = np.zeros(num_reqs, dtype=np.int64)
-    np.cumsum(counts_arr[:-1], out=row_start[1:])
-    run_start = offsets * block_size + starts_arr % block_size
-    rows = np.repeat(run_start - row_start, counts_arr)
-    rows += np.arange(rows.size, dtype=np.int64)
-    return block_slots[rows]
-
-
-def _touched_entries(
-    block_tables: Sequence[tuple[int, ...]], first: list[int], num: list[int]
-) -> IntArray:
-    """Entries [first[i], first[i] + num[i]) of each table, concatenated; -1 past its end."""
-    parts = [t[lo : lo + n] for t, lo, n in zip(block_tables, first, num, strict=True)]
-    short = [i for i, (part, n) in enumerate(zip(parts, num, strict=True)) if len(part) < n]
-    for i in short:  # rare: past the end of the table (an out-of-bounds access)
-        parts[i] = (*parts[i], *(-1,) * (num[i] - len(parts[i])))
-    total = sum(num)
-    return np.fromiter(itertools.chain.from_iterable(parts), np.int64, total)
