@@ -22,6 +22,7 @@ import dataclasses
 import itertools
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
+from itertools import compress
 
 import numpy as np
 
@@ -94,30 +95,55 @@ class BlockPoolChecker:
         block_ids = np.asarray(fresh, dtype=np.int64)
         identity, complete = block_contents(block_ids)
         out: list[Violation] = []
-        for b in block_ids[~complete][:1]:
+        if not complete.all():
+            b = int(block_ids[~complete][0])
             out.append(
                 Violation(
                     "block-pool.cached-unwritten",
                     step,
-                    f"block {int(b)} is in the prefix cache but not all of its slots were written",
-                    block=int(b),
+                    f"block {b} is in the prefix cache but not all of its slots were written",
+                    block=b,
                 )
             )
-        stale = self._check_meaning(step, block_ids[complete].tolist(), hash_of, identity[complete])
+            block_ids, identity = block_ids[complete], identity[complete]
+        ids = block_ids.tolist()
+        stale = self._check_meaning(step, ids, hash_of, identity)
         out.extend(stale[:1])
-        complete[np.isin(block_ids, [v.block for v in stale])] = False  # not a hash's content
+        idents = identity.tolist()
+        if stale:  # not a hash's content: not remembered as one
+            gone = {v.block for v in stale}
+            kept = [b not in gone for b in ids]
+            ids, idents = list(compress(ids, kept)), list(compress(idents, kept))
         seen, order = self.content_of_hash, self.hash_order
         for _ in range(max(0, len(seen) + len(fresh) - HASH_MEMORY_MAX)):  # bounded memory
             del seen[order.popleft()]  # the oldest: O(1) (a dict's first key costs a scan
             # over the entries deleted before it, quadratic once the memory is full)
-        for b, ident in zip(block_ids[complete].tolist(), identity[complete].tolist(), strict=True):
+        return out + self._remember(step, ids, idents, hash_of)
+
+    def _remember(
+        self, step: int, ids: list[int], idents: list[int], hash_of: Mapping[int, bytes]
+    ) -> list[Violation]:
+        """Each block's hash names its identity, as it did before (the first time: from now
+        on). In C (setdefault: a hash named twice this step is compared with its first);
+        when a hash named other content, the new hashes are forgotten again and the blocks
+        walked one by one, so the first finding is reported and remembered as it always was."""
+        seen, order = self.content_of_hash, self.hash_order
+        hashes = list(map(hash_of.__getitem__, ids))
+        num_seen = len(seen)
+        if list(map(seen.setdefault, hashes, idents)) == idents:
+            if len(seen) > num_seen:  # the new hashes are the dict's last keys, in order
+                order.extend(reversed(list(itertools.islice(reversed(seen), len(seen) - num_seen))))
+            return []
+        for _ in range(len(seen) - num_seen):  # bounded: this step's new hashes
+            seen.popitem()  # the last inserted first
+        for b, ident in zip(ids, idents, strict=True):  # bounded: the fresh blocks
             h = hash_of[b]
             first = seen.get(h)
             if first is None:
                 first = seen[h] = ident
                 order.append(h)
             if first != ident:
-                out.append(
+                return [
                     Violation(
                         "block-pool.hash-content",
                         step,
@@ -127,9 +153,8 @@ class BlockPoolChecker:
                         expected=f"identity {first:#x}",
                         found=f"identity {ident:#x}",
                     )
-                )
-                break
-        return out
+                ]
+        return []
 
     def _check_meaning(
         self, step: int, block_ids: list[int], hash_of: Mapping[int, bytes], identity: np.ndarray

@@ -31,18 +31,25 @@ at the end of the run.
 What the incremental path needs to be cheap: `ref_cnt_of(ids)` (else `ref_cnt()` must be
 an array view), `is_free(ids)` / `num_free_entries()` (else the free queue's `in` and
 `len` must be O(1)), `hash_of(ids)` (else `cached_blocks().get`), `block_table_views()`
-(else `block_tables()`) whose tables answer len, [i] and [i:] cheaply. A table is assumed
+(else `block_tables()`) whose tables answer len, [i] and [i:] cheaply, and optionally
+`table_ends()` (every table's id, length and last block at once). A table is assumed
 to change by growing at its end or by being dropped; its first and last old entries are
 compared. Compared whole are the tables of requests preempted since the last check (one
 can be admitted again in the same step, in a table of equal length) and of those the
 engine says it rewrote in place (`take_rewritten_req_ids()`: the radix manager switching a
 request to the tree's copy of a page).
+
+`held` and `free` are arrays: a step admitting or finishing a long prompt changes thousands
+of blocks, compared at once (ref_cnt != held, free and referenced, neither free nor
+referenced); up to SMALL_IDS changed blocks they are compared as lists, where numpy's
+per-call cost would dominate. Which block breaks a property is left to the full sweep.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Collection, Mapping, Sequence
+from itertools import compress, repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -52,7 +59,13 @@ from schedcheck.invariants.block_pool import BlockContents, BlockPoolChecker, wi
 from schedcheck.invariants.violation import Violation
 
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 _LAST = operator.itemgetter(-1)
+_NONE: IntArray = np.zeros(0, np.int64)
+# up to this many block ids, a step's bookkeeping is done on lists: below it numpy's
+# per-call cost (about 1 us a call) is above Python's per-block cost (measured: 3 blocks
+# 3 us as lists, 7 us as arrays; 64 blocks 27 us as lists, 20 us as arrays)
+SMALL_IDS = 32
 
 
 class PoolDeltaChecker:
@@ -61,8 +74,8 @@ class PoolDeltaChecker:
     def __init__(self) -> None:
         self.full = BlockPoolChecker()  # also holds the hash -> content memory
         self.tables: dict[str, list[int]] = {}  # each request's block table, as last seen
-        self.held: list[int] = []  # how many tables hold each block id
-        self.free = bytearray()  # 1: the block was in the free queue when last checked
+        self.held: IntArray = np.zeros(0, np.int64)  # how many tables hold each block id
+        self.free = np.zeros(0, bool)  # the block was in the free queue when last checked
         self.num_free = 0  # blocks marked in `free`
         self.synced = False  # the state above mirrors the engine as of the last check
         # the tables' request ids, lengths and last blocks as of the last check (fast path)
@@ -73,7 +86,7 @@ class PoolDeltaChecker:
         self.num_blocks_checked = 0  # blocks checked by the last call (a full sweep: all)
         self.num_sweeps = 0  # full sweeps so far
         self.num_unconfirmed = 0  # incremental findings the full sweep did not confirm
-        self.changed: list[int] = []  # the blocks of the current check, sorted
+        self.changed: IntArray = _NONE  # the blocks of the current check, sorted
 
     def check(
         self,
@@ -114,7 +127,7 @@ class PoolDeltaChecker:
         self.num_blocks_checked = snapshot.num_blocks
         self.num_sweeps += 1
         self.sweep_always |= bool(out)
-        self.changed = []
+        self.changed = _NONE
         return out
 
     # -- the incremental step -------------------------------------------------------------
@@ -127,78 +140,94 @@ class PoolDeltaChecker:
         preempted: Collection[str],
     ) -> bool:
         """Bring the kept state up to date; True if a changed block, or the free queue's
-        count, breaks a property (the full sweep then says which). Plain lists: a step
-        changes a few blocks, where numpy's per-call cost would dominate."""
+        count, breaks a property (the full sweep then says which)."""
         suspect, removed, added = self._diff_tables(snapshot, live, preempted)
-        held, free = self.held, self.free
-        for b in removed:  # bounded: the blocks that left a table
-            held[b] -= 1
-        for b in added:
-            held[b] += 1
-        changed = self._changed_ids(snapshot, removed, added, logged)
-        self.changed = changed
-        self.num_blocks_checked = len(changed)
-        if changed:
-            ids = np.array(changed, np.int64)
-            ref_cnt = _ref_cnt_of(snapshot, ids).tolist()
-            is_free = _is_free(snapshot, ids).tolist()
-            suspect |= ref_cnt != [held[b] for b in changed]  # ref-cnt
-            self.num_free += sum(is_free) - sum([free[b] for b in changed])
-            for b, f in zip(changed, is_free, strict=True):
-                free[b] = f
-            suspect |= any([f and r > 0 for f, r in zip(is_free, ref_cnt, strict=True)])
-            lost = [b for b, r, f in zip(changed, ref_cnt, is_free, strict=True) if not (r or f)]
-            if lost:  # free-queue: referenced yet free; leak: unreferenced, not free, not cached
-                suspect |= None in _hash_of(snapshot, np.array(lost, np.int64))
+        _count(self.held, removed, -1)
+        _count(self.held, added, 1)
+        ids = self._changed_ids(snapshot, removed, added, logged)
+        self.changed = ids
+        self.num_blocks_checked = ids.size
+        if ids.size:
+            check = self._few_suspect if ids.size <= SMALL_IDS else self._many_suspect
+            suspect |= check(snapshot, ids, _ref_cnt_of(snapshot, ids), _is_free(snapshot, ids))
         return suspect or _num_free_entries(snapshot) != self.num_free
+
+    def _few_suspect(
+        self, snapshot: KVSnapshot, ids: IntArray, ref_cnt: IntArray, is_free: BoolArray
+    ) -> bool:
+        """_many_suspect for a few blocks, as lists: below SMALL_IDS blocks numpy's per-call
+        cost is above Python's per-block cost."""
+        changed, refs, frees = ids.tolist(), ref_cnt.tolist(), is_free.tolist()
+        suspect = refs != self.held[ids].tolist()  # ref-cnt
+        self.num_free += sum(frees) - sum(self.free[ids].tolist())
+        self.free[ids] = is_free
+        suspect |= any([f and r > 0 for f, r in zip(frees, refs, strict=True)])
+        lost = [b for b, r, f in zip(changed, refs, frees, strict=True) if not (r or f)]
+        if lost:  # free-queue: referenced yet free; leak: unreferenced, not free, not cached
+            suspect |= None in _hash_of(snapshot, np.array(lost, np.int64))
+        return suspect
+
+    def _many_suspect(
+        self, snapshot: KVSnapshot, ids: IntArray, ref_cnt: IntArray, is_free: BoolArray
+    ) -> bool:
+        """Any changed block breaking ref-cnt, free-queue or leak, as arrays (a step admitting
+        or finishing a long prompt changes thousands of blocks); `free` updated."""
+        free = self.free
+        suspect = bool((ref_cnt != self.held[ids]).any())  # ref-cnt
+        self.num_free += int(np.count_nonzero(is_free)) - int(np.count_nonzero(free[ids]))
+        free[ids] = is_free
+        suspect |= bool((is_free & (ref_cnt > 0)).any())  # free-queue: referenced yet free
+        lost = ids[~is_free & (ref_cnt == 0)]
+        if lost.size:  # leak: unreferenced, not free, not cached
+            suspect |= None in _hash_of(snapshot, lost)
+        return suspect
 
     def _changed_ids(
         self, snapshot: KVSnapshot, removed: list[int], added: list[int], logged: Collection[int]
-    ) -> list[int]:
-        """Sorted, in range, not reserved: the blocks to check this step."""
-        changed = sorted({*removed, *added, *logged})
-        if changed and (changed[0] < 0 or changed[-1] >= len(self.held)):
-            changed = [b for b in changed if 0 <= b < len(self.held)]
-        reserved = getattr(snapshot, "reserved_block_ids", ())
-        if len(reserved):
-            skip = set(reserved)
-            changed = [b for b in changed if b not in skip]
-        return changed
+    ) -> IntArray:
+        """Sorted, distinct, in range, not reserved: the blocks to check this step (a set
+        in C, sorted as an array: cheaper at every size than sorting the three apart)."""
+        distinct = set(logged)
+        distinct.update(removed)
+        distinct.update(added)
+        ids = np.fromiter(distinct, np.int64, len(distinct))
+        ids.sort()
+        if ids.size and (ids[0] < 0 or ids[-1] >= self.held.size):
+            ids = ids[(ids >= 0) & (ids < self.held.size)]
+        for b in getattr(snapshot, "reserved_block_ids", ()):  # bounded: vLLM's null block
+            if ids.size and ids[0] <= b <= ids[-1]:
+                ids = ids[ids != b]
+        return ids
 
     def _diff_tables(
         self, snapshot: KVSnapshot, live: Collection[str], preempted: Collection[str]
     ) -> tuple[bool, list[int], list[int]]:
-        """Bring `tables` and `held` up to date; the blocks that entered or left a table.
+        """Bring `tables` up to date; the blocks that entered or left a table (in range).
 
         Fast path (most steps): the same requests in the same order as last time, so only
         the tables whose length or last block moved are looked at; lengths and last blocks
-        of all are read in C (map)."""
+        of all are read and compared in C (map)."""
         tables = _tables(snapshot)
-        rids = list(tables)
-        lens = list(map(len, tables.values()))
-        try:
-            lasts: list[int] | None = list(map(_LAST, tables.values()))
-        except IndexError:  # an empty table: the general path
-            lasts = None
+        rids, lens, lasts = _table_ends(snapshot, tables)
         stale_owner = not all(map(live.__contains__, rids)) and any(
             len(tables[rid]) for rid in rids if rid not in live
         )  # owners: only live requests hold blocks
         if lasts is not None and not preempted and rids == self._rids:
-            old_lens, old_lasts = self._lens, self._lasts
-            moved = [
-                rids[i]
-                for i, (n, m, a, b) in enumerate(zip(lens, old_lens, lasts, old_lasts, strict=True))
-                if n != m or a != b
-            ]
-            removed, added = self._diff_some(tables, moved, ())
+            if lens == self._lens and lasts == self._lasts:
+                removed: list[int] = []
+                added: list[int] = []
+            else:
+                grown = map(operator.ne, lens, self._lens)
+                moved = map(operator.or_, grown, map(operator.ne, lasts, self._lasts))
+                removed, added = self._diff_some(tables, list(compress(rids, moved)), ())
         else:
             removed, added = self._diff_all(tables, preempted)
         self._rids = rids if lasts is not None else None  # an empty table: diff all next
         self._lens, self._lasts = lens, lasts or []
-        num_blocks = len(self.held)
-        if any([not 0 <= b < num_blocks for b in removed + added]):
-            removed = [b for b in removed if 0 <= b < num_blocks]
-            added = [b for b in added if 0 <= b < num_blocks]
+        num_blocks = self.held.size
+        for ids in (removed, added):
+            if ids and (min(ids) < 0 or max(ids) >= num_blocks):
+                ids[:] = [b for b in ids if 0 <= b < num_blocks]
         return stale_owner, removed, added
 
     def _diff_all(
@@ -238,23 +267,25 @@ class PoolDeltaChecker:
     def _check_cached(
         self, step: int, snapshot: KVSnapshot, block_contents: BlockContents
     ) -> list[Violation]:
-        """The changed blocks cached under a hash they were not checked with."""
-        id_list = self.changed
-        if not id_list:
+        """The changed blocks cached under a hash they were not checked with. Compared in C
+        (map): most changed blocks kept their hash."""
+        if not self.changed.size:
             return []
-        hashes = _hash_of(snapshot, np.array(id_list, np.int64))
+        id_list = self.changed.tolist()
+        hashes = _hash_of(snapshot, self.changed)
         checked = self.full.checked_hash_of_block
-        before = list(map(checked.get, id_list))  # in C: most changed blocks kept their hash
-        moved = [i for i, (h, o) in enumerate(zip(hashes, before, strict=True)) if h != o]
-        fresh: list[int] = []
-        hash_of: dict[int, bytes] = {}
-        for i in moved:  # bounded: the changed blocks
-            b, h = id_list[i], hashes[i]
-            if h is None:
-                del checked[b]
-            else:
-                checked[b] = hash_of[b] = h
-                fresh.append(b)
+        before = list(map(checked.get, id_list))
+        if hashes == before:
+            return []
+        moved = list(map(operator.ne, hashes, before))
+        moved_ids = list(compress(id_list, moved))
+        moved_hashes = list(compress(hashes, moved))
+        cached = list(map(operator.is_not, moved_hashes, repeat(None)))
+        for b in compress(moved_ids, map(operator.not_, cached)):  # bounded: uncached ones
+            del checked[b]
+        fresh = list(compress(moved_ids, cached))
+        hash_of = dict(zip(fresh, compress(moved_hashes, cached), strict=True))
+        checked.update(hash_of)
         return self.full.check_fresh(step, fresh, hash_of, block_contents)
 
     def _sync(self, snapshot: KVSnapshot) -> None:
@@ -264,13 +295,22 @@ class PoolDeltaChecker:
         self._rids = None  # the next check diffs every table
         flat = np.fromiter((b for t in self.tables.values() for b in t), np.int64)
         flat = flat[(flat >= 0) & (flat < num_blocks)]
-        self.held = np.bincount(flat, minlength=num_blocks).tolist()
-        free = np.zeros(num_blocks, np.uint8)
+        self.held = np.bincount(flat, minlength=num_blocks).astype(np.int64, copy=False)
+        free = np.zeros(num_blocks, bool)
         free_ids = np.fromiter(snapshot.free_block_ids(), np.int64)
-        free[free_ids[(free_ids >= 0) & (free_ids < num_blocks)]] = 1
-        self.free = bytearray(free.tobytes())
-        self.num_free = int(free.sum())
+        free[free_ids[(free_ids >= 0) & (free_ids < num_blocks)]] = True
+        self.free = free
+        self.num_free = int(np.count_nonzero(free))
         self.synced = True
+
+
+def _count(held: IntArray, ids: list[int], delta: int) -> None:
+    """held[b] += delta for each b in ids (an id may repeat: a block two tables shared)."""
+    if len(ids) <= 4:
+        for b in ids:  # bounded: 4
+            held[b] += delta
+    elif ids:
+        np.add.at(held, np.array(ids, np.int64), delta)
 
 
 def _grew_at_end(old: list[int], table: Sequence[int], n: int, preempted: bool) -> bool:
@@ -288,6 +328,22 @@ def _tables(snapshot: KVSnapshot) -> Mapping[str, Sequence[int]]:
     return views() if views is not None else snapshot.block_tables()
 
 
+def _table_ends(
+    snapshot: KVSnapshot, tables: Mapping[str, Sequence[int]]
+) -> tuple[list[str], list[int], list[int] | None]:
+    """Every table's request id, length and last block, read in C (`table_ends()` where
+    the snapshot has it); lasts None when a table is empty (the general path)."""
+    ends = getattr(snapshot, "table_ends", None)
+    read = ends() if ends is not None else None
+    if read is not None:
+        return read
+    try:
+        lasts: list[int] | None = list(map(_LAST, tables.values()))
+    except IndexError:
+        lasts = None
+    return list(tables), list(map(len, tables.values())), lasts
+
+
 def _ref_cnt_of(snapshot: KVSnapshot, ids: IntArray) -> IntArray:
     point = getattr(snapshot, "ref_cnt_of", None)
     if point is not None:
@@ -295,7 +351,7 @@ def _ref_cnt_of(snapshot: KVSnapshot, ids: IntArray) -> IntArray:
     return np.asarray(snapshot.ref_cnt(), np.int64)[ids]
 
 
-def _is_free(snapshot: KVSnapshot, ids: IntArray) -> npt.NDArray[np.bool_]:
+def _is_free(snapshot: KVSnapshot, ids: IntArray) -> BoolArray:
     point = getattr(snapshot, "is_free", None)
     if point is not None:
         return np.asarray(point(ids), bool)

@@ -68,7 +68,7 @@ def test_every_table_gone_after_a_sweep_is_a_clean_step():
     assert (checker.num_sweeps, checker.num_unconfirmed) == (2, 1)  # swept, rebuilt
     pool.tables = {}
     assert _check(checker, 3, pool, [0, 2, 3, 4]) == []
-    assert (checker.num_sweeps, checker.held) == (2, [0] * NUM_BLOCKS)
+    assert (checker.num_sweeps, checker.held.tolist()) == (2, [0] * NUM_BLOCKS)
 
 
 def test_a_table_losing_a_middle_block_is_followed_when_named_rewritten():
@@ -81,4 +81,4 @@ def test_a_table_losing_a_middle_block_is_followed_when_named_rewritten():
     pool.tables["a"] = [0, 1, 4, 3]
     assert _check(checker, 1, pool, [2, 4]) == []
     assert (checker.num_sweeps, checker.num_unconfirmed) == (1, 0)
-    assert checker.held == [1, 1, 0, 1, 1, 0, 0, 0]
+    assert checker.held.tolist() == [1, 1, 0, 1, 1, 0, 0, 0]
