@@ -191,3 +191,27 @@ def test_evictions_of_cached_blocks_are_counted():
     s2 = run_step(engine)
     assert s2.tables == {"b": (3, 2)}
     assert engine.kv_snapshot().num_evicted_blocks == 1
+
+
+def test_the_pool_checks_point_reads_and_every_tables_ends():
+    """After a's and b's second chunk (b hit a's blocks 1, 2): the incremental pool check's
+    reads, exact, and `table_ends` as the lazy views give it, read in C."""
+    import numpy as np
+
+    engine = _engine()
+    engine.add_request(request("a", PROMPT, 2))
+    engine.add_request(request("b", PROMPT, 2))
+    run_step(engine)
+    run_step(engine)
+    snap = engine.kv_snapshot()
+    assert snap.table_ends() == (["a", "b"], [3, 3], [3, 4])
+    views = snap.block_table_views()
+    assert snap.table_ends() == (
+        list(views),
+        [len(t) for t in views.values()],
+        [t[-1] for t in views.values()],
+    )
+    ids = np.array([1, 2, 3, 4, 5], np.int64)
+    assert snap.ref_cnt_of(ids).dtype == np.int64
+    assert snap.ref_cnt_of(ids).tolist() == [2, 2, 1, 1, 0]
+    assert snap.is_free(ids).tolist() == [False, False, False, False, True]

@@ -13,17 +13,22 @@ when a chunk that was cached at scheduling never ran), passes "all slots written
 caught here, in the step it is cached.
 
 The index is kept across steps and grows with the requests' block_hashes (O(new hashes) a
-step, plus one length read per live request); a request's entries go when vLLM drops it.
+step, plus one length read per live request, in C); a request's entries go when vLLM drops
+it.
 Equal hashes name equal tokens, so when live requests share a hash the first still there
 answers.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
+from itertools import compress, repeat
 from typing import Any
 
 from schedcheck.engines.vllm.v1 import eras
+
+_BLOCK_HASHES = operator.attrgetter("block_hashes")
 
 
 class BlockHashIndex:
@@ -34,21 +39,29 @@ class BlockHashIndex:
         self._hashes_of: dict[str, list[bytes]] = {}  # request id -> its indexed hashes
 
     def update(self, requests: Mapping[str, Any]) -> None:
-        """Index the hashes vLLM computed since the last update; drop requests it dropped."""
-        for request_id in [r for r in self._hashes_of if r not in requests]:
-            for h in self._hashes_of.pop(request_id):
-                named = [w for w in self._where[h] if w[0] != request_id]
+        """Index the hashes vLLM computed since the last update; drop requests it dropped.
+
+        Each step reads every live (or waiting) request's hash count, in C (map); only the
+        requests whose count grew are walked, over their new hashes."""
+        hashes_of, where = self._hashes_of, self._where
+        for request_id in hashes_of.keys() - requests.keys():  # any order: the same index
+            for h in hashes_of.pop(request_id):
+                named = [w for w in where[h] if w[0] != request_id]
                 if named:
-                    self._where[h] = named
+                    where[h] = named
                 else:
-                    del self._where[h]
-        for request_id, request in requests.items():
-            indexed = self._hashes_of.setdefault(request_id, [])
-            block_hashes = request.block_hashes  # every release: computed by the block hasher
-            for i in range(len(indexed), len(block_hashes)):  # bounded: the new hashes
-                h = eras.request_hash_key(block_hashes[i])
+                    del where[h]
+        request_ids = list(requests)
+        lists = list(map(_BLOCK_HASHES, requests.values()))  # every release: the hasher's
+        counts = list(map(len, lists))
+        done = map(len, map(hashes_of.get, request_ids, repeat(())))
+        for i in compress(range(len(counts)), map(operator.gt, counts, done)):  # grown only
+            request_id, block_hashes = request_ids[i], lists[i]
+            indexed = hashes_of.setdefault(request_id, [])
+            for j in range(len(indexed), counts[i]):  # bounded: the new hashes
+                h = eras.request_hash_key(block_hashes[j])
                 indexed.append(h)
-                self._where.setdefault(h, []).append((request_id, i))
+                where.setdefault(h, []).append((request_id, j))
 
     def positions(
         self, hashes: Sequence[bytes], block_size: int, grouped: bool

@@ -25,13 +25,16 @@ vLLM's group id (BlockHashWithGroupId), since each group's KV of equal tokens di
 Point reads for the incremental pool check (invariants/pool_delta.py), each O(ids asked):
 `ref_cnt_of`, `is_free` (a block is linked into vLLM's free list iff its prev_free_block is
 set), `num_free_entries` (the list's own count), `hash_of`, `block_table_views` (tables as
-lazy id sequences over vLLM's block lists), and `take_changed_block_ids` from the
-adapter's `BlockChangeLog` (changes.py).
+lazy id sequences over vLLM's block lists), `table_ends` (every table's length and last
+block id, in C), and `take_changed_block_ids` from the adapter's `BlockChangeLog`
+(changes.py).
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from itertools import compress, repeat
 from typing import Any, overload
 
 import numpy as np
@@ -43,6 +46,10 @@ from schedcheck.engines.vllm.v1.eras import block_hash_bytes
 from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
 
 NULL_BLOCK_REF_CNT = 1  # reported for vLLM's null block: held by the pool itself
+_REF_CNT = operator.attrgetter("ref_cnt")
+_PREV_FREE = operator.attrgetter("prev_free_block")
+_BLOCK_ID = operator.attrgetter("block_id")
+_LAST = operator.itemgetter(-1)
 
 
 class V1KVSnapshot:
@@ -115,14 +122,12 @@ class V1KVSnapshot:
         return None if self._change_log is None else self._change_log.take()
 
     def ref_cnt_of(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        blocks = self._pool.blocks
-        return np.fromiter((blocks[b].ref_cnt for b in ids.tolist()), np.int64, ids.size)
+        blocks = map(self._pool.blocks.__getitem__, ids.tolist())
+        return np.fromiter(map(_REF_CNT, blocks), np.int64, ids.size)  # in C
 
     def is_free(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        blocks = self._pool.blocks
-        return np.fromiter(
-            (blocks[b].prev_free_block is not None for b in ids.tolist()), bool, ids.size
-        )
+        links = map(_PREV_FREE, map(self._pool.blocks.__getitem__, ids.tolist()))
+        return np.fromiter(map(operator.is_not, links, repeat(None)), bool, ids.size)  # in C
 
     def num_free_entries(self) -> int:
         return int(self._pool.free_block_queue.num_free_blocks)
@@ -148,6 +153,17 @@ class V1KVSnapshot:
         if len(self._managers) > 1:
             return self._hybrid_block_tables()
         return _TableViews(self._manager.req_to_blocks)
+
+    def table_ends(self) -> tuple[list[str], list[int], list[int]] | None:
+        """(request ids, lengths, last block ids) of `block_table_views()`, in its order,
+        read in C from vLLM's lists of KVCacheBlock (the pool check's per-step look at
+        every table); None with several groups (the views are plain lists then)."""
+        if len(self._managers) > 1:
+            return None
+        req_to_blocks = self._manager.req_to_blocks
+        lists = list(compress(req_to_blocks.values(), req_to_blocks.values()))  # not empty
+        request_ids = list(compress(req_to_blocks, req_to_blocks.values()))
+        return request_ids, list(map(len, lists)), list(map(_BLOCK_ID, map(_LAST, lists)))
 
     def take_rewritten_req_ids(self) -> Collection[str]:
         """Tables to compare whole. Several groups: all of them, since a concatenated
