@@ -38,6 +38,8 @@ from schedcheck.fuzz.swarm import (
     draws_spec_decode,
     draws_vllm_options,
     fixed_block_manager,
+    undrawable_families,
+    vllm_families,
 )
 from schedcheck.fuzz.worker import WorkerJob, run_worker
 from schedcheck.sim.blame import build_engine
@@ -113,7 +115,7 @@ class CampaignResult:
         """Rare paths of those the engine and the swarm can reach that no example reached."""
         spec = self.options.spec
         prefix_caching = True in spec.capabilities.enable_prefix_caching
-        return never_reached(
+        missed = never_reached(
             self.coverage,
             drafts=draws_lookahead(spec),
             prefix_caching=prefix_caching,
@@ -122,15 +124,20 @@ class CampaignResult:
             sliding=draws_sliding_window(spec),
             aborts=spec.capabilities.aborts,
             evictions_counted=self.evictions_counted,
-            engine_paths=self._release_paths(),
+            engine_paths=self.engine_paths,
         )
+        unreachable = self._unreachable()
+        return [path for path in missed if path not in unreachable]
 
-    def _release_paths(self) -> tuple[str, ...]:
-        """The engine's own paths this campaign's draws can reach: vLLM applies the
-        cache-aware admission window under FCFS only, so not with --family priority."""
-        if "priority" in self.options.spec.families:
-            return tuple(p for p in self.engine_paths if p != "cache-aware-reorder")
-        return self.engine_paths
+    def _unreachable(self) -> tuple[str, ...]:
+        """Option paths this campaign's draws cannot reach: without async scheduling drawn
+        (vLLM's whole engine on a CPU) no placeholder; under --family priority no
+        cache-aware reorder (vLLM applies the window under FCFS only)."""
+        spec = self.options.spec
+        out = () if "async" in vllm_families(spec) else ("async-output-placeholder",)
+        if "priority" in spec.families:
+            out += ("cache-aware-reorder",)
+        return out
 
     def unmeasured(self) -> list[str]:
         """Rare paths the engine does not let the harness count (a snapshot without
@@ -142,6 +149,12 @@ def check_target(spec: SwarmSpec) -> Engine:
     """The engine built once; raise ValueError (bad input) if the engine, mutant or block
     manager cannot load, or the engine declares no support for the block manager the spec
     fixes."""
+    undrawable = undrawable_families(spec)
+    if undrawable:
+        raise ValueError(
+            f"engine {spec.engine} cannot draw --family {', '.join(undrawable)} "
+            f"(it draws {', '.join(vllm_families(spec))})"
+        )
     caps = spec.capabilities
     config = EngineConfig(
         block_size=block_sizes(caps)[0],

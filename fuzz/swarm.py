@@ -261,6 +261,22 @@ def draws_vllm_options(spec: SwarmSpec) -> bool:
     return spec.engine in VLLM_OPTION_ENGINES
 
 
+def vllm_families(spec: SwarmSpec) -> tuple[str, ...]:
+    """The option families of fuzz/swarm_vllm.py this engine draws (none: not vLLM)."""
+    return VLLM_OPTION_ENGINES.get(spec.engine, ())
+
+
+def undrawable_families(spec: SwarmSpec) -> tuple[str, ...]:
+    """The --family names an engine with vLLM's options cannot draw (vllm-engine: async,
+    drafts, a sliding window), in the order given; () for other engines."""
+    if spec.engine not in VLLM_OPTION_ENGINES:
+        return ()
+    drawable = set(vllm_families(spec))
+    drawable |= {"spec-decode"} if draws_spec_decode(spec) else set()
+    drawable |= {"sliding-window"} if draws_sliding_window(spec) else set()
+    return tuple(f for f in spec.families if f not in drawable)
+
+
 def draws_lookahead(spec: SwarmSpec) -> bool:
     """Draft tokens are drawn for engines that declare them (an engine without lookahead
     slots would be blamed for the drafter's writes)."""

@@ -176,3 +176,20 @@ def test_a_priority_campaign_does_not_list_cache_aware_reorder_as_unreached():
 
     assert "cache-aware-reorder" in missed(("admission",))
     assert "cache-aware-reorder" not in missed(("priority",))
+
+
+def test_vllm_engine_refuses_a_family_it_cannot_draw_and_never_lists_the_placeholder():
+    """vLLM's whole engine on a CPU draws no async scheduling, drafts or sliding window:
+    --family async is bad input (named), and async-output-placeholder is not unreached."""
+    from schedcheck.fuzz.campaign import CampaignOptions, CampaignResult, check_target
+    from schedcheck.fuzz.swarm import undrawable_families
+
+    spec = SwarmSpec(engine="vllm-engine", families=("priority", "async", "sliding-window"))
+    assert undrawable_families(spec) == ("async", "sliding-window")
+    assert undrawable_families(SwarmSpec(engine="vllm-v1", families=("async",))) == ()
+    with pytest.raises(ValueError, match=r"cannot draw --family async, sliding-window"):
+        check_target(spec)
+    result = CampaignResult(CampaignOptions(SwarmSpec(engine="vllm-engine")))
+    assert "async-output-placeholder" not in result.never_reached()
+    result = CampaignResult(CampaignOptions(SwarmSpec(engine="vllm-v1")))
+    assert "async-output-placeholder" in result.never_reached()
