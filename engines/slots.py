@@ -35,11 +35,11 @@ def rows_of(computed: list[int], counts: list[int], starts: list[int]) -> tuple[
         return np.array(computed, dtype=np.int64), np.arange(num_reqs, dtype=np.int64)
     if num_rows <= SMALL_ROWS:
         ends = map(operator.add, computed, counts)
-        positions = itertools.chain.from_iterable(map(range, computed, ends))
-        row_req = itertools.chain.from_iterable(map(itertools.repeat, range(num_reqs), counts))
+        position_iter = itertools.chain.from_iterable(map(range, computed, ends))
+        row_iter = itertools.chain.from_iterable(map(itertools.repeat, range(num_reqs), counts))
         return (
-            np.fromiter(positions, np.int64, num_rows),
-            np.fromiter(row_req, np.int64, num_rows),
+            np.fromiter(position_iter, np.int64, num_rows),
+            np.fromiter(row_iter, np.int64, num_rows),
         )
     counts_arr = np.array(counts, dtype=np.int64)
     row_req = np.repeat(np.arange(num_reqs, dtype=np.int64), counts_arr)
@@ -106,7 +106,9 @@ def _slots_listed(
         )
     size = itertools.repeat(block_size)
     try:
-        blocks = list(map(operator.getitem, row_tables, map(operator.floordiv, positions, size)))
+        blocks: list[int] = list(
+            map(operator.getitem, row_tables, map(operator.floordiv, positions, size))
+        )
     except IndexError:
         blocks = []
     if len(blocks) != len(positions) or min(blocks, default=0) < 0:

@@ -134,7 +134,9 @@ class CampaignResult:
         (vLLM's whole engine on a CPU) no placeholder; under --family priority no
         cache-aware reorder (vLLM applies the window under FCFS only)."""
         spec = self.options.spec
-        out = () if "async" in vllm_families(spec) else ("async-output-placeholder",)
+        out: tuple[str, ...] = ()
+        if "async" not in vllm_families(spec):
+            out += ("async-output-placeholder",)
         if "priority" in spec.families:
             out += ("cache-aware-reorder",)
         return out

@@ -64,6 +64,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -170,7 +171,7 @@ class SymbolicExecutor(DraftAcceptance):
             return {}
         if meta.num_reqs == 0:
             return {}
-        reqs: list[ShadowRequest] = found  # no None in it
+        reqs = cast(list[ShadowRequest], found)  # no None in it
         idx = np.fromiter(map(_INDEX, reqs), np.int32, len(reqs))  # store indices (writer_req)
         unbuilt = self.store.base[idx] < 0
         if np.count_nonzero(unbuilt):  # their first step: build their tokens and identities

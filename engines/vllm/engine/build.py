@@ -177,12 +177,19 @@ def full_collections_deferred(collect_after: bool = True) -> Iterator[None]:
     short."""
     collect, freeze, unfreeze = gc.collect, gc.freeze, gc.unfreeze
     asked: list[int] = []
-    gc.collect = lambda generation=2: asked.append(generation) or 0  # type: ignore[assignment]
-    gc.freeze = gc.unfreeze = lambda: None  # type: ignore[assignment]
+
+    def counted(generation: int = 2) -> int:
+        asked.append(generation)
+        return 0
+
+    def nothing() -> None:
+        return None
+
+    gc.collect, gc.freeze, gc.unfreeze = counted, nothing, nothing
     try:
         yield
     finally:
-        gc.collect, gc.freeze, gc.unfreeze = collect, freeze, unfreeze  # type: ignore[assignment]
+        gc.collect, gc.freeze, gc.unfreeze = collect, freeze, unfreeze
         if asked and collect_after:
             gc.collect()
 
@@ -207,7 +214,7 @@ def kernel_overrides_registered_once() -> None:
             registered.append(True)
 
     once.schedcheck_once = True  # type: ignore[attr-defined]
-    cls.register_triton_kernel_overrides = classmethod(once)  # type: ignore[assignment]
+    cls.register_triton_kernel_overrides = classmethod(once)
 
 
 @dataclass(frozen=True, slots=True)
