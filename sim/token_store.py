@@ -28,12 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from schedcheck.invariants import hash_model
-from schedcheck.traces.tokens import _GOLDEN, _M1, _M2, FIRST_TOKEN_ID
+from schedcheck.traces.tokens import FIRST_TOKEN_ID, mix64
 
 I64 = np.int64
 U64 = np.uint64
 _MASK64 = (1 << 64) - 1
-_S27, _S30, _S31, _S32 = U64(27), U64(30), U64(31), U64(32)
+_S32 = U64(32)
 
 
 class TokenStore:
@@ -167,18 +167,6 @@ class TokenStore:
             tokens, ids = np.zeros(size, I64), np.zeros(size, U64)
             tokens[:used], ids[:used] = self.tokens[:used], self.ids[:used]
             self.tokens, self.ids = tokens, ids
-
-
-def mix64(values: np.ndarray) -> np.ndarray:
-    """traces.tokens.mix64 of an array, in place on one copy (no error-state switch: an
-    array's integer arithmetic wraps silently); the same values."""
-    z = values + _GOLDEN
-    z ^= z >> _S30
-    z *= _M1
-    z ^= z >> _S27
-    z *= _M2
-    z ^= z >> _S31
-    return z
 
 
 def sample_and_terms(

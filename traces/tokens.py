@@ -18,13 +18,26 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
+_S27, _S30, _S31 = np.uint64(27), np.uint64(30), np.uint64(31)
+
+
 def mix64(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """SplitMix64's finalizer, elementwise; wraps modulo 2**64."""
-    with np.errstate(over="ignore"):
-        z = values + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))
+    """SplitMix64's finalizer, elementwise; wraps modulo 2**64. An array's integer
+    arithmetic wraps silently, so it is done in place on one copy; a scalar's would warn,
+    so it runs under an error state that ignores the overflow (the same values)."""
+    if not isinstance(values, np.ndarray) or values.ndim == 0:
+        with np.errstate(over="ignore"):
+            z = values + _GOLDEN
+            z = (z ^ (z >> _S30)) * _M1
+            z = (z ^ (z >> _S27)) * _M2
+            return z ^ (z >> _S31)
+    z = values + _GOLDEN
+    z ^= z >> _S30
+    z *= _M1
+    z ^= z >> _S27
+    z *= _M2
+    z ^= z >> _S31
+    return z
 
 
 def expand_hash_ids(
