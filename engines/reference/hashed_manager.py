@@ -135,6 +135,8 @@ class HashedKVManager:
         num_new_blocks = max(0, num_required_blocks - len(hit.block_ids))
         pool = self.block_pool
         queue = pool.free_block_queue
+        if num_new_blocks > len(queue):  # refused whatever the hit: the head of a full
+            return False  # queue retries every step, and its hit may be hundreds of blocks
         num_evictable_hit_blocks = sum(map(queue.__contains__, hit.block_ids))  # in C
         if num_new_blocks + num_evictable_hit_blocks > len(queue):
             return False
