@@ -41,6 +41,7 @@ class BlockPool:
         "cached_block_hash_to_block",
         "cached_hash_of_block",
         "change_log",
+        "evictions_of_block",
         "free_block_queue",
         "num_blocks",
         "num_evicted_blocks",
@@ -59,6 +60,9 @@ class BlockPool:
         # version would find the same hit.
         self.cache_version = 0
         self.num_evicted_blocks = 0  # cached blocks evicted for new allocations, in total
+        # how many times each block's hash was evicted: a lookup's hit is still whole while
+        # its blocks' counts are unchanged (hashed_manager.get_computed_blocks)
+        self.evictions_of_block: list[int] = [0] * num_blocks  # a list: += costs 40 ns
         self.change_log: set[int] | None = None  # block ids changed since the checker looked
 
     @property
@@ -67,6 +71,14 @@ class BlockPool:
 
     def get_cached_block(self, block_hash: bytes) -> int | None:
         return self.cached_block_hash_to_block.get(block_hash)
+
+    def num_evictions_of(self, block_ids: Sequence[int]) -> int:
+        """The eviction counts of these blocks, summed (in C)."""
+        return sum(map(self.evictions_of_block.__getitem__, block_ids))
+
+    def none_evicted(self, block_ids: Sequence[int], num_evictions: int) -> bool:
+        """Was none of these blocks evicted since their counts summed to `num_evictions`?"""
+        return self.num_evictions_of(block_ids) == num_evictions
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         """Pop `num_blocks` blocks from the head of the free queue, evicting their hashes."""
@@ -178,5 +190,6 @@ class BlockPool:
             self.change_log.add(block_id)
         assert self.cached_block_hash_to_block.get(block_hash) == block_id
         del self.cached_block_hash_to_block[block_hash]
+        self.evictions_of_block[block_id] += 1
         self.cache_version += 1
         self.num_evicted_blocks += 1

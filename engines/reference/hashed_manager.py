@@ -17,6 +17,7 @@ vllm#7822 cannot arise at all). A request's blocks are freed in reverse order.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -44,36 +45,61 @@ class HashedKVManager:
         self._num_computed_tokens: dict[str, int] = {}
         self._table_tuples: dict[str, tuple[int, ...]] = {}
         self._ref_cnt_view = readonly_view(self.block_pool.ref_cnt)
-        # request id -> ((cache_version, num_tokens), hit) of its last lookup while waiting:
-        # a head-of-line request retried every step costs one dict lookup, not a walk.
-        self._hit_memo: dict[str, tuple[tuple[int, int], PrefixHit]] = {}
+        # request id -> its last lookup while waiting: a head-of-line request retried every
+        # step costs one dict lookup while the cache is unchanged, and a look past its old
+        # hit while none of that hit's blocks was evicted (see get_computed_blocks)
+        self._hit_memo: dict[str, _HitMemo] = {}
 
     # -- lookups ---------------------------------------------------------------------------
 
     def get_computed_blocks(self, request: Request) -> PrefixHit:
-        """The longest run of cached blocks from block 0, capped at num_tokens - 1 tokens."""
+        """The longest cached prefix of the request's block hashes, capped (see above).
+
+        Memoized per waiting request (vllm#18957 looks up every step; so does this, in
+        effect): at an unchanged cache version the same hit; else, if none of the old hit's
+        blocks was evicted since (a hash leaves the cache only with its block's eviction,
+        and is never re-pointed), the old hit still holds, and only the hashes past it are
+        looked up::
+
+            block_hashes:  | h0 .. h(k-1): the old hit, still cached | hk ...  looked up |
+                           0                                         k        max_num_blocks
+        """
         if not self.enable_caching:
             return EMPTY_HIT
+        pool = self.block_pool
         memo = self._hit_memo.get(request.request_id)
-        key = (self.block_pool.cache_version, request.num_tokens)
-        if memo is not None and memo[0] == key:
-            return memo[1]  # the cache has not changed since: the same hit (vllm#18957)
+        key = (pool.cache_version, request.num_tokens)
+        if memo is not None and memo.key == key:
+            return memo.hit  # the cache has not changed since: the same hit
         max_num_blocks = self._max_cache_hit_tokens(request) // self.block_size
-        block_ids = self._longest_hit(request.block_hashes, max_num_blocks)
-        hit = PrefixHit(tuple(block_ids), len(block_ids) * self.block_size)
-        self._hit_memo[request.request_id] = (key, hit)
+        hit, num_evictions = EMPTY_HIT, 0
+        if memo is not None and pool.none_evicted(memo.hit.block_ids, memo.num_evictions):
+            hit, num_evictions = memo.hit, memo.num_evictions
+            if len(hit.block_ids) > max_num_blocks:  # rare: a lower cap than before
+                kept = hit.block_ids[:max_num_blocks]
+                hit = PrefixHit(kept, len(kept) * self.block_size)
+                num_evictions = pool.num_evictions_of(kept)
+        more = self._longest_hit(request.block_hashes, max_num_blocks, len(hit.block_ids))
+        if more:
+            block_ids = hit.block_ids + tuple(more)
+            hit = PrefixHit(block_ids, len(block_ids) * self.block_size)
+            num_evictions += pool.num_evictions_of(more)
+        self._hit_memo[request.request_id] = _HitMemo(key, hit, num_evictions)
         return hit
 
     def _max_cache_hit_tokens(self, request: Request) -> int:
         """A hit leaves one prompt token to compute, so that the request samples (vllm#7753)."""
         return request.num_tokens - 1
 
-    def _longest_hit(self, block_hashes: Sequence[bytes], max_num_blocks: int) -> list[int]:
-        """Block ids of the leading cached hashes. The lookups run in C (map) over chunks
-        of doubling size, so a hit stopping early does not look up a long prompt's rest."""
+    def _longest_hit(
+        self, block_hashes: Sequence[bytes], max_num_blocks: int, start: int = 0
+    ) -> list[int]:
+        """Block ids of the cached hashes from `start` on, up to the first not cached. The
+        lookups run in C (map) over chunks of doubling size, so a hit stopping early does
+        not look up a long prompt's rest."""
         lookup = self.block_pool.cached_block_hash_to_block.get
         found: list[int] = []
-        start, size = 0, 8
+        size = 8
         while start < max_num_blocks:  # bounded: start grows by size >= 8
             chunk = list(map(lookup, block_hashes[start : min(start + size, max_num_blocks)]))
             if None in chunk:
@@ -241,3 +267,14 @@ class HashedKVSnapshot(ManagerSnapshot):
         pool = self._manager.block_pool
         changed, pool.change_log = pool.change_log, set()
         return changed
+
+
+@dataclass(frozen=True, slots=True)
+class _HitMemo:
+    """A waiting request's last prefix lookup: at `key` (cache version, num_tokens) it
+    found `hit`; `num_evictions`: its blocks' eviction counts summed then (counts only
+    grow: an equal sum later means none was evicted since)."""
+
+    key: tuple[int, int]
+    hit: PrefixHit
+    num_evictions: int
