@@ -121,9 +121,10 @@ def release_key(release: str) -> tuple[int, ...]:
     return tuple(int(p) for p in head.split(".") if p.isdigit())
 
 
+@functools.cache
 def installed_release() -> str | None:
     """The installed vLLM's version from its metadata (importing vLLM is slow), under
-    either distribution name (`DISTRIBUTIONS`), or None."""
+    either distribution name (`DISTRIBUTIONS`), or None; read once a process."""
     for dist in DISTRIBUTIONS:  # bounded: two names
         try:
             return importlib.metadata.version(dist)
@@ -187,6 +188,7 @@ def scheduler_class(scheduler_config: Any) -> type:
     return getattr(importlib.import_module(module_name), attr)
 
 
+@functools.cache
 def scheduler_init_kwargs(block_size: int) -> dict[str, int]:
     """block_size (0.11.1 on) and hash_block_size (0.2x on), where Scheduler.__init__ takes
     them (read on Scheduler: AsyncScheduler's takes *args, **kwargs)."""
@@ -197,6 +199,7 @@ def scheduler_init_kwargs(block_size: int) -> dict[str, int]:
     return {n: block_size for n in names if _has_param(init, n)}
 
 
+@functools.cache
 def scheduler_config_kwargs(scheduler_config_cls: type) -> dict[str, Any]:
     """is_encoder_decoder=False where SchedulerConfig takes it (0.11.1 on)."""
     name = "is_encoder_decoder"
@@ -216,9 +219,11 @@ def attention_spec_kwargs(spec_cls: type) -> dict[str, Any]:
     return {"use_mla": False} if _has_field(spec_cls, "use_mla") else {}
 
 
+@functools.cache
 def scheduler_config_fields() -> frozenset[str]:
     """The installed SchedulerConfig's init fields (options a release lacks are fitted
-    away); empty when vLLM is not installed."""
+    away); empty when vLLM is not installed. Read once a process (per example, it was
+    a quarter of fit_config's cost)."""
     if installed_release() is None:
         return frozenset()
     from vllm.config import SchedulerConfig
