@@ -110,6 +110,37 @@ def test_hashed_lookup_is_memoized_until_the_cache_changes():
     assert (first.num_tokens, again.num_tokens) == (8, 0)
 
 
+def test_hashed_lookup_grows_past_its_old_hit_while_no_hit_block_was_evicted():
+    manager = _manager("hashed", num_blocks=8)
+    a = _req("A", range(8))
+    _run_chunk(manager, a, 8)  # blocks 0, 1 cached
+    manager.free(a)
+    b = _req("B", range(16), seq=1)
+    first = manager.get_computed_blocks(b)
+    assert (first.block_ids, first.num_tokens) == ((0, 1), 8)
+    c = _req("C", range(12), seq=2)
+    _run_chunk(manager, c, 4, manager.get_computed_blocks(c))  # caches block 2 (tokens 8..12)
+    grown = manager.get_computed_blocks(b)
+    assert (grown.block_ids, grown.num_tokens) == ((0, 1, 2), 12)
+    manager._hit_memo.clear()  # a walk from scratch finds the same hit
+    assert manager.get_computed_blocks(b).block_ids == grown.block_ids
+
+
+def test_hashed_lookup_walks_again_once_a_hit_block_was_evicted():
+    manager = _manager("hashed", num_blocks=6)
+    a = _req("A", range(8))
+    _run_chunk(manager, a, 8)  # blocks 0, 1 cached, then free (1 at the queue's head)
+    manager.free(a)
+    b = _req("B", range(12), seq=1)
+    assert manager.get_computed_blocks(b).block_ids == (0, 1)
+    evicted = manager.block_pool.get_new_blocks(3)  # blocks 2 3 4 5 were free before 1, 0
+    assert evicted == [2, 3, 4]
+    assert manager.get_computed_blocks(b).block_ids == (0, 1)  # none of its blocks went
+    manager.block_pool.get_new_blocks(2)  # 5, then 1: block 1's hash is evicted
+    assert manager.block_pool.evictions_of_block[1] == 1
+    assert manager.get_computed_blocks(b).block_ids == (0,)  # block 0's hash is still cached
+
+
 def test_radix_decode_pages_join_the_tree_at_finish():
     manager = _manager("radix", num_blocks=8)
     a = _req("A", range(6), max_tokens=8)
