@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.fuzz.strategies import draw_plans, materialize
+from schedcheck.fuzz.strategies import BOOLEANS, draw_plans, integers, materialize
 from schedcheck.fuzz.swarm import (
     SwarmSpec,
     budget_for_unchunked,
@@ -129,7 +129,7 @@ def scenarios(draw: st.DrawFn, spec: SwarmSpec) -> Scenario:
     plans = draw_plans(draw, knob.block_size, knob.max_num_batched_tokens, features)
     requests = materialize(plans)
     budget_tokens = knob.max_num_batched_tokens
-    if not knob.enable_chunked_prefill and draw(st.booleans()):
+    if not knob.enable_chunked_prefill and draw(BOOLEANS):
         budget_tokens = budget_for_unchunked(knob, requests)
     blocks = draw_num_gpu_blocks(draw, spec, requests, knob)
     return Scenario(
@@ -137,7 +137,7 @@ def scenarios(draw: st.DrawFn, spec: SwarmSpec) -> Scenario:
         requests=requests,
         config=engine_config(spec, knob, blocks, budget_tokens),
         faults=draw_faults(draw, spec),
-        seed=draw(st.integers(0, SIM_SEED_MAX)),
+        seed=draw(integers(0, SIM_SEED_MAX)),
         ignore=spec.ignore,
         draft_acceptance=knob.draft_acceptance,
     )

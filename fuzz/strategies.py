@@ -24,6 +24,7 @@ off, so some examples have no aborts at all, others only bursts of shared prefix
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -81,27 +82,39 @@ class RequestPlan:
         assert self.fill in FILLS and self.gap_ticks >= 0 and self.output_length >= 1
 
 
+# The draws' strategies, built once: Hypothesis' own strategy cache (st.integers is
+# @cacheable) costs 3-4 us a call in building its key, a seventh of drawing a scenario
+# (about 70 draws an example). The same strategy objects: the same choices and spans.
+BOOLEANS = st.booleans()
+
+
+@functools.cache
+def integers(low: int, high: int) -> st.SearchStrategy[int]:
+    """st.integers(low, high), built once a process."""
+    return st.integers(low, high)
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
 def pick(draw: st.DrawFn, options: Sequence[T]) -> T:
     """One of `options` (shrinks towards the first): a cached integers() draw, no new strategy."""
-    return options[draw(st.integers(0, len(options) - 1))]
+    return options[draw(integers(0, len(options) - 1))]
 
 
 def maybe_int(draw: st.DrawFn, low: int, high: int) -> int | None:
     """None (what it shrinks to) or an integer in [low, high]."""
-    return draw(st.integers(low, high)) if draw(st.booleans()) else None
+    return draw(integers(low, high)) if draw(BOOLEANS) else None
 
 
 def draw_boundary_length(draw: st.DrawFn, block_size: int, blocks_max: int, min_value: int) -> int:
     """`k * block_size + delta`, k in [0, blocks_max], delta 0 / -1 / +1 / any; >= min_value."""
     assert block_size >= 1 and blocks_max >= 0
-    num_blocks = draw(st.integers(0, blocks_max))
+    num_blocks = draw(integers(0, blocks_max))
     delta = pick(draw, _DELTAS)
     if delta is None:
-        delta = draw(st.integers(0, block_size - 1))
+        delta = draw(integers(0, block_size - 1))
     return max(min_value, num_blocks * block_size + delta)
 
 
@@ -112,7 +125,7 @@ def boundary_lengths(draw: st.DrawFn, block_size: int, blocks_max: int, min_valu
 
 
 def draw_features(draw: st.DrawFn, priorities: bool = True, salts: bool = True) -> TraceFeatures:
-    b = [draw(st.booleans()) for _ in range(8)]
+    b = [draw(BOOLEANS) for _ in range(8)]
     return TraceFeatures(b[0], b[1], b[2], b[3], b[4], b[5], b[6] and priorities, b[7] and salts)
 
 
@@ -140,7 +153,7 @@ def draw_plans(
     blocks_max = max(
         1, own_tokens_max(block_size, budget_tokens, features.long_prompts) // block_size
     )
-    num_requests = draw(st.integers(1, requests_max))
+    num_requests = draw(integers(1, requests_max))
     plans: list[RequestPlan] = []
     root_lengths: dict[int, int] = {}  # plan index -> its prompt length (roots only)
     for index in range(num_requests):  # bounded by requests_max
@@ -165,7 +178,7 @@ def _draw_plan(
     base_index, num_shared = None, 0
     if features.sharing and parent_index is None and root_lengths:
         roots = sorted(root_lengths)
-        base_index = pick(draw, roots) if draw(st.booleans()) else None
+        base_index = pick(draw, roots) if draw(BOOLEANS) else None
     if base_index is not None:
         base_length = root_lengths[base_index]
         shared_blocks_max = cdiv(base_length, block_size)
@@ -176,12 +189,12 @@ def _draw_plan(
         num_shared_tokens=num_shared,
         num_own_tokens=num_own,
         fill=pick(draw, FILLS) if features.fills else "unique",
-        gap_ticks=pick(draw, _BURST_GAPS) if features.bursts else draw(st.integers(0, 24)),
-        output_length=draw(st.integers(1, OUTPUT_TOKENS_MAX)),
+        gap_ticks=pick(draw, _BURST_GAPS) if features.bursts else draw(integers(0, 24)),
+        output_length=draw(integers(1, OUTPUT_TOKENS_MAX)),
         abort_ticks=maybe_int(draw, 0, 24) if features.aborts else None,
         parent_index=parent_index,
-        think_ticks=draw(st.integers(0, 8)) if parent_index is not None else 0,
-        priority=draw(st.integers(0, 2)) if features.priorities else 0,
+        think_ticks=draw(integers(0, 8)) if parent_index is not None else 0,
+        priority=draw(integers(0, 2)) if features.priorities else 0,
         cache_salt=pick(draw, _SALTS) if features.salts else None,
     )
 

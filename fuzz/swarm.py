@@ -70,10 +70,12 @@ from schedcheck.engines.capabilities import Capabilities
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig
 from schedcheck.engines.registry import capabilities
 from schedcheck.fuzz.strategies import (
+    BOOLEANS,
     TraceFeatures,
     cdiv,
     draw_boundary_length,
     draw_features,
+    integers,
     pick,
 )
 from schedcheck.fuzz.swarm_vllm import VLLM_ENGINE_FAMILIES, VLLM_FAMILIES, draw_vllm_v1_extra
@@ -166,7 +168,7 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
     caps = spec.capabilities
     block_size = pick(draw, block_sizes(caps))
     blocks_max = max(2, BUDGET_TOKENS_MAX // block_size)
-    threshold = draw_boundary_length(draw, block_size, blocks_max, 1) if draw(st.booleans()) else 0
+    threshold = draw_boundary_length(draw, block_size, blocks_max, 1) if draw(BOOLEANS) else 0
     manager = fixed_block_manager(spec)
     if manager is None:
         managers = caps.block_managers
@@ -229,7 +231,7 @@ def draw_spec_decode(draw: st.DrawFn, spec: SwarmSpec) -> tuple[int, float]:
     """(num_speculative_tokens, draft_acceptance); K = 0 is off."""
     if not draws_spec_decode(spec):
         return 0, 0.7
-    if not always_spec_decode(spec) and not draw(st.booleans()):
+    if not always_spec_decode(spec) and not draw(BOOLEANS):
         return 0, 0.7
     return pick(draw, SPEC_TOKENS), pick(draw, DRAFT_ACCEPTANCES)
 
@@ -237,7 +239,7 @@ def draw_spec_decode(draw: st.DrawFn, spec: SwarmSpec) -> tuple[int, float]:
 def draw_kv_groups(draw: st.DrawFn, spec: SwarmSpec, block_size: int, blocks_max: int) -> str:
     if not draws_sliding_window(spec):
         return "full"
-    if "sliding-window" not in spec.families and not draw(st.booleans()):
+    if "sliding-window" not in spec.families and not draw(BOOLEANS):
         return "full"
     return f"full,sliding:{draw_boundary_length(draw, block_size, blocks_max, 1)}"
 
@@ -252,7 +254,7 @@ def draw_flag(draw: st.DrawFn, accepted: tuple[bool, ...], shrinks_to: bool) -> 
     """A boolean option: drawn where the engine accepts both values, else its one value."""
     if len(set(accepted)) == 1:
         return accepted[0]
-    return draw(st.booleans()) != shrinks_to
+    return draw(BOOLEANS) != shrinks_to
 
 
 def draws_vllm_options(spec: SwarmSpec) -> bool:
@@ -284,7 +286,7 @@ def draws_lookahead(spec: SwarmSpec) -> bool:
 
 
 def draw_lookahead(draw: st.DrawFn, spec: SwarmSpec) -> int:
-    if not draws_lookahead(spec) or not draw(st.booleans()):
+    if not draws_lookahead(spec) or not draw(BOOLEANS):
         return 0
     return pick(draw, LOOKAHEAD_TOKENS)
 
@@ -355,14 +357,14 @@ def draw_num_gpu_blocks(
         knob.num_lookahead_tokens + knob.num_speculative_tokens,
         knob.num_kv_groups,
     )
-    if spec.draws_oversize and draw(st.integers(0, 7)) == 7:
+    if spec.draws_oversize and draw(integers(0, 7)) == 7:
         return max(1, need_max - 1)
     return need_max + pick(draw, SLACK_BLOCKS)
 
 
 def draw_faults(draw: st.DrawFn, spec: SwarmSpec) -> tuple[tuple[str, float], ...]:
     """(kind, probability) for the kinds switched on; () when faults are off."""
-    if not spec.faults or not draw(st.booleans()):
+    if not spec.faults or not draw(BOOLEANS):
         return ()
     drawn = [(kind, pick(draw, FAULT_PROBABILITIES)) for kind in FAULT_KINDS]
     aborts = spec.capabilities.aborts

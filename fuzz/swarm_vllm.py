@@ -22,7 +22,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY
-from schedcheck.fuzz.strategies import draw_boundary_length, pick
+from schedcheck.fuzz.strategies import BOOLEANS, draw_boundary_length, pick
 
 VLLM_FAMILIES = ("priority", "async", "budget", "admission", "queue")
 # vLLM's whole engine on a CPU: its CPU platform turns async scheduling off
@@ -50,7 +50,7 @@ def draw_vllm_v1_extra(
     for family in VLLM_FAMILIES:  # a fixed order: the same draws for the same choices
         if family not in drawable:
             continue
-        if family in families or draw(st.booleans()):
+        if family in families or draw(BOOLEANS):
             extra.update(_DRAWS[family](draw, block_size, blocks_max))
     return tuple(sorted(extra.items()))
 
@@ -65,25 +65,25 @@ def _async(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, str]:
 
 def _budget(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, str]:
     out = {}
-    if draw(st.booleans()):
+    if draw(BOOLEANS):
         tokens = draw_boundary_length(draw, block_size, blocks_max, 1)
         out["vllm:max_num_scheduled_tokens"] = str(tokens)
-    if draw(st.booleans()):
+    if draw(BOOLEANS):
         out["vllm:long_prefill_token_threshold_adaptive"] = "true"
-    if draw(st.booleans()):
+    if draw(BOOLEANS):
         out["vllm:prefill_schedule_interval"] = pick(draw, PREFILL_INTERVALS)
     return out
 
 
 def _admission(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, str]:
     out = {}
-    if draw(st.booleans()):
+    if draw(BOOLEANS):
         out["vllm:watermark"] = pick(draw, WATERMARKS)
-    if draw(st.booleans()):
+    if draw(BOOLEANS):
         out["vllm:scheduler_reserve_full_isl"] = "false"
-    if draw(st.booleans()):
+    if draw(BOOLEANS):
         out["vllm:max_num_active_seqs"] = pick(draw, ACTIVE_SEQS)
-    if draw(st.booleans()):
+    if draw(BOOLEANS):
         out["vllm:cache_aware_admission_window"] = pick(draw, CACHE_AWARE_WINDOWS)
         out["vllm:cache_aware_admission_threshold"] = pick(draw, CACHE_AWARE_THRESHOLDS)
     return out
@@ -91,9 +91,9 @@ def _admission(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, s
 
 def _queue(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, str]:
     out = {}
-    if draw(st.booleans()):
+    if draw(BOOLEANS):
         out["vllm:max_num_queued_reqs"] = pick(draw, QUEUED_REQS)
-    if draw(st.booleans()):
+    if draw(BOOLEANS):
         tokens = draw_boundary_length(draw, block_size, blocks_max, 1)
         out["vllm:max_num_queued_tokens"] = str(tokens)
     return out
