@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from itertools import compress
 
 import numpy as np
 
 from schedcheck.engines.protocol import KVSnapshot
+from schedcheck.invariants.hash_memory import HashMemory
 from schedcheck.invariants.violation import Violation
 
 BlockContents = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -40,11 +40,16 @@ class BlockPoolChecker:
     """Keeps the content each block hash has named so far (hash -> identity)."""
 
     def __init__(self) -> None:
-        self.content_of_hash: dict[bytes, int] = {}
-        self.hash_order: deque[bytes] = deque()  # content_of_hash's keys, oldest first
+        # hash -> identity, oldest first, in arrays (about 60 bytes a hash: hash_memory.py)
+        self.content_of_hash = HashMemory()
         self.checked_hash_of_block: dict[int, bytes] = {}  # as of the last check
         # set by the loop each check where the engine says what its hashes mean
         self.expected_content: ExpectedContent | None = None
+
+    @property
+    def hash_order(self) -> list[bytes]:
+        """The hashes remembered, oldest first (the order they are forgotten in)."""
+        return list(self.content_of_hash)
 
     def check(
         self,
@@ -114,47 +119,33 @@ class BlockPoolChecker:
             gone = {v.block for v in stale}
             kept = [b not in gone for b in ids]
             ids, idents = list(compress(ids, kept)), list(compress(idents, kept))
-        seen, order = self.content_of_hash, self.hash_order
-        for _ in range(max(0, len(seen) + len(fresh) - HASH_MEMORY_MAX)):  # bounded memory
-            del seen[order.popleft()]  # the oldest: O(1) (a dict's first key costs a scan
-            # over the entries deleted before it, quadratic once the memory is full)
+        seen = self.content_of_hash
+        seen.forget_oldest(len(seen) + len(fresh) - HASH_MEMORY_MAX)  # bounded memory
         return out + self._remember(step, ids, idents, hash_of)
 
     def _remember(
         self, step: int, ids: list[int], idents: list[int], hash_of: Mapping[int, bytes]
     ) -> list[Violation]:
         """Each block's hash names its identity, as it did before (the first time: from now
-        on). In C (setdefault: a hash named twice this step is compared with its first);
-        when a hash named other content, the new hashes are forgotten again and the blocks
-        walked one by one, so the first finding is reported and remembered as it always was."""
-        seen, order = self.content_of_hash, self.hash_order
+        on), walked in block order: a hash named twice this step is compared with its
+        first; the first hash that named other content is reported, and the hashes after
+        it are not remembered (HashMemory.remember does the walk in arrays)."""
         hashes = list(map(hash_of.__getitem__, ids))
-        num_seen = len(seen)
-        if list(map(seen.setdefault, hashes, idents)) == idents:
-            if len(seen) > num_seen:  # the new hashes are the dict's last keys, in order
-                order.extend(reversed(list(itertools.islice(reversed(seen), len(seen) - num_seen))))
+        index, first = self.content_of_hash.remember(hashes, idents)
+        if index < 0:
             return []
-        for _ in range(len(seen) - num_seen):  # bounded: this step's new hashes
-            seen.popitem()  # the last inserted first
-        for b, ident in zip(ids, idents, strict=True):  # bounded: the fresh blocks
-            h = hash_of[b]
-            first = seen.get(h)
-            if first is None:
-                first = seen[h] = ident
-                order.append(h)
-            if first != ident:
-                return [
-                    Violation(
-                        "block-pool.hash-content",
-                        step,
-                        f"block {b}'s hash {h.hex()[:16]} named other content "
-                        "before: equal hash, different tokens or parents",
-                        block=b,
-                        expected=f"identity {first:#x}",
-                        found=f"identity {ident:#x}",
-                    )
-                ]
-        return []
+        b, h, ident = ids[index], hashes[index], idents[index]
+        return [
+            Violation(
+                "block-pool.hash-content",
+                step,
+                f"block {b}'s hash {h.hex()[:16]} named other content "
+                "before: equal hash, different tokens or parents",
+                block=b,
+                expected=f"identity {first:#x}",
+                found=f"identity {ident:#x}",
+            )
+        ]
 
     def _check_meaning(
         self, step: int, block_ids: list[int], hash_of: Mapping[int, bytes], identity: np.ndarray
