@@ -23,7 +23,7 @@ request samples a token this step iff its chunk reaches `num_tokens`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -43,6 +43,11 @@ class EngineRequest:
     arrival_time_s: float = 0.0
     priority: int = 0  # lower value = more important (vLLM's convention)
     cache_salt: str | None = None  # an extra key of the block hash (vLLM's cache_salt)
+    # Optional: builds prompt_token_ids again (the same tokens, int64, read-only) whenever
+    # called. An engine that keeps thousands of requests waiting may keep no copy of the
+    # prompt until it admits one (the reference engine); an engine that ignores it loses
+    # nothing. Not part of the request's value (equality, repr).
+    prompt_source: Callable[[], TokenArray] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         assert self.prompt_token_ids.ndim == 1, "prompt_token_ids must be 1-D"

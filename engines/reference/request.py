@@ -14,8 +14,11 @@ makes `num_computed_tokens` catch up with it. After a recompute preemption
 A request waiting for its first admission keeps only its prompt, in the narrowest integer
 dtype that holds every id exactly (uint16 for a 32,000-token vocabulary: a quarter of the
 int64 array it was handed, which it does not keep), and no block hash: thousands of them wait
-when a trace outruns the engine. The scheduler builds the int64 buffer (`build_tokens`) when
-it first considers the request for admission; every accessor of the tokens builds it too.
+when a trace outruns the engine. With the EngineRequest's `prompt_source` (the simulator
+builds the prompt again from the trace) it keeps no prompt at all while it waits: the source
+is called once, when the buffer is built. The scheduler builds the int64 buffer
+(`build_tokens`) when it first considers the request for admission; every accessor of the
+tokens builds it too.
 
 `block_hashes` are computed lazily, on first use (the first prefix-cache lookup, at that
 admission), and extended as outputs fill blocks; they are hashed from a byte view of the
@@ -59,6 +62,7 @@ class Request:
         "_extra_key",
         "_hasher",
         "_prompt",
+        "_prompt_source",
         "_token_buffer",
         "_token_bytes",
         "arrival_seq",
@@ -91,8 +95,11 @@ class Request:
         self.arrival_time_s = engine_request.arrival_time_s
         self.arrival_seq = arrival_seq  # tie-breaker: the order add_request saw
         self.cache_salt = engine_request.cache_salt
-        # Until build_tokens: the prompt alone, compact; no buffer, empty views.
-        self._prompt: np.ndarray | None = compact_tokens(prompt)
+        # Until build_tokens: the prompt alone, compact (or only its source); no buffer.
+        self._prompt_source = engine_request.prompt_source
+        self._prompt: np.ndarray | None = None
+        if self._prompt_source is None:
+            self._prompt = compact_tokens(prompt)
         self._token_buffer: TokenArray | None = None
         # Once built: the whole buffer, read-only; only [0, num_tokens) is meaningful. Slices
         # of it are what ScheduledRequest.token_ids carries (no copy; the tokens never change).
@@ -123,12 +130,16 @@ class Request:
         if self._token_buffer is not None:
             return
         prompt = self._prompt
-        assert prompt is not None
+        if prompt is None:
+            assert self._prompt_source is not None
+            prompt = self._prompt_source()
+            assert prompt.shape == (self.num_prompt_tokens,), "the source builds another prompt"
         buffer = np.empty(self.num_prompt_tokens + self.max_tokens, dtype=np.int64)
         buffer[: self.num_prompt_tokens] = prompt
         readonly = buffer.view()
         readonly.flags.writeable = False
-        self._token_buffer, self.readonly_tokens, self._prompt = buffer, readonly, None
+        self._token_buffer, self.readonly_tokens = buffer, readonly
+        self._prompt = self._prompt_source = None
         self._token_bytes = memoryview(buffer.data).cast("B")
 
     @property
