@@ -29,6 +29,7 @@ from typing import Any
 from schedcheck.engines.capabilities import config_refusals
 from schedcheck.engines.protocol import Engine, EngineConfig
 from schedcheck.fuzz.database import FailureDB
+from schedcheck.fuzz.heap import SetupHeap
 from schedcheck.fuzz.replay_db import replay_findings
 from schedcheck.fuzz.swarm import (
     SwarmSpec,
@@ -175,8 +176,16 @@ def check_target(spec: SwarmSpec) -> Engine:
 def run_campaign(
     opts: CampaignOptions, on_message: Callable[[dict[str, Any]], None] | None = None
 ) -> CampaignResult:
-    """Run a campaign; `on_message` sees every worker message (progress bars)."""
-    engine = check_target(opts.spec)
+    """Run a campaign; `on_message` sees every worker message (progress bars). The
+    engine's first build (its imports) runs with the garbage collector paused (heap.py)."""
+    with SetupHeap() as heap:
+        engine = heap.build(check_target, opts.spec)
+        return _run_campaign(opts, engine, on_message)
+
+
+def _run_campaign(
+    opts: CampaignOptions, engine: Engine, on_message: Callable[[dict[str, Any]], None] | None
+) -> CampaignResult:
     result = CampaignResult(opts)
     result.evictions_counted = counts_evictions(engine)
     result.engine_paths = engine_counted_paths(engine)
@@ -288,7 +297,9 @@ def _worker_main(job: WorkerJob, messages: Any, stop_round: Any, stop: Any) -> N
         return stop.is_set() or round_index > stop_round.value
 
     try:
-        run_worker(job, messages.put, should_stop, stop.is_set)
+        with SetupHeap() as heap:  # the engine's imports, as run_campaign's (heap.py)
+            heap.build(check_target, job.spec)
+            run_worker(job, messages.put, should_stop, stop.is_set)
     except Exception as exc:  # reported, the campaign goes on
         messages.put(
             {"type": "error", "worker": job.worker_index, "error": f"{type(exc).__name__}: {exc}"}
