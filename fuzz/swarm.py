@@ -382,7 +382,6 @@ def budget_for_unchunked(knob: Knobs, requests: tuple[TraceRequest, ...]) -> int
 def engine_config(
     spec: SwarmSpec, knob: Knobs, num_blocks: int, budget_tokens: int
 ) -> EngineConfig:
-    extra: Mapping[str, str] = dict(knob.extra)
     drawn = EngineConfig(
         block_size=knob.block_size,
         num_gpu_blocks=num_blocks,
@@ -396,6 +395,6 @@ def engine_config(
         kv_groups=knob.kv_groups,
         block_manager=knob.block_manager,
         mutant=spec.mutant,
-        extra=extra,
+        extra=dict(knob.extra),
     )
     return spec.capabilities.fit(drawn)
