@@ -114,27 +114,26 @@ class BlockPoolChecker:
         ids = block_ids.tolist()
         stale = self._check_meaning(step, ids, hash_of, identity)
         out.extend(stale[:1])
-        idents = identity.tolist()
         if stale:  # not a hash's content: not remembered as one
             gone = {v.block for v in stale}
             kept = [b not in gone for b in ids]
-            ids, idents = list(compress(ids, kept)), list(compress(idents, kept))
+            ids, identity = list(compress(ids, kept)), identity[np.array(kept, dtype=bool)]
         seen = self.content_of_hash
         seen.forget_oldest(len(seen) + len(fresh) - HASH_MEMORY_MAX)  # bounded memory
-        return out + self._remember(step, ids, idents, hash_of)
+        return out + self._remember(step, ids, identity, hash_of)
 
     def _remember(
-        self, step: int, ids: list[int], idents: list[int], hash_of: Mapping[int, bytes]
+        self, step: int, ids: list[int], identity: np.ndarray, hash_of: Mapping[int, bytes]
     ) -> list[Violation]:
         """Each block's hash names its identity, as it did before (the first time: from now
         on), walked in block order: a hash named twice this step is compared with its
         first; the first hash that named other content is reported, and the hashes after
         it are not remembered (HashMemory.remember does the walk in arrays)."""
         hashes = list(map(hash_of.__getitem__, ids))
-        index, first = self.content_of_hash.remember(hashes, idents)
+        index, first = self.content_of_hash.remember(hashes, identity)
         if index < 0:
             return []
-        b, h, ident = ids[index], hashes[index], idents[index]
+        b, h, ident = ids[index], hashes[index], int(identity[index])
         return [
             Violation(
                 "block-pool.hash-content",

@@ -8,9 +8,11 @@ bytes: 40 for its row, 8 for its identity, 16 for its share of the index::
 
     ring (capacity a power of two; the oldest at ring slot `_first`, `_size` live):
         _rows   [1 + slot, words + 1]  uint64  the key's bytes zero-padded to whole words,
-                                               then its length (b"a" and b"a\\0" differ);
-                                               row 0, and a forgotten key's row, end in
-                                               DEAD, which no key's length equals
+                                               then its length + 1 (b"a" and b"a\\0"
+                                               differ); DEAD (0) in row 0, in a row not
+                                               written yet and once its key is forgotten:
+                                               no key matches it, and a new ring's rows
+                                               cost no memory until written
         _values [slot]                 uint64  the identity it named
     index (open addressing, linear probing, at most half its cells used):
         _table  [cell]                 int32   a row (ring slot + 1), 0 = empty
@@ -38,7 +40,7 @@ import numpy.typing as npt
 U64 = np.uint64
 I64Array = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
-DEAD = (1 << 64) - 1  # a row's length word once its key is forgotten (row 0: never a key)
+DEAD = 0  # a row's length word while it holds no key (a key's is its length + 1)
 SMALL_BATCH = 16  # keys remembered one by one in Python up to this many; in arrays above
 _PROBE_TAIL = 8  # a probe in arrays goes on in Python once this few keys are left
 _MIN_CAPACITY = 8
@@ -61,8 +63,7 @@ class HashMemory(Mapping[bytes, int]):
     """hash (bytes) -> identity (int), oldest first; see the module docstring."""
 
     def __init__(self) -> None:
-        self._rows = np.zeros((1 + _MIN_CAPACITY, 2), dtype=U64)
-        self._rows[:, -1] = DEAD
+        self._rows = np.zeros((1 + _MIN_CAPACITY, 2), dtype=U64)  # DEAD throughout
         self._values = np.zeros(_MIN_CAPACITY, dtype=U64)
         self._first = 0  # ring slot of the oldest entry
         self._size = 0
@@ -79,7 +80,7 @@ class HashMemory(Mapping[bytes, int]):
         """The keys, oldest first."""
         for row in (self._live_slots() + 1).tolist():  # bounded: the live entries
             *words, length = self._rows[row].tolist()
-            yield struct.pack(f"<{len(words)}Q", *words)[:length]
+            yield struct.pack(f"<{len(words)}Q", *words)[: length - 1]
 
     def __getitem__(self, key: bytes) -> int:
         row = int(self.find([key])[0])
@@ -105,34 +106,44 @@ class HashMemory(Mapping[bytes, int]):
         self._first = (self._first + count) & (self._capacity - 1)
         self._size -= count
 
-    def remember(self, keys: Sequence[bytes], values: Sequence[int]) -> tuple[int, int]:
+    def remember(
+        self, keys: Sequence[bytes], values: Sequence[int] | npt.NDArray[np.unsignedinteger]
+    ) -> tuple[int, int]:
         """Walk the pairs in order: a key not remembered is remembered with its value (after
         every entry so far), a remembered one is compared. Stops at the first key that
         names another value than it did: returns (its index, the value it named), with the
         keys before it remembered and none after; (-1, 0) when every pair agrees."""
         n = len(keys)
         if n <= SMALL_BATCH:
-            return self._remember_one_by_one(keys, values)
+            listed = values.tolist() if isinstance(values, np.ndarray) else values
+            return self._remember_one_by_one(keys, listed)
+        if isinstance(values, np.ndarray):
+            given = values.astype(U64, copy=False)
+        else:  # not np.asarray: a list of ints past 2**63 and below would become floats
+            given = np.array(values, dtype=U64)
         query = self._pack(keys)
-        rows = self._find(query)
+        rows, ends = self._find(query)
         known = rows > 0
-        stored = self._values[rows - 1]  # row 0: a wrong value, masked below
-        first_index = dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True))
-        first = np.fromiter(map(first_index.__getitem__, keys), np.int64, n)
-        given = np.array(values, dtype=U64)
-        named = np.where(known, stored, given[first])  # what the key named before
+        named = given.copy()  # what each key named before (a new key: its own value)
+        named[known] = self._values[rows[known] - 1]
+        new = np.flatnonzero(~known)
+        if new.size > 1 and _repeats(ends[new]):  # two new keys at one cell: maybe one key
+            first_index = dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True))
+            first = np.fromiter(map(first_index.__getitem__, keys), np.int64, n)
+            named[new] = given[first[new]]  # a new key's second time: its first value
+            new = new[first[new] == new]
         differs = np.flatnonzero(named != given)
         stop = int(differs[0]) if differs.size else n
-        new = np.flatnonzero(~known[:stop] & (first[:stop] == np.arange(stop)))
+        new = new[new < stop]
         if new.size:
-            self._append(query[new], given[new])
+            self._append(query[new], given[new], ends[new])
         return (stop, int(named[stop])) if stop < n else (-1, 0)
 
     def find(self, keys: Sequence[bytes]) -> I64Array:
         """Each key's row (its ring slot + 1), or 0 where it is not remembered."""
         if not keys:
             return np.zeros(0, dtype=np.int64)
-        return self._find(self._pack(keys))
+        return self._find(self._pack(keys))[0]
 
     # -- a few keys, in Python ---------------------------------------------------------------
 
@@ -164,7 +175,7 @@ class HashMemory(Mapping[bytes, int]):
         if len(key) > width:
             self._widen(-(-len(key) // 8))
             width = 8 * (self._rows.shape[1] - 1)
-        return key.ljust(width, b"\0") + len(key).to_bytes(8, "little")
+        return key.ljust(width, b"\0") + (len(key) + 1).to_bytes(8, "little")
 
     def _first_cell(self, packed: bytes) -> int:
         """_bucket() of one key, in Python ints."""
@@ -195,21 +206,21 @@ class HashMemory(Mapping[bytes, int]):
         return (self._first + np.arange(self._size, dtype=np.int64)) & (self._capacity - 1)
 
     def _pack(self, keys: Sequence[bytes]) -> U64Array:
-        """The keys as rows: words zero-padded, then the length (widening for a longer key)."""
-        n = len(keys)
-        lens = np.fromiter(map(len, keys), np.int64, n)
+        """The keys as rows: words zero-padded, then length + 1 (widening for a longer key)."""
+        n, longest = len(keys), max(map(len, keys))
         num_words = self._rows.shape[1] - 1
-        if int(lens.max()) > 8 * num_words:
-            num_words = -(-int(lens.max()) // 8)
+        if longest > 8 * num_words:
+            num_words = -(-longest // 8)
             self._widen(num_words)
         width = 8 * num_words
-        if int(lens.min()) == width:
-            joined = b"".join(keys)
+        joined = b"".join(keys)
+        query = np.empty((n, num_words + 1), dtype=U64)
+        if len(joined) == n * width:  # none longer than width, so each exactly width
+            query[:, num_words] = width + 1
         else:
             joined = b"".join(k.ljust(width, b"\0") for k in keys)
-        query = np.empty((n, num_words + 1), dtype=U64)
+            query[:, num_words] = np.fromiter(map(len, keys), np.int64, n) + 1
         query[:, :num_words] = np.frombuffer(joined, dtype=U64).reshape(n, num_words)
-        query[:, num_words] = lens
         return query
 
     def _widen(self, num_words: int) -> None:
@@ -236,32 +247,35 @@ class HashMemory(Mapping[bytes, int]):
 
     # -- the index ---------------------------------------------------------------------------
 
-    def _find(self, query: U64Array) -> I64Array:
-        """Each key's row, or 0: probe each key's cells until its own or an empty one."""
+    def _find(self, query: U64Array) -> tuple[I64Array, I64Array]:
+        """Each key's row or 0, and the cell its probe ended at (its own, or the empty cell
+        where it would go): probe each key's cells until its own or an empty one."""
         n = query.shape[0]
         found = np.zeros(n, dtype=np.int64)
-        if self._size == 0:
-            return found
         table, rows = self._table, self._rows
         cell_mask = table.size - 1
         cells, todo = self._bucket(query), np.arange(n)
+        ends = cells.copy()
         for _ in range(table.size):  # bounded: a probe visits each cell at most once
             if todo.size <= _PROBE_TAIL:  # the few long probes left: on in Python
                 for i, cell in zip(todo.tolist(), cells.tolist(), strict=True):
-                    found[i] = self._probe_from(cell, query[i].tobytes())[0]
+                    found[i], ends[i] = self._probe_from(cell, query[i].tobytes())
                 break
             at = table[cells]
             hit = (rows[at] == query[todo]).all(axis=1)
             found[todo[hit]] = at[hit]
             going = ~hit & (at != 0)
+            ends[todo[~going]] = cells[~going]
             todo, cells = todo[going], (cells[going] + 1) & cell_mask
-        return found
+        return found, ends
 
-    def _append(self, query: U64Array, values: U64Array) -> None:
-        """Remember keys known to be absent and distinct, after every entry so far."""
+    def _append(self, query: U64Array, values: U64Array, ends: I64Array | None = None) -> None:
+        """Remember keys known to be absent and distinct, after every entry so far (`ends`:
+        where their probes ended, if the index has not changed since)."""
         n = query.shape[0]
         if self._size + n > self._capacity:
             self._grow(self._size + n)
+            ends = None
         slots = (self._first + self._size + np.arange(n, dtype=np.int64)) & (self._capacity - 1)
         self._rows[slots + 1] = query
         self._values[slots] = values
@@ -269,14 +283,13 @@ class HashMemory(Mapping[bytes, int]):
         if 2 * (self._used + n) > self._table.size:
             self._build_index()
         else:
-            self._index(slots + 1)
+            self._index(slots + 1, ends)
 
     def _grow(self, size: int) -> None:
         """A ring of the next power of two that holds `size`, live entries first in order."""
         capacity = max(_MIN_CAPACITY, 1 << (size - 1).bit_length())
         live = self._live_slots()
-        rows = np.zeros((1 + capacity, self._rows.shape[1]), dtype=U64)
-        rows[:, -1] = DEAD
+        rows = np.zeros((1 + capacity, self._rows.shape[1]), dtype=U64)  # DEAD: untouched
         rows[1 : 1 + live.size] = self._rows[live + 1]
         values = np.zeros(capacity, dtype=U64)
         values[: live.size] = self._values[live]
@@ -293,11 +306,13 @@ class HashMemory(Mapping[bytes, int]):
         self._views()
         self._index(self._live_slots() + 1)
 
-    def _index(self, rows: I64Array) -> None:
+    def _index(self, rows: I64Array, cells: I64Array | None = None) -> None:
         """Put each row (its key absent from the index) in the first empty cell of its
-        probe; where several want one cell, one takes it and the rest probe on."""
+        probe (from `cells` on, if given: no empty cell before them); where several want
+        one cell, one takes it and the rest probe on."""
         table, cell_mask = self._table, self._table.size - 1
-        cells = self._bucket(self._rows[rows])
+        if cells is None:
+            cells = self._bucket(self._rows[rows])
         marks = rows.astype(np.int32)
         self._used += rows.size
         for _ in range(table.size):  # bounded: each round fills a cell or moves keys on
@@ -315,3 +330,9 @@ class HashMemory(Mapping[bytes, int]):
             placed = empty & (table[cells] == marks)
             going = ~placed
             rows, marks, cells = rows[going], marks[going], (cells[going] + 1) & cell_mask
+
+
+def _repeats(values: I64Array) -> bool:
+    """Whether some value occurs twice (a sort: np.unique costs several times more)."""
+    ordered = np.sort(values)
+    return bool((ordered[1:] == ordered[:-1]).any())

@@ -40,7 +40,8 @@ class Arrivals:
     """Releases the requests of a trace (streamed, in file order) into an inbox.
 
     Memory: the TraceRequest and outputs of each finished request are kept (not its
-    materialized prompt), so a later turn can rebuild its history: a few KB per request.
+    materialized prompt), so a later turn can rebuild its history: a few KB per request
+    (the outputs at 2 bytes a token where the ids fit: a whole trace keeps every one).
     """
 
     def __init__(
@@ -58,7 +59,8 @@ class Arrivals:
         self.waiting_on: dict[str, list[TraceRequest]] = {}  # predecessor id -> successors
         self.live: set[str] = set()  # released or waiting for a predecessor, not finished
         self.requests: dict[str, TraceRequest] = {}  # every request read so far
-        self.outputs: dict[str, np.ndarray] = {}  # finished request id -> its outputs (int32)
+        # finished request id -> its outputs (uint16 where every id fits, else int32)
+        self.outputs: dict[str, np.ndarray] = {}
         self.finished_at_s: dict[str, float] = {}
         self.num_timers = 0  # pending releases and aborts
         self.streaming = True
@@ -97,7 +99,7 @@ class Arrivals:
     def finished(self, request_id: str, output_token_ids: tuple[int, ...]) -> None:
         """A request finished (or was aborted or rejected): release what waited for it."""
         self.live.discard(request_id)
-        self.outputs[request_id] = np.asarray(output_token_ids, dtype=np.int32)
+        self.outputs[request_id] = _compact(np.asarray(output_token_ids, dtype=np.int32))
         self.finished_at_s[request_id] = self.env.now
         for successor in self.waiting_on.pop(request_id, []):
             self._release_after(successor, self.env.now)
@@ -145,3 +147,10 @@ class Arrivals:
             self.on_event()
 
         self.env.process(timer())
+
+
+def _compact(tokens: np.ndarray) -> np.ndarray:
+    """The same ids in uint16 where every one fits (a vocabulary up to 65,536), else as is."""
+    if tokens.size and int(tokens.min()) >= 0 and int(tokens.max()) <= 0xFFFF:
+        return tokens.astype(np.uint16)
+    return tokens
