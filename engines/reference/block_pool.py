@@ -62,7 +62,7 @@ class BlockPool:
         self.num_evicted_blocks = 0  # cached blocks evicted for new allocations, in total
         # how many times each block's hash was evicted: a lookup's hit is still whole while
         # its blocks' counts are unchanged (hashed_manager.get_computed_blocks)
-        self.evictions_of_block: list[int] = [0] * num_blocks  # a list: += costs 40 ns
+        self.evictions_of_block: npt.NDArray[np.int64] = np.zeros(num_blocks, dtype=np.int64)
         self.change_log: set[int] | None = None  # block ids changed since the checker looked
 
     @property
@@ -72,11 +72,11 @@ class BlockPool:
     def get_cached_block(self, block_hash: bytes) -> int | None:
         return self.cached_block_hash_to_block.get(block_hash)
 
-    def num_evictions_of(self, block_ids: Sequence[int]) -> int:
-        """The eviction counts of these blocks, summed (in C)."""
-        return sum(map(self.evictions_of_block.__getitem__, block_ids))
+    def num_evictions_of(self, block_ids: npt.NDArray[np.int64]) -> int:
+        """The eviction counts of these blocks, summed."""
+        return int(self.evictions_of_block[block_ids].sum())
 
-    def none_evicted(self, block_ids: Sequence[int], num_evictions: int) -> bool:
+    def none_evicted(self, block_ids: npt.NDArray[np.int64], num_evictions: int) -> bool:
         """Was none of these blocks evicted since their counts summed to `num_evictions`?"""
         return self.num_evictions_of(block_ids) == num_evictions
 

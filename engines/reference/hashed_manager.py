@@ -72,20 +72,27 @@ class HashedKVManager:
         if memo is not None and memo.key == key:
             return memo.hit  # the cache has not changed since: the same hit
         max_num_blocks = self._max_cache_hit_tokens(request) // self.block_size
-        hit, num_evictions = EMPTY_HIT, 0
-        if memo is not None and pool.none_evicted(memo.hit.block_ids, memo.num_evictions):
-            hit, num_evictions = memo.hit, memo.num_evictions
+        hit, ids = EMPTY_HIT, _NO_IDS
+        if memo is not None and pool.none_evicted(memo.ids, memo.num_evictions):
+            hit, ids = memo.hit, memo.ids
             if len(hit.block_ids) > max_num_blocks:  # rare: a lower cap than before
-                kept = hit.block_ids[:max_num_blocks]
-                hit = PrefixHit(kept, len(kept) * self.block_size)
-                num_evictions = pool.num_evictions_of(kept)
+                hit = PrefixHit(hit.block_ids[:max_num_blocks], max_num_blocks * self.block_size)
+                ids = ids[:max_num_blocks]
         more = self._longest_hit(request.block_hashes, max_num_blocks, len(hit.block_ids))
         if more:
             block_ids = hit.block_ids + tuple(more)
             hit = PrefixHit(block_ids, len(block_ids) * self.block_size)
-            num_evictions += pool.num_evictions_of(more)
-        self._hit_memo[request.request_id] = _HitMemo(key, hit, num_evictions)
+            ids = np.array(block_ids, np.int64)
+        memo = _HitMemo(key, hit, ids, pool.num_evictions_of(ids))
+        self._hit_memo[request.request_id] = memo
         return hit
+
+    def _hit_ids(self, request_id: str, hit: PrefixHit) -> npt.NDArray[np.int64]:
+        """The hit's block ids as an array (the memo's, when it is the memo's hit)."""
+        memo = self._hit_memo.get(request_id)
+        if memo is not None and memo.hit is hit:
+            return memo.ids
+        return np.array(hit.block_ids, np.int64)
 
     def _max_cache_hit_tokens(self, request: Request) -> int:
         """A hit leaves one prompt token to compute, so that the request samples (vllm#7753)."""
@@ -163,7 +170,10 @@ class HashedKVManager:
         queue = pool.free_block_queue
         if num_new_blocks > len(queue):  # refused whatever the hit: the head of a full
             return False  # queue retries every step, and its hit may be hundreds of blocks
-        num_evictable_hit_blocks = sum(map(queue.__contains__, hit.block_ids))  # in C
+        # hit blocks no request holds: in the free queue, so taken from it (vLLM counts
+        # them by ref_cnt == 0 too)
+        hit_ids = self._hit_ids(request_id, hit)
+        num_evictable_hit_blocks = int(np.count_nonzero(pool.ref_cnt[hit_ids] == 0))
         if num_new_blocks + num_evictable_hit_blocks > len(queue):
             return False
         self._hit_memo.pop(request_id, None)  # admitted: its lookup is spent
@@ -272,9 +282,13 @@ class HashedKVSnapshot(ManagerSnapshot):
 @dataclass(frozen=True, slots=True)
 class _HitMemo:
     """A waiting request's last prefix lookup: at `key` (cache version, num_tokens) it
-    found `hit`; `num_evictions`: its blocks' eviction counts summed then (counts only
-    grow: an equal sum later means none was evicted since)."""
+    found `hit`, whose blocks are `ids`; `num_evictions`: their eviction counts summed then
+    (counts only grow: an equal sum later means none was evicted since)."""
 
     key: tuple[int, int]
     hit: PrefixHit
+    ids: npt.NDArray[np.int64]
     num_evictions: int
+
+
+_NO_IDS: npt.NDArray[np.int64] = np.zeros(0, np.int64)
