@@ -31,44 +31,50 @@ class Fingerprint:
     def __init__(self) -> None:
         self._sha = hashlib.sha256()
         self._tables: dict[str, tuple[int, ...]] = {}
+        self._raw_ids: dict[str, bytes] = {}  # request id -> its UTF-8, while it runs
         self.num_steps = 0
 
     def update(self, output: SchedulerOutput) -> None:
-        tables = self._tables
-        ints = array("q", (output.step, len(output.scheduled)))
+        tables, raw_ids = self._tables, self._raw_ids
+        ints = [output.step, len(output.scheduled)]
         parts: list[bytes] = []
         for req in output.scheduled:
+            rid = req.request_id
             table = req.block_table
-            prev = tables.get(req.request_id, ())
+            prev = tables.get(rid, ())
             if table is prev:  # engines that cache their tuples: O(1) in the common case
                 keep = len(table)
             elif len(prev) <= len(table) and table[: len(prev)] == prev:
                 keep = len(prev)
             else:
                 keep = 0
-            tables[req.request_id] = table
-            raw_id = req.request_id.encode("utf-8")
-            ints.extend(
-                (
-                    len(raw_id),
-                    req.num_computed_tokens,
-                    req.num_scheduled_tokens,
-                    req.num_tokens,
-                    req.num_prompt_tokens,
-                    req.num_cached_tokens,
-                    len(table),
-                    keep,
-                    len(table) - keep,
-                )
+            tables[rid] = table
+            raw_id = raw_ids.get(rid)
+            if raw_id is None:
+                raw_id = raw_ids[rid] = rid.encode("utf-8")
+            num_blocks = len(table)
+            ints += (
+                len(raw_id),
+                req.num_computed_tokens,
+                req.num_scheduled_tokens,
+                req.num_tokens,
+                req.num_prompt_tokens,
+                req.num_cached_tokens,
+                num_blocks,
+                keep,
+                num_blocks - keep,
             )
-            ints.extend(table[keep:])
+            if keep != num_blocks:
+                ints += table[keep:]
             if req.spec_token_ids or req.group_block_tables:  # absent: the encoding of old
-                ints.extend(_extension_ints(req))
+                ints += _extension_ints(req)
             parts.append(raw_id)
-            parts.append(req.token_ids.astype("<i8", copy=False).tobytes())
+            tokens = req.token_ids
+            parts.append(tokens.tobytes() if tokens.dtype is _LE_I64 else _le_bytes(tokens))
         copies = output.block_copies
         ints.append(len(copies))
-        ints.extend(b for pair in copies for b in pair)
+        for pair in copies:
+            ints += pair
         for ids in (output.preempted_req_ids, output.finished_req_ids, output.rejected_req_ids):
             ints.append(len(ids))
             for rid in ids:
@@ -76,12 +82,21 @@ class Fingerprint:
                 ints.append(len(raw_id))
                 parts.append(raw_id)
                 tables.pop(rid, None)
-        self._sha.update(ints.tobytes())  # native order: little-endian on every supported host
+                raw_ids.pop(rid, None)
+        # int64 in native order: little-endian on every supported host
+        self._sha.update(array("q", ints).tobytes())
         self._sha.update(b"".join(parts))
         self.num_steps += 1
 
     def hexdigest(self) -> str:
         return self._sha.hexdigest()
+
+
+_LE_I64 = np.dtype("<i8")  # a chunk's tokens as they are hashed
+
+
+def _le_bytes(tokens: np.ndarray) -> bytes:
+    return tokens.astype(_LE_I64, copy=False).tobytes()
 
 
 _EXTENSION_MARK = -(1 << 62)  # never a count or a block id: starts the extension
