@@ -80,7 +80,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         phases.patch(checks.protocol, "check_output", "protocol")
         phases.patch(checks.protocol, "check_finished", "protocol")
         phases.patch(sim.ledger, "remember", "ledger (remember, gain, retire)")
-        phases.patch(sim.ledger, "gain", "ledger (remember, gain, retire)")
+        phases.patch(sim.ledger, "gain_all", "ledger (remember, gain, retire)")
         phases.patch(sim.ledger, "retire", "ledger (remember, gain, retire)")
         phases.patch(sim.coverage, "observe_step", "coverage")
         cpu0 = time.process_time()

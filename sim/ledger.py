@@ -22,17 +22,16 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from schedcheck.engines.protocol import EngineRequest, SchedulerOutput
+from schedcheck.engines.protocol import EngineRequest, ScheduledRequest, SchedulerOutput
 from schedcheck.sim.arrivals import Release
 from schedcheck.sim.result import RunResult
 from schedcheck.traces.schema import TraceRequest
 
-# (step, num_computed, num_scheduled, num_tokens, num_cached, num_blocks, *last 3 blocks)
-StepLine = tuple[int, ...]
+StepLine = tuple[int, ScheduledRequest]  # (step, the request's share of it): immutable
 PromptOf = Callable[[TraceRequest], np.ndarray]  # a released request's full prompt, again
 
 
@@ -163,31 +162,46 @@ class Ledger:
         self.num_tokens[request_id] += len(tokens)
         self.sampled[request_id].extend(tokens)
 
+    def gain_all(
+        self, sampled: Mapping[str, int], accepted: Mapping[str, tuple[int, ...]], kept: bool
+    ) -> dict[str, tuple[int, ...]]:
+        """gain() of each sampling request's accepted drafts and sampled token, in order;
+        the tokens kept, per request, where asked for (`kept`) or drafts were accepted."""
+        if accepted or kept:
+            return {rid: self.gain(rid, (*accepted.get(rid, ()), t)) for rid, t in sampled.items()}
+        self._gain_samples(sampled)  # the common case: one loop, one token each
+        return {}
+
+    def _gain_samples(self, sampled: Mapping[str, int]) -> None:
+        """gain(rid, (token,)) for each rid: token, in one loop."""
+        live, lists, num_tokens = self.live, self.sampled, self.num_tokens
+        for rid, token in sampled.items():  # bounded: the step's sampling requests
+            request = live.get(rid)
+            if request is None:
+                continue
+            tokens = lists[rid]
+            if len(tokens) < request.max_tokens:
+                tokens.append(token)
+                num_tokens[rid] += 1
+
     def remember(self, output: SchedulerOutput) -> None:
-        """Each scheduled request's line of this step (the last `context_steps` kept)."""
+        """Each scheduled request's share of this step (the last `context_steps` kept; the
+        objects are immutable, and worded only when a violation quotes them)."""
+        history, step = self.history, output.step
         for r in output.scheduled:
-            hist = self.history.get(r.request_id)
+            hist = history.get(r.request_id)
             if hist is None:
-                hist = self.history[r.request_id] = deque(maxlen=self.context_steps)
-            hist.append(
-                (
-                    output.step,
-                    r.num_computed_tokens,
-                    r.num_scheduled_tokens,
-                    r.num_tokens,
-                    r.num_cached_tokens,
-                    len(r.block_table),
-                    *r.block_table[-3:],
-                )
-            )
+                hist = history[r.request_id] = deque(maxlen=self.context_steps)
+            hist.append((step, r))
 
     def context(self, request_id: str) -> tuple[str, ...]:
         """The request's last steps, as its violations quote them."""
         lines = []
-        for step, ncomp, nsched, ntok, ncached, nblocks, *tail in self.history.get(request_id, ()):
+        for step, r in self.history.get(request_id, ()):
             lines.append(
-                f"step {step}: num_computed_tokens {ncomp} + num_scheduled_tokens "
-                f"{nsched} of num_tokens {ntok} (cached {ncached}); {nblocks} blocks, "
-                f"last {list(tail)}"
+                f"step {step}: num_computed_tokens {r.num_computed_tokens} + "
+                f"num_scheduled_tokens {r.num_scheduled_tokens} of num_tokens {r.num_tokens} "
+                f"(cached {r.num_cached_tokens}); {len(r.block_table)} blocks, "
+                f"last {list(r.block_table[-3:])}"
             )
         return tuple(lines)

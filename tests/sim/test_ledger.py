@@ -50,3 +50,38 @@ def test_a_request_leaves_once_and_every_part_is_told_in_order():
     ]  # fmt: skip
     assert (result.finished, result.aborted, result.outputs) == (1, 1, {"a": [10], "b": [1, 2]})
     assert not ledger.live and not ledger.sampled and not ledger.num_tokens
+
+
+def test_gain_all_without_drafts_is_gain_of_each_sampled_token():
+    ledger, _ = _ledger([])
+    _admit(ledger, "a", max_tokens=2)
+    _admit(ledger, "b", max_tokens=1)
+    assert ledger.gain_all({"a": 10, "b": 20, "gone": 1}, {}, kept=False) == {}
+    assert ledger.gain_all({"a": 11, "b": 21}, {}, kept=False) == {}  # b is at max_tokens
+    assert (ledger.sampled, ledger.num_tokens) == ({"a": [10, 11], "b": [20]}, {"a": 5, "b": 4})
+
+
+def test_gain_all_with_drafts_returns_what_each_request_kept():
+    ledger, _ = _ledger([])
+    _admit(ledger, "a", max_tokens=3)
+    _admit(ledger, "b", max_tokens=3)
+    kept = ledger.gain_all({"a": 12, "b": 20}, {"a": (10, 11, 9)}, kept=False)
+    assert kept == {"a": (10, 11, 9), "b": (20,)}  # drafts accepted: kept, capped
+    assert ledger.gain_all({"a": 13, "b": 21}, {}, kept=True) == {"a": (), "b": (21,)}
+    assert ledger.sampled == {"a": [10, 11, 9], "b": [20, 21]}
+
+
+def test_context_quotes_the_last_steps_of_a_request():
+    from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+
+    ledger, _ = _ledger([])
+    for step in range(3):  # context_steps 2: the last two kept
+        r = ScheduledRequest("a", 16 * step, 16, 48, 40, np.zeros(16, np.int64), (7, 8, 9, 3))
+        ledger.remember(SchedulerOutput(step, (r,)))
+    assert ledger.context("a") == (
+        "step 1: num_computed_tokens 16 + num_scheduled_tokens 16 of num_tokens 48 (cached 0);"
+        " 4 blocks, last [8, 9, 3]",
+        "step 2: num_computed_tokens 32 + num_scheduled_tokens 16 of num_tokens 48 (cached 0);"
+        " 4 blocks, last [8, 9, 3]",
+    )
+    assert ledger.context("unknown") == ()
