@@ -41,7 +41,7 @@ class BlockPoolChecker:
 
     def __init__(self) -> None:
         # hash -> identity, oldest first, in arrays (about 60 bytes a hash: hash_memory.py)
-        self.content_of_hash = HashMemory()
+        self.content_of_hash = HashMemory(max_size=HASH_MEMORY_MAX)
         self.checked_hash_of_block: dict[int, bytes] = {}  # as of the last check
         # set by the loop each check where the engine says what its hashes mean
         self.expected_content: ExpectedContent | None = None

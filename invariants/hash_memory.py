@@ -44,6 +44,8 @@ DEAD = 0  # a row's length word while it holds no key (a key's is its length + 1
 SMALL_BATCH = 16  # keys remembered one by one in Python up to this many; in arrays above
 _PROBE_TAIL = 8  # a probe in arrays goes on in Python once this few keys are left
 _MIN_CAPACITY = 8
+_SMALL_CAPACITY = 1 << 16  # a ring this small grows by doubling (a fuzz example's stays so)
+_INDEX_CHUNK = 1 << 16  # the index is built again this many keys at a time
 # odd 64-bit multipliers, one per key word (cycled for longer keys)
 _MULTIPLIERS = (
     0x9E3779B97F4A7C15,
@@ -62,7 +64,11 @@ _MASK64 = (1 << 64) - 1
 class HashMemory(Mapping[bytes, int]):
     """hash (bytes) -> identity (int), oldest first; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_size: int = 0) -> None:
+        # past _SMALL_CAPACITY the ring grows at once to hold `max_size` (the bound the
+        # caller keeps): its rows cost memory only as they are written, and no later
+        # growth copies the ring while the old one is still held
+        self._max_capacity = 1 << max(max_size - 1, 0).bit_length()
         self._rows = np.zeros((1 + _MIN_CAPACITY, 2), dtype=U64)  # DEAD throughout
         self._values = np.zeros(_MIN_CAPACITY, dtype=U64)
         self._first = 0  # ring slot of the oldest entry
@@ -224,9 +230,12 @@ class HashMemory(Mapping[bytes, int]):
         return query
 
     def _widen(self, num_words: int) -> None:
+        """Rows of `num_words` words; only the live rows are copied (the rest stay DEAD,
+        untouched: a ring allocated ahead costs nothing until written)."""
         rows = np.zeros((self._rows.shape[0], num_words + 1), dtype=U64)
-        rows[:, : self._rows.shape[1] - 1] = self._rows[:, :-1]
-        rows[:, -1] = self._rows[:, -1]
+        live = self._live_slots() + 1
+        rows[live, : self._rows.shape[1] - 1] = self._rows[live, :-1]
+        rows[live, -1] = self._rows[live, -1]
         self._rows = rows
         self._views()
 
@@ -288,6 +297,8 @@ class HashMemory(Mapping[bytes, int]):
     def _grow(self, size: int) -> None:
         """A ring of the next power of two that holds `size`, live entries first in order."""
         capacity = max(_MIN_CAPACITY, 1 << (size - 1).bit_length())
+        if _SMALL_CAPACITY < capacity < self._max_capacity:
+            capacity = self._max_capacity
         live = self._live_slots()
         rows = np.zeros((1 + capacity, self._rows.shape[1]), dtype=U64)  # DEAD: untouched
         rows[1 : 1 + live.size] = self._rows[live + 1]
@@ -301,10 +312,13 @@ class HashMemory(Mapping[bytes, int]):
     def _build_index(self) -> None:
         """An index of at least four cells per live entry, naming the live rows only."""
         num_cells = max(4 * _MIN_CAPACITY, 1 << (4 * self._size - 1).bit_length())
+        self._table = self._table_view = None  # type: ignore[assignment]  # freed first
         self._table = np.zeros(num_cells, dtype=np.int32)
         self._used = 0
         self._views()
-        self._index(self._live_slots() + 1)
+        for start in range(0, self._size, _INDEX_CHUNK):  # bounded: chunks of the ring
+            slots = self._first + np.arange(start, min(start + _INDEX_CHUNK, self._size))
+            self._index((slots & (self._capacity - 1)) + 1)  # a chunk's temporaries at once
 
     def _index(self, rows: I64Array, cells: I64Array | None = None) -> None:
         """Put each row (its key absent from the index) in the first empty cell of its
