@@ -202,12 +202,14 @@ class StepChecks:
         shadow = self.executor.shadow
         if positions is None or shadow is None:
             return None
-        identity_at = shadow.identity_at
+        identities_at = shadow.identities_at
 
         def expected(hashes: list[bytes]) -> list[tuple[int, str, str] | None]:
+            wheres = positions(hashes)
+            identities = iter(identities_at([w for w in wheres if w is not None]))
             out: list[tuple[int, str, str] | None] = []
-            for where in positions(hashes):  # bounded: the blocks cached since the last check
-                identity = 0 if where is None else identity_at(*where)
+            for where in wheres:  # bounded: the blocks cached since the last check
+                identity = 0 if where is None else next(identities)
                 if where is None or not identity:
                     out.append(None)
                     continue

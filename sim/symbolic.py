@@ -760,6 +760,25 @@ class SymbolicExecutor(DraftAcceptance):
             return 0
         return int(req.ids[position] ^ hash_model.group_tag(group))
 
+    def identities_at(self, wheres: Sequence[tuple[str, int, int]]) -> list[int]:
+        """identity_at(request_id, position, group) of each, in one gather."""
+        if not wheres:
+            return []
+        rids, positions, groups = zip(*wheres, strict=True)
+        found = list(map(self.requests.get, rids))
+        if None in found or len(set(groups)) > 1:  # rare: unknown requests, several groups
+            return [self.identity_at(*where) for where in wheres]
+        reqs = cast(list[ShadowRequest], found)  # no None in it
+        for req in reqs:  # bounded: the blocks cached this step; built once each
+            if self.store.base[req.index] < 0:
+                req.build()
+        idx = np.fromiter(map(_INDEX, reqs), I64, len(reqs))
+        at = np.array(positions, I64)
+        known = (at >= 0) & (at < self.store.num_tokens[idx])
+        identities, _ = self.store.truth(idx, np.where(known, at, 0))
+        identities = np.where(known, identities ^ hash_model.group_tag(groups[0]), U64(0))
+        return identities.tolist()
+
     def block_contents(self, block_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(identity at each block's last slot, whether all its slots were written)."""
         base = block_ids.astype(I64) * self.block_size
