@@ -94,11 +94,8 @@ class BlockPool:
                 self.change_log.add(block_id)
             return [block_id]
         block_ids = [queue.popitem(last=False)[0] for _ in range(num_blocks)]
-        cached_hash_of_block = self.cached_hash_of_block
-        if not cached_hash_of_block.keys().isdisjoint(block_ids):
-            for block_id in block_ids:
-                if block_id in cached_hash_of_block:
-                    self._evict(block_id)
+        if not self.cached_hash_of_block.keys().isdisjoint(block_ids):
+            self._evict_many([b for b in block_ids if b in self.cached_hash_of_block])
         if block_ids:
             assert not self.ref_cnt[block_ids].any(), "a free block had holders"
             self.ref_cnt[block_ids] = 1
@@ -183,6 +180,18 @@ class BlockPool:
                 self._evict(block_id)
                 evicted += 1
         return evicted
+
+    def _evict_many(self, block_ids: list[int]) -> None:
+        """_evict of each (distinct, cached) block, as passes in C: a prefill chunk's new
+        blocks evict hundreds of hashes at once."""
+        hashes = list(map(self.cached_hash_of_block.pop, block_ids))
+        if self.change_log is not None:
+            self.change_log.update(block_ids)
+        owners = list(map(self.cached_block_hash_to_block.pop, hashes))
+        assert owners == block_ids, "each hash was cached for its block"
+        self.evictions_of_block[block_ids] += 1
+        self.cache_version += len(block_ids)
+        self.num_evicted_blocks += len(block_ids)
 
     def _evict(self, block_id: int) -> None:
         block_hash = self.cached_hash_of_block.pop(block_id)
