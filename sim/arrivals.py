@@ -14,7 +14,7 @@ between steps), in the order they happened.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,8 +59,10 @@ class Arrivals:
         self.waiting_on: dict[str, list[TraceRequest]] = {}  # predecessor id -> successors
         self.live: set[str] = set()  # released or waiting for a predecessor, not finished
         self.requests: dict[str, TraceRequest] = {}  # every request read so far
-        # finished request id -> its outputs (uint16 where every id fits, else int32)
-        self.outputs: dict[str, np.ndarray] = {}
+        # finished request id -> its outputs (uint16 where every id fits, else int32), or
+        # the run result's outputs once shared (keep_outputs_in)
+        self.outputs: Mapping[str, Sequence[int]] = {}
+        self._own_outputs = True
         self.finished_at_s: dict[str, float] = {}
         self.num_timers = 0  # pending releases and aborts
         self.streaming = True
@@ -96,10 +98,20 @@ class Arrivals:
         self.streaming = False
         self.on_event()
 
+    def keep_outputs_in(self, outputs: Mapping[str, Sequence[int]]) -> None:
+        """Read a finished request's outputs from `outputs` (the run result's, which holds
+        each one from the moment it is told `finished`) instead of keeping a copy: 0.8-3 KB
+        a request seen, 10 MB over the Mooncake conversation trace."""
+        assert not self.outputs, "before any request finished"
+        self.outputs = outputs
+        self._own_outputs = False
+
     def finished(self, request_id: str, output_token_ids: tuple[int, ...]) -> None:
         """A request finished (or was aborted or rejected): release what waited for it."""
         self.live.discard(request_id)
-        self.outputs[request_id] = _compact(np.asarray(output_token_ids, dtype=np.int32))
+        if self._own_outputs:
+            compact = _compact(np.asarray(output_token_ids, dtype=np.int32))
+            self.outputs[request_id] = compact  # type: ignore[index]
         self.finished_at_s[request_id] = self.env.now
         for successor in self.waiting_on.pop(request_id, []):
             self._release_after(successor, self.env.now)
@@ -112,7 +124,7 @@ class Arrivals:
             if parent_id is None or parent_id not in self.outputs:
                 break
             parent = self.requests[parent_id]
-            parts.append(self.outputs[parent_id].astype(np.int64))
+            parts.append(np.asarray(self.outputs[parent_id], dtype=np.int64))
             parts.append(parent.own_prompt_tokens(self.vocab_size))
             parent_id = parent.parent_request_id
         prompt = parts[0] if len(parts) == 1 else np.concatenate(parts[::-1])

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from schedcheck.engines.protocol import EngineRequest, ScheduledRequest, SchedulerOutput
-from schedcheck.sim.arrivals import Release
+from schedcheck.sim.arrivals import Arrivals, Release
 from schedcheck.sim.result import RunResult
 from schedcheck.traces.schema import TraceRequest
 
@@ -85,6 +85,9 @@ class Ledger:
         prompt_of: PromptOf | None = None,
     ) -> None:
         self.context_steps, self.result, self.on_retired = context_steps, result, on_retired
+        arrivals = getattr(on_retired, "__self__", None)
+        if isinstance(arrivals, Arrivals):  # the result keeps every request's outputs: the
+            arrivals.keep_outputs_in(result.outputs)  # arrivals read them there, no copy
         self.prompt_of = prompt_of  # None: each live request's prompt array is kept
         self.forget: list[Callable[[str], None]] = []  # told when a request leaves
         self.live: dict[str, LiveRequest] = {}
