@@ -82,7 +82,18 @@ class ProtocolChecker:
         out += self._check_copies(step, output.block_copies)
         ended = set(output.finished_req_ids) | set(output.rejected_req_ids)
         seen: set[str] = set()
+        checked = self.checked_blocks
         for req in output.scheduled:
+            rid = req.request_id
+            if (  # the common case inline: well formed, live, once, and no new block id
+                _well_formed(req)
+                and rid in live
+                and rid not in seen
+                and rid not in ended
+                and checked.get(rid, 0) == len(req.block_table)
+            ):
+                seen.add(rid)
+                continue
             out += self._check_request(step, req, live, retired, seen, ended)
         return out
 
