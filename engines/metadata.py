@@ -193,7 +193,10 @@ def build_metadata(
     tables, block_size = _read_tables(reqs, block_size, num_lookahead_tokens)
     slot_mapping = gather_slots(tables, computed, counts, block_size)
     input_ids = np.concatenate([r.token_ids for r in reqs]) if reqs else np.zeros(0, dtype=np.int64)
-    sampling = [i for i, r in enumerate(reqs) if r.samples]
+    seq_lens = list(map(operator.add, computed, counts))
+    # r.samples, in C: the chunk reaches num_tokens (+ the drafts it runs past them)
+    sample_ends = [r.num_tokens + len(r.spec_token_ids) for r in reqs]
+    sampling = list(itertools.compress(range(len(reqs)), map(operator.eq, seq_lens, sample_ends)))
     lookahead = _lookahead(reqs, sampling, num_lookahead_tokens, max_model_len, block_size)
     meta = RunnerMetadata(
         output=output,
@@ -201,7 +204,7 @@ def build_metadata(
         req_ids=tuple([r.request_id for r in reqs]),
         num_computed_tokens=np.array(computed, dtype=np.int64),
         query_start_loc=np.array(starts, dtype=np.int64),
-        seq_lens=np.array(list(map(operator.add, computed, counts)), dtype=np.int64),
+        seq_lens=np.array(seq_lens, dtype=np.int64),
         positions=positions,
         input_ids=input_ids.astype(np.int64, copy=False),
         slot_mapping=slot_mapping,
