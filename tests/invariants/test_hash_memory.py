@@ -39,7 +39,7 @@ def _random_key(rng: random.Random) -> bytes:
         return rng.randbytes(32)
     if kind < 0.85:  # short, with trailing zeros sometimes: b"a" and b"a\0" differ
         return bytes([rng.randrange(3)]) + b"\0" * rng.randrange(3)
-    return rng.randbytes(rng.choice([0, 7, 8, 9, 36, 70]))
+    return rng.randbytes(rng.choice([0, 7, 8, 9, 36, 70, 300]))  # 300: lengths past uint8
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -98,5 +98,5 @@ def test_a_hash_costs_the_memory_about_60_bytes():
         memory.remember(keys[start : start + 512], list(range(start, start + 512)))
     per_hash = (tracemalloc.get_traced_memory()[0] - before) / len(keys)
     tracemalloc.stop()
-    assert per_hash < 70, per_hash  # a dict of bytes and ints: about 180
+    assert per_hash < 64, per_hash  # a dict of bytes and ints: about 180
     assert memory[keys[12345]] == 12345 and len(memory) == len(keys)
