@@ -135,6 +135,7 @@ class Curve:
             "live": live,
             "retired": res.finished + res.aborted + res.rejected,
             "rss_mb": rss_mb(),
+            "peak_rss_mb": peak_rss_mb(),  # a peak between two samples shows here
         }
         if self.out is not None:
             self.out.write(json.dumps(point) + "\n")
