@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from schedcheck.engines.protocol import EngineConfig
+from schedcheck.fuzz.draws import keep_draws_local_free
 from schedcheck.fuzz.strategies import BOOLEANS, draw_plans, integers, materialize
 from schedcheck.fuzz.swarm import (
     SwarmSpec,
@@ -121,8 +122,14 @@ class Scenario:
         )
 
 
+def scenarios(spec: SwarmSpec) -> st.SearchStrategy[Scenario]:
+    """Scenarios for `spec`, drawn alike in every process (fuzz/draws.py)."""
+    keep_draws_local_free()
+    return _scenarios(spec)
+
+
 @st.composite
-def scenarios(draw: st.DrawFn, spec: SwarmSpec) -> Scenario:
+def _scenarios(draw: st.DrawFn, spec: SwarmSpec) -> Scenario:
     """A scenario for `spec`: the config knobs first, then a trace that fits them."""
     knob = draw_knobs(draw, spec)
     features = draw_features_for(draw, knob, spec)

@@ -22,8 +22,8 @@ def _campaign(tmp_path, spec, **kw):
         budget_s=60.0,
         out_dir=str(tmp_path / "out"),
         db_dir=None,
-        shrink_runs_max=50,  # the bound on shrinking, not the clock (the two-worker test
-        shrink_budget_s=600.0,  # still differs from one worker at load 8-11: cause open)
+        shrink_runs_max=50,  # the bound on shrinking, not the clock (the two-worker test's
+        shrink_budget_s=600.0,  # old flake was the draws, not the clock: fuzz/draws.py)
     )
     opts.update(kw)
     return run_campaign(CampaignOptions(**opts))
