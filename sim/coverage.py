@@ -95,9 +95,7 @@ class Coverage:
                 self.counts["preempt-during-chunked-prefill-with-prefix-hit"] += 1
             self.scheduled_before.discard(rid)
             self.mid_prefill.discard(rid)
-        first_blocks: dict[bytes, bool] = {}  # first-block tokens -> computed in this step
-        shared = False
-        keys = self.first_block_key
+        computing = False  # a request computes its first block this step
         for r in output.scheduled:
             rid = r.request_id
             if rid not in self.scheduled_before:
@@ -109,6 +107,19 @@ class Coverage:
                 self.mid_prefill.discard(rid)
                 if self.num_lookahead_tokens > -num_end_tokens % bs:  # free slots of its block
                     self.counts["drafts-cross-block"] += 1
+            computing = computing or r.num_computed_tokens < bs
+        if computing and self._same_prefix_same_step(output, live):
+            self.counts["same-prefix-same-step"] += 1
+
+    def _same_prefix_same_step(self, output: SchedulerOutput, live: Mapping[str, Prompted]) -> bool:
+        """Two requests of the step share their first block's tokens, and one of them
+        computes it (only then can both compute it at once)."""
+        bs = self.block_size
+        first_blocks: dict[bytes, bool] = {}  # first-block tokens -> computed in this step
+        shared = False
+        keys = self.first_block_key
+        for r in output.scheduled:
+            rid = r.request_id
             key = keys.get(rid)
             if key is None:
                 request = live.get(rid)
@@ -119,8 +130,7 @@ class Coverage:
             if key in first_blocks and (computing or first_blocks[key]):
                 shared = True
             first_blocks[key] = first_blocks.get(key, False) or computing
-        if shared:
-            self.counts["same-prefix-same-step"] += 1
+        return shared
 
     def _admitted(self, rid: str, num_cached_tokens: int, num_tokens: int) -> None:
         self.scheduled_before.add(rid)
