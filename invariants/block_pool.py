@@ -32,7 +32,9 @@ from schedcheck.invariants.violation import Violation
 BlockContents = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 # per block hash: (the identity the block must hold at its last slot, the request whose
 # tokens the hash names, those tokens in words), or None where the engine cannot say
-ExpectedContent = Callable[[list[bytes]], list[tuple[int, str, str] | None]]
+# per cached hash: (the identity its KV must hold, the request id, position and KV-cache
+# group naming it), or None where unknown
+ExpectedContent = Callable[[list[bytes]], list[tuple[int, str, int, int] | None]]
 HASH_MEMORY_MAX = 1 << 20  # block hashes whose content is remembered (oldest forgotten first)
 
 
@@ -161,8 +163,9 @@ class BlockPoolChecker:
                     Violation(
                         "block-pool.cached-unwritten",
                         step,
-                        f"block {b} is in the prefix cache under the hash of {want[2]}, but "
-                        "its slots were written for other tokens (never for these)",
+                        f"block {b} is in the prefix cache under the hash of "
+                        f"{_tokens_of(want)}, but its slots were written for other tokens "
+                        "(never for these)",
                         block=b,
                         request_id=want[1],
                         expected=f"identity {want[0]:#x}",
@@ -170,6 +173,13 @@ class BlockPoolChecker:
                     )
                 )
         return out
+
+
+def _tokens_of(want: tuple[int, str, int, int]) -> str:
+    """The tokens a hash names, in words (only when a finding quotes them)."""
+    _, request_id, position, group = want
+    words = f"{request_id}'s tokens up to position {position}"
+    return words + (f" (KV-cache group {group})" if group else "")
 
 
 def with_holder(violations: list[Violation], snapshot: KVSnapshot) -> list[Violation]:

@@ -204,19 +204,13 @@ class StepChecks:
             return None
         identities_at = shadow.identities_at
 
-        def expected(hashes: list[bytes]) -> list[tuple[int, str, str] | None]:
+        def expected(hashes: list[bytes]) -> list[tuple[int, str, int, int] | None]:
             wheres = positions(hashes)
             identities = iter(identities_at([w for w in wheres if w is not None]))
-            out: list[tuple[int, str, str] | None] = []
+            out: list[tuple[int, str, int, int] | None] = []
             for where in wheres:  # bounded: the blocks cached since the last check
                 identity = 0 if where is None else next(identities)
-                if where is None or not identity:
-                    out.append(None)
-                    continue
-                request_id, position, group = where
-                words = f"{request_id}'s tokens up to position {position}"
-                words += f" (KV-cache group {group})" if group else ""
-                out.append((identity, request_id, words))
+                out.append((identity, *where) if where is not None and identity else None)
             return out
 
         return expected

@@ -97,7 +97,7 @@ def test_a_cached_block_must_hold_the_kv_its_hash_names():
     """All slots written, but for other tokens (a withdrawn chunk's block, still holding its
     previous holder's KV): caught when cached, where the engine says what the hash means."""
     pool = BlockPoolChecker()
-    meaning = {b"h0": (1, "r1", "r1's tokens up to position 3"), b"h2": (3, "r2", "r2's words")}
+    meaning = {b"h0": (1, "r1", 3, 0), b"h2": (3, "r2", 7, 1)}  # identity, request, position, group
     pool.expected_content = lambda hashes: [meaning.get(h) for h in hashes]
     # _contents: block 0 holds identity 1, block 2 holds 3, block 4 holds 2
     snap = _Snap([0] * 6, [0, 1, 2, 3, 4, 5], {0: b"h0", 2: b"h2", 4: b"h0", 5: b"?"}, {})
