@@ -184,7 +184,8 @@ class HashMemory(Mapping[bytes, int]):
         if len(key) > width:
             self._widen(-(-len(key) // 8))
             width = 8 * self._rows.shape[1]
-        self._fit_length(len(key) + 1)
+        if len(key) >= 0xFF:  # past uint8 (an uncommon key)
+            self._fit_length(len(key) + 1)
         return key.ljust(width, b"\0"), len(key) + 1
 
     def _first_cell(self, packed: bytes, length: int) -> int:
@@ -277,17 +278,21 @@ class HashMemory(Mapping[bytes, int]):
         table, rows, row_lens = self._table, self._rows, self._lens
         cell_mask = table.size - 1
         cells, todo = self._bucket(query, lens), np.arange(n)
-        ends = cells.copy()
+        ends = np.empty(n, dtype=np.int64)
         for _ in range(table.size):  # bounded: a probe visits each cell at most once
             if todo.size <= _PROBE_TAIL:  # the few long probes left: on in Python
                 for i, cell in zip(todo.tolist(), cells.tolist(), strict=True):
                     found[i], ends[i] = self._probe_from(cell, query[i].tobytes(), int(lens[i]))
                 break
             at = table[cells]
-            hit = (row_lens[at] == lens[todo]) & (rows[at] == query[todo]).all(axis=1)
-            found[todo[hit]] = at[hit]
-            going = ~hit & (at != 0)
-            ends[todo[~going]] = cells[~going]
+            if todo.size == n:  # the first round: every key, in order
+                hit = (row_lens[at] == lens) & (rows[at] == query).all(axis=1)
+                found[hit] = at[hit]
+            else:
+                hit = (row_lens[at] == lens[todo]) & (rows[at] == query[todo]).all(axis=1)
+                found[todo[hit]] = at[hit]
+            ends[todo] = cells  # final for those that stop here
+            going = (at != 0) & ~hit
             todo, cells = todo[going], (cells[going] + 1) & cell_mask
         return found, ends
 
