@@ -56,7 +56,8 @@ class SimOptions:
 
 class Outputs(MutableMapping[str, list[int]]):
     """Request id -> its output token ids, as a dict of lists reads; each kept as a packed
-    array of 8-byte integers (a list of ints costs about 36 bytes a token: an hour of
+    array of the narrowest signed integers that hold its ids exactly (2 bytes a token for
+    a 32,000-token vocabulary; a list of ints costs about 36 bytes a token: an hour of
     traffic's outputs would be the largest thing a replay keeps). A value read is a new
     list: change one by assigning it again."""
 
@@ -71,7 +72,7 @@ class Outputs(MutableMapping[str, list[int]]):
         return self._packed[request_id].tolist()
 
     def __setitem__(self, request_id: str, tokens: list[int]) -> None:
-        self._packed[request_id] = array("q", tokens)
+        self._packed[request_id] = array(_typecode(tokens), tokens)
 
     def __delitem__(self, request_id: str) -> None:
         del self._packed[request_id]
@@ -87,6 +88,16 @@ class Outputs(MutableMapping[str, list[int]]):
 
     def __repr__(self) -> str:
         return f"Outputs({dict(self.items())!r})"
+
+
+def _typecode(tokens: list[int]) -> str:
+    """The array typecode of the narrowest signed integers holding every token."""
+    if not tokens:
+        return "h"
+    low, high = min(tokens), max(tokens)
+    if low >= -(1 << 15) and high < 1 << 15:
+        return "h"
+    return "i" if low >= -(1 << 31) and high < 1 << 31 else "q"
 
 
 @dataclass

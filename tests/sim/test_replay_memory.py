@@ -45,7 +45,12 @@ def test_outputs_read_as_a_dict_of_lists_and_are_kept_packed():
     assert outputs == {"a": [1, 2, 3], "b": []} and outputs["a"] == [1, 2, 3]
     assert "a" in outputs and "c" not in outputs and len(outputs) == 2
     assert outputs.setdefault("c", [7]) == [7] and outputs.get("d", ()) == ()
-    assert outputs._packed["a"].itemsize == 8
+    assert outputs._packed["a"].itemsize == 2  # the narrowest that holds its ids
+    outputs["wide"] = [-1, 40_000, 2**40]
+    assert outputs["wide"] == [-1, 40_000, 2**40] and outputs._packed["wide"].itemsize == 8
+    outputs["mid"] = [-(2**15), 2**15]
+    assert outputs["mid"] == [-(2**15), 2**15] and outputs._packed["mid"].itemsize == 4
+    del outputs["wide"], outputs["mid"]
     del outputs["b"]
     assert sorted(outputs) == ["a", "c"]
 
