@@ -20,7 +20,7 @@ conversation may now be released).
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
@@ -66,6 +66,11 @@ class LiveRequest:
         self._trace_request, self._prompt_of = trace_request, prompt_of
         self._prompt = None if prompt_of is not None else request.prompt_token_ids
 
+    def prompt(self) -> np.ndarray:
+        """The prompt, as a call (the EngineRequest's prompt_source): built at the first
+        read, then kept until the request leaves."""
+        return self.prompt_token_ids
+
     @property
     def prompt_token_ids(self) -> np.ndarray:
         if self._prompt is None:
@@ -105,20 +110,14 @@ class Ledger:
             arrival_time_s=now_s,
             priority=trace_req.priority,
             cache_salt=trace_req.cache_salt,
-            prompt_source=self._prompt_source(trace_req),
         )
-        self.live[request.request_id] = LiveRequest(request, trace_req, self.prompt_of)
+        live = self.live[request.request_id] = LiveRequest(request, trace_req, self.prompt_of)
+        if self.prompt_of is not None:  # the engine may keep no prompt while it waits: it
+            # asks the ledger, which builds the prompt once for the engine and the executor
+            request = dataclasses.replace(request, prompt_source=live.prompt)
         self.num_tokens[request.request_id] = request.num_prompt_tokens
         self.sampled[request.request_id] = []
         return request
-
-    def _prompt_source(self, trace_req: TraceRequest) -> Callable[[], np.ndarray] | None:
-        """What builds the request's prompt again for the engine (which may then keep none
-        while it waits): the trace's own tokens, for a request without a parent turn (a
-        later turn's prompt holds its parent's outputs: the engine keeps its array)."""
-        if self.prompt_of is None or trace_req.parent_request_id is not None:
-            return None
-        return functools.partial(self.prompt_of, trace_req)
 
     def retire(
         self, request_ids: Iterable[str], how: str, outputs: tuple[int, ...] | None = None
