@@ -72,6 +72,10 @@ class ShadowKV(ReportingExecutor, DraftVerifier, PoolContents, Protocol):
         """The KV identity of `request_id`'s tokens up to `position` (0: unknown)."""
         ...
 
+    def identities_at(self, wheres: Sequence[tuple[str, int, int]]) -> list[int]:
+        """identity_at(request_id, position, group) of each, at once."""
+        ...
+
 
 @runtime_checkable
 class HashModelSampler(Protocol):

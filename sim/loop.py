@@ -281,8 +281,9 @@ class Simulation:
         if spec is not None:
             spec.roll_back_rejected(output, step.accepted, self.ledger.live)
         gained = self.ledger.gain_all(step.sampled, step.accepted, spec is not None)
-        for rid, kept in gained.items() if spec is not None else ():
-            spec.gained(rid, kept)
+        if spec is not None:
+            for rid, kept in gained.items():  # bounded: the step's samples
+                spec.gained(rid, kept)
         self._applied(output, finished, step.violations)
         if spec is not None and not self.done:
             spec.hand_to_engine(spec.propose(step.sampled, self.ledger.live))
