@@ -1,13 +1,10 @@
 """What a long replay keeps (issue 30): a request waiting in the engine's queue costs the
-shadow KV no buffers and the ledger no prompt, outputs are kept packed, the pool check's
-hash memory forgets its oldest hash first, and gather_slots (now array operations) names
-the slots it always did."""
-
-import random
+shadow KV no buffers and the ledger no prompt, outputs are kept packed, and the pool
+check's hash memory forgets its oldest hash first (gather_slots, now array operations, is
+checked against a position-by-position oracle in test_slots.py)."""
 
 import numpy as np
 
-from schedcheck.engines.metadata import gather_slots
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.invariants import block_pool, hash_model
 from schedcheck.sim.arrivals import Release
@@ -71,28 +68,6 @@ def test_the_hash_memory_forgets_the_oldest_hash_first(monkeypatch):
     assert kept[2] == [b"h1", b"h2", b"h3", b"h4"]
     assert kept[3] == [b"h3", b"h4", b"h1", b"h5"]  # h1 forgotten, then remembered anew
     assert kept[4] == [b"h5", b"h6", b"h7", b"h8"]
-
-
-def _slots_one_by_one(tables, starts, counts, block_size):
-    out = []
-    for table, start, count in zip(tables, starts, counts, strict=True):
-        for p in range(start, start + count):
-            index = p // block_size
-            block = table[index] if index < len(table) else -1
-            out.append(block * block_size + p % block_size if block >= 0 else -1)
-    return out
-
-
-def test_gather_slots_names_each_positions_slot_and_minus_one_past_the_table():
-    rng = random.Random(0)
-    for _ in range(500):  # bounded: random cases
-        n, block_size = rng.randint(0, 6), rng.choice([1, 2, 16])
-        tables = [tuple(rng.randrange(-1, 50) for _ in range(rng.randint(0, 8))) for _ in range(n)]
-        starts = [rng.randint(0, 140) for _ in range(n)]
-        counts = [rng.randint(1, 40) for _ in range(n)]
-        got = gather_slots(tables, starts, counts, block_size)
-        assert got.dtype == np.int64
-        assert got.tolist() == _slots_one_by_one(tables, starts, counts, block_size)
 
 
 def test_a_waiting_request_keeps_no_prompt_in_the_ledger_until_it_is_read():

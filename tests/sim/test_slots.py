@@ -92,3 +92,15 @@ def test_build_metadata_of_a_long_chunk_beside_a_decode():
     assert meta.sampling_req_ids == ("d",)
     assert meta.input_ids.tolist() == [*range(10, 80), 7]
     assert meta.num_draft_tokens.size == 0
+
+
+def test_gather_slots_names_each_positions_slot_and_minus_one_past_the_table():
+    rng = random.Random(0)
+    for _ in range(500):  # bounded: random cases
+        n, block_size = rng.randint(0, 6), rng.choice([1, 2, 16])
+        tables = [tuple(rng.randrange(-1, 50) for _ in range(rng.randint(0, 8))) for _ in range(n)]
+        starts = [rng.randint(0, 140) for _ in range(n)]
+        counts = [rng.randint(1, 40) for _ in range(n)]
+        got = gather_slots(tables, starts, counts, block_size)
+        assert got.dtype == np.int64
+        assert got.tolist() == _slots_one_by_one(tables, starts, counts, block_size)
