@@ -769,10 +769,10 @@ class SymbolicExecutor(DraftAcceptance):
         if None in found or len(set(groups)) > 1:  # rare: unknown requests, several groups
             return [self.identity_at(*where) for where in wheres]
         reqs = cast(list[ShadowRequest], found)  # no None in it
-        for req in reqs:  # bounded: the blocks cached this step; built once each
-            if self.store.base[req.index] < 0:
-                req.build()
         idx = np.fromiter(map(_INDEX, reqs), I64, len(reqs))
+        for i in np.flatnonzero(self.store.base[idx] < 0).tolist():  # rare: never read yet
+            if self.store.base[reqs[i].index] < 0:  # (a request named twice: built once)
+                reqs[i].build()
         at = np.array(positions, I64)
         known = (at >= 0) & (at < self.store.num_tokens[idx])
         identities, _ = self.store.truth(idx, np.where(known, at, 0))
