@@ -46,9 +46,8 @@ def _random_key(rng: random.Random) -> bytes:
 def test_the_memory_walks_forgets_and_reports_as_the_dict_did(seed, monkeypatch):
     rng = random.Random(seed)
     bound = rng.choice([4, 16, 100, 1000])
-    if seed % 2:  # the ring jumps to its bound's size early; the index is built in chunks
+    if seed % 2:  # the ring jumps to its bound's size early
         monkeypatch.setattr(hash_memory, "_SMALL_CAPACITY", 16)
-        monkeypatch.setattr(hash_memory, "_INDEX_CHUNK", 8)
     mine, oracle = HashMemory(max_size=bound if seed % 4 == 1 else 0), _DictMemory()
     pool = [_random_key(rng) for _ in range(rng.choice([20, 300, 3000]))]
     content = {k: rng.randrange(1, 1 << 64) for k in pool}

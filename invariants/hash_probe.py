@@ -1,0 +1,122 @@
+"""The hash memory's index walked in compiled loops (numba): one call a batch of keys.
+
+The arrays are those of `hash_memory.HashMemory` (see its docstring)::
+
+    rows    [1 + slot, words]  uint64  each key's bytes, zero-padded to whole words
+    lens    [1 + slot]         uint    its length + 1; DEAD (0): no key in that row
+    values  [slot]             uint64  the identity it named
+    table   [cell]             int32   a row (ring slot + 1), 0 = empty; linear probing
+
+A key's first cell is its words and length mixed (a function of its bytes alone, never
+`hash()`); a probe walks on from it to the key's row or to an empty cell. Which cell a key
+lands in never decides an answer: a probe compares the row it finds with the key.
+
+Each kernel's caller guarantees its bounds: room in the ring and in the index for every
+key of the batch, checked here by assertions before any write.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# odd 64-bit multipliers, one per key word (cycled for longer keys)
+MULTIPLIERS = np.array(
+    [
+        0x9E3779B97F4A7C15,
+        0xBF58476D1CE4E5B9,
+        0x94D049BB133111EB,
+        0xD6E8FEB86659FD93,
+        0xA0761D6478BD642F,
+        0xE7037ED1A0B428DB,
+        0x8EBC6AF09C88C6E3,
+        0x589965CC75374CC3,
+    ],
+    dtype=np.uint64,
+)
+LENGTH_MULTIPLIER = np.uint64(0x1D8E4E27C47D124F)
+BUCKET_MULTIPLIER = np.uint64(0xFF51AFD7ED558CCD)
+
+
+@njit(cache=True, nogil=True)
+def first_cell(key, length, num_cells):
+    """The first cell of a key (`key`: its words; `length`: its length + 1) in an index
+    of `num_cells` cells (a power of two): its top bits after mixing."""
+    mixed = np.uint64(0)
+    for w in range(key.size):  # bounded: the key's words
+        mixed += key[w] * MULTIPLIERS[w % MULTIPLIERS.size]
+    mixed ^= np.uint64(length) * LENGTH_MULTIPLIER
+    mixed *= BUCKET_MULTIPLIER
+    bits = np.uint64(0)
+    while (np.int64(1) << np.int64(bits)) < num_cells:  # bounded: 64
+        bits += np.uint64(1)
+    return np.int64(mixed >> (np.uint64(64) - bits))
+
+
+@njit(cache=True, nogil=True)
+def probe(table, rows, lens, key, length):
+    """(the key's row or 0, the cell the probe ended at: the key's, or the empty cell
+    where it would go)."""
+    cell = first_cell(key, length, table.size)
+    mask = table.size - 1
+    for _ in range(table.size):  # bounded: a probe visits each cell at most once
+        row = table[cell]
+        if row == 0:
+            return 0, cell
+        if lens[row] == length and _same(rows[row], key):
+            return row, cell
+        cell = (cell + 1) & mask
+    raise AssertionError("the index is never full")
+
+
+@njit(cache=True, nogil=True)
+def _same(row, key):
+    for w in range(key.size):  # noqa: SIM110 (compiled: no generator)  # bounded: the words
+        if row[w] != key[w]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def find_rows(table, rows, lens, query, query_lens, found):
+    """found[i] = the row of key i (query[i], query_lens[i]) or 0."""
+    for i in range(query.shape[0]):  # bounded: the keys
+        found[i] = probe(table, rows, lens, query[i], query_lens[i])[0]
+
+
+@njit(cache=True, nogil=True)
+def index_rows(table, rows, lens, new_rows):
+    """Put each of `new_rows` (keys absent from the index) in the first empty cell of its
+    probe."""
+    for row in new_rows:  # bounded: the rows
+        found, cell = probe(table, rows, lens, rows[row], lens[row])
+        assert found == 0, "a row indexed twice"
+        table[cell] = row
+
+
+@njit(cache=True, nogil=True)
+def remember_walk(table, rows, lens, values, first, size, query, query_lens, given):
+    """Walk the keys in order: one not remembered is appended to the ring (after every
+    entry so far) with its value, and indexed; a remembered one is compared. Stops at the
+    first key that names another value than it did.
+
+    Returns (its index or -1, the value it named or 0, how many keys were appended). The
+    caller has made room: the ring holds `size + len(query)`, the index stays at most half
+    full with them."""
+    n = query.shape[0]
+    capacity = values.size
+    assert size + n <= capacity and 2 * n <= table.size, "room for the batch"
+    appended = 0
+    for i in range(n):  # bounded: the keys
+        row, cell = probe(table, rows, lens, query[i], query_lens[i])
+        if row > 0:
+            if values[row - 1] != given[i]:
+                return i, values[row - 1], appended
+            continue
+        slot = (first + size + appended) & (capacity - 1)
+        rows[slot + 1, :] = query[i]
+        lens[slot + 1] = query_lens[i]
+        values[slot] = given[i]
+        table[cell] = slot + 1
+        appended += 1
+    return -1, np.uint64(0), appended
