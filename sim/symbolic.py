@@ -72,9 +72,10 @@ from schedcheck.engines.metadata import RunnerMetadata, gather_slots
 from schedcheck.engines.protocol import KVCacheGroup, ScheduledRequest
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.violation import Violation
+from schedcheck.sim import shadow_kernels
 from schedcheck.sim.draft_acceptance import DraftAcceptance
 from schedcheck.sim.token_store import ShadowRequest, TokenStore, sample_and_terms
-from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
+from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE, FIRST_TOKEN_ID
 
 I64 = np.int64
 U64 = np.uint64
@@ -264,13 +265,15 @@ class SymbolicExecutor(DraftAcceptance):
         scheduled = meta.output.scheduled  # the chunks' true positions: the scheduler's
         lo = np.fromiter(map(_COMPUTED, scheduled), I64, len(scheduled))
         counts = np.fromiter(map(_SCHEDULED, scheduled), I64, len(scheduled))
-        true_ids, true_tokens = self.store.chunk_truth(idx, lo, counts)
-        wrong = true_tokens != meta.input_ids
+        store = self.store
+        true_ids, true_tokens, r = shadow_kernels.truth_of_rows(
+            store.base, store.num_tokens, store.ids, store.tokens, idx, lo, counts, meta.input_ids
+        )
         written = true_ids
         row_req = meta.row_req
-        if np.count_nonzero(wrong):
+        if r >= 0:  # the first row of a wrong token
+            wrong = true_tokens != meta.input_ids
             written = true_ids ^ (hash_model.POISON * wrong)  # poisoned where the token is
-            r = int(wrong.argmax())  # the first row of a wrong token
             self._violate(
                 "accounting.chunk-tokens",
                 step,
@@ -328,13 +331,23 @@ class SymbolicExecutor(DraftAcceptance):
         # every write over KV already there, equal identities included: a kernel does not
         # rewrite bit-identical floats, so a recompute into a block another live request
         # verified is a write into shared KV too (block-pool.write-into-shared-block)
-        old = self.shadow[slots]
-        self.shadow[slots] = identities
-        self.writer_req[slots] = writers
-        self.writer_pos[slots] = positions
-        self.writer_step[slots] = step
-        if np.count_nonzero(old):
-            self._invalidate_overwritten(step, slots, positions, writers, old, slots_of_positions)
+        old, num_verified_overwrites = shadow_kernels.store_writes(
+            self.shadow,
+            self.writer_req,
+            self.writer_pos,
+            self.writer_step,
+            self.verifiers,
+            self.store.verified_blocks,
+            slots,
+            positions,
+            writers,
+            identities,
+            step,
+            self.block_size,
+            slots_of_positions,
+        )
+        if num_verified_overwrites:
+            self._invalidate_overwritten(step, slots, writers, old)
 
     def _outside(self, slots: np.ndarray) -> bool:
         """Does any slot lie outside the cache? (negative ones too, read as unsigned)"""
@@ -410,6 +423,8 @@ class SymbolicExecutor(DraftAcceptance):
     def _check_alignment(self, meta: RunnerMetadata) -> set[int]:
         """Row r must attend exactly keys 0..positions[r] (causal, bottom-right aligned)."""
         row_req, qsl = meta.row_req, meta.query_start_loc
+        if not shadow_kernels.count_misaligned(meta.seq_lens, qsl, row_req, meta.positions):
+            return set()
         # row r of request i: r - qsl[i] + seq_lens[i] - (qsl[i + 1] - qsl[i])
         last_key = (meta.seq_lens - qsl[1:])[row_req] + np.arange(meta.num_tokens)
         wrong = last_key != meta.positions
@@ -522,8 +537,17 @@ class SymbolicExecutor(DraftAcceptance):
             poisoned = np.isin(batch, np.fromiter(bad_reqs, I64, len(bad_reqs)))
             identity[poisoned] ^= hash_model.READ_POISON
         positions = meta.positions[rows]
-        tokens, terms = sample_and_terms(identity, positions + 1, self.vocab_size)
         writers = idx[batch]
+        store = self.store
+        span = self.vocab_size - FIRST_TOKEN_ID
+        appended, sampled = shadow_kernels.sample_append(
+            store.ids, store.tokens, store.base, store.num_tokens, store.cap, writers, batch,
+            identity, positions, span,
+        )  # fmt: skip
+        if appended:  # the common case: each request once, after its last token
+            names = [meta.req_ids[i] for i in batch.tolist()]
+            return dict(zip(names, sampled.tolist(), strict=True))
+        tokens, terms = sample_and_terms(identity, positions + 1, self.vocab_size)
         # each request once (rows in batch order), each sampling after its last token
         right = positions == self.store.num_tokens[writers] - 1
         right[1:] &= batch[1:] > batch[:-1]
@@ -594,10 +618,10 @@ class SymbolicExecutor(DraftAcceptance):
             found = np.where(in_cache, self.shadow[np.where(in_cache, slots, 0)], U64(0))
             wrong = (found != expected) | ~in_cache | (expected == 0)
         else:  # every key in the cache
+            if not shadow_kernels.count_wrong(self.shadow, slots, expected):
+                return set()
             found = self.shadow[slots]
-            wrong = found != expected
-            if np.count_nonzero(expected) != expected.size:  # keys past the tokens known
-                wrong |= expected == 0
+            wrong = (found != expected) | (expected == 0)  # 0: a key past the tokens known
         if not np.count_nonzero(wrong):
             return set()
         bad: set[int] = set()
@@ -685,34 +709,20 @@ class SymbolicExecutor(DraftAcceptance):
         req.seen_table = None
 
     def _invalidate_overwritten(
-        self,
-        step: int,
-        slots: np.ndarray,
-        positions: np.ndarray,
-        writers: np.ndarray,
-        old: np.ndarray,
-        slots_of_positions: bool,
+        self, step: int, slots: np.ndarray, writers: np.ndarray, old: np.ndarray
     ) -> None:
-        """A write changed a slot (one that held KV, old[w] != 0): any live request that
-        had verified it must re-read it.
+        """A write changed a slot (one that held KV, old[w] != 0) in a block some other live
+        request verified (`shadow_kernels.store_writes` counts them): that request must
+        re-read it, and if it still maps the slot, the write was into shared KV.
 
-        Write w was of position positions[w] of the request of store index writers[w].
-        The common case is a request writing the stale rest of its own last, partly
-        verified block (its position's own slot: past every key it verified there); only a
-        block verified by some *other* live request takes the slow path, which finds the
-        requests and re-verifies them from that key. When slots are not their positions'
-        slots (a runner bug), a write into the writer's own verified block may hit a
-        verified key: slow path too.
+        Write w was by the request of store index writers[w]. The common case, a request
+        writing the stale rest of its own last, partly verified block (its position's own
+        slot: past every key it verified there), never comes here; nor does a write into a
+        block no live request verified. When slots are not their positions' slots (a runner
+        bug), a write into the writer's own verified block may hit a verified key: it
+        comes here too.
         """
-        held = self.verifiers[self._blocks_of(slots)]  # live requests verifying the block
-        if not np.count_nonzero(held):
-            return
-        own_blocks = self.store.verified_blocks[writers]
-        self_verified = self._blocks_of(positions) < own_blocks
-        self_verified &= slots_of_positions
         changed = old != 0
-        if not np.count_nonzero(changed & (held > self_verified)):
-            return
         kept = np.flatnonzero(changed)
         slots, writers = slots[kept], writers[kept]
         for name, req in self.requests.items():  # rare path: only on overwrites of verified KV

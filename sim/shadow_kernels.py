@@ -1,0 +1,161 @@
+"""The shadow KV's per-step loops, compiled (numba): one call where numpy took a dozen.
+
+A step of `symbolic.py` is a fixed number of array passes over its rows; at a few dozen
+rows each numpy call costs more than its work. Each kernel here is one of those passes,
+fused, and computes exactly what the numpy code it replaced computed (the same values, in
+the same order; uint64 arithmetic wraps as numpy's does). A kernel that meets anything but
+the common case changes nothing and says so; the caller then takes the general path,
+which also words the findings::
+
+    truth_of_rows    each row's true identity and token (a gather from the arena) and the
+                     first row whose input token is not the request's token there
+    store_writes     old = shadow[slots]; then shadow, writer_req, writer_pos, writer_step
+                     written; counts the writes over KV some live request verified (other
+                     than the writer's own keys before its position: the slow path's cue)
+    count_wrong      reads whose slot holds another identity, or whose key is past the
+                     request's known tokens (expected 0)
+    count_misaligned rows that do not attend exactly keys 0..position
+    sample_append    each sampling row's token from its identity; appended to its request
+                     (each request once, each sampling after its last token, room in its
+                     region: else nothing is done)
+
+Identities and sampling are those of invariants/hash_model.py and traces/tokens.py
+(SplitMix64's finalizer).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from schedcheck.invariants import hash_model
+from schedcheck.traces.tokens import FIRST_TOKEN_ID
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_SAMPLE_SALT = np.uint64(hash_model.SAMPLE_SALT)
+_FIRST_TOKEN = np.uint64(FIRST_TOKEN_ID)
+
+
+@njit(cache=True, nogil=True)
+def _mix64(value):
+    z = value + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True, nogil=True)
+def truth_of_rows(base, num_tokens, arena_ids, arena_tokens, indices, starts, counts, input_ids):
+    """(true identity, true token) of each row: positions [starts[i], starts[i] + counts[i])
+    of request indices[i] (built), concatenated; (0, -1) past its known tokens. And the
+    first row whose input token differs from the true one, or -1."""
+    num_rows = 0
+    for i in range(indices.size):  # bounded: the requests
+        num_rows += counts[i]
+    assert input_ids.size == num_rows, "one input token a row"
+    true_ids = np.empty(num_rows, dtype=np.uint64)
+    true_tokens = np.empty(num_rows, dtype=np.int64)
+    first_wrong = -1
+    row = 0
+    for i in range(indices.size):  # bounded: the requests
+        request = indices[i]
+        start, known = base[request], num_tokens[request]
+        for position in range(starts[i], starts[i] + counts[i]):  # bounded: its rows
+            at = start + position if position < known else 0
+            true_ids[row] = arena_ids[at]
+            true_tokens[row] = arena_tokens[at]
+            if first_wrong < 0 and true_tokens[row] != input_ids[row]:
+                first_wrong = row
+            row += 1
+    return true_ids, true_tokens, first_wrong
+
+
+@njit(cache=True, nogil=True)
+def store_writes(
+    shadow,
+    writer_req,
+    writer_pos,
+    writer_step,
+    verifiers,
+    verified_blocks,
+    slots,
+    positions,
+    writers,
+    identities,
+    step,
+    block_size,
+    slots_of_positions,
+):
+    """Write identities[w] into slots[w] (all in the cache), for position positions[w] of
+    store index writers[w]; returns (the identities the slots held before the step's
+    writes, how many writes changed KV that a live request other than the writer's own
+    keys verified). The last write of a slot written twice wins."""
+    n = slots.size
+    old = np.empty(n, dtype=np.uint64)
+    for w in range(n):  # bounded: the writes
+        old[w] = shadow[slots[w]]
+    num_verified_overwrites = 0
+    for w in range(n):  # bounded: the writes
+        slot = slots[w]
+        shadow[slot] = identities[w]
+        writer_req[slot] = writers[w]
+        writer_pos[slot] = positions[w]
+        writer_step[slot] = step
+        if old[w] != 0:
+            held = verifiers[slot // block_size]
+            own = slots_of_positions and positions[w] // block_size < verified_blocks[writers[w]]
+            if held > (1 if own else 0):
+                num_verified_overwrites += 1
+    return old, num_verified_overwrites
+
+
+@njit(cache=True, nogil=True)
+def count_wrong(shadow, slots, expected):
+    """Reads (slots all in the cache) that find another identity than expected, or expect
+    0 (a key past the request's known tokens)."""
+    wrong = 0
+    for k in range(slots.size):  # bounded: the keys read
+        if expected[k] == 0 or shadow[slots[k]] != expected[k]:
+            wrong += 1
+    return wrong
+
+
+@njit(cache=True, nogil=True)
+def count_misaligned(seq_lens, query_start_loc, row_req, positions):
+    """Rows whose last key (bottom-right alignment) is not their position."""
+    wrong = 0
+    for r in range(row_req.size):  # bounded: the rows
+        i = row_req[r]
+        if seq_lens[i] - query_start_loc[i + 1] + r != positions[r]:
+            wrong += 1
+    return wrong
+
+
+@njit(cache=True, nogil=True)
+def sample_append(
+    arena_ids, arena_tokens, base, num_tokens, cap, writers, batch, identity, positions, span
+):
+    """(True, the token each sampling row samples), each appended to request writers[k]
+    (store index) as the token after position positions[k]; (False, nothing) with nothing
+    changed unless each request samples once, in batch order, after its last known token,
+    with room in its region."""
+    n = writers.size
+    tokens = np.empty(n, dtype=np.int64)
+    for k in range(n):  # bounded: the sampling rows
+        w = writers[k]
+        if positions[k] != num_tokens[w] - 1 or num_tokens[w] >= cap[w]:
+            return False, tokens[:0]
+        if k and batch[k] <= batch[k - 1]:
+            return False, tokens[:0]
+    for k in range(n):  # bounded: the sampling rows
+        w = writers[k]
+        token = _mix64(identity[k] ^ _SAMPLE_SALT) % np.uint64(span) + _FIRST_TOKEN
+        term = _mix64((token << np.uint64(32)) | np.uint64(positions[k] + 1))
+        at = base[w] + num_tokens[w]
+        arena_tokens[at] = np.int64(token)
+        arena_ids[at] = arena_ids[at - 1] + term
+        num_tokens[w] += 1
+        tokens[k] = np.int64(token)
+    return True, tokens
