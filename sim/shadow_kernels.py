@@ -95,6 +95,7 @@ def store_writes(
     n = slots.size
     old = np.empty(n, dtype=np.uint64)
     for w in range(n):  # bounded: the writes
+        assert 0 <= slots[w] < shadow.size, "the caller keeps the writes in the cache"
         old[w] = shadow[slots[w]]
     num_verified_overwrites = 0
     for w in range(n):  # bounded: the writes
@@ -159,3 +160,32 @@ def sample_append(
         num_tokens[w] += 1
         tokens[k] = np.int64(token)
     return True, tokens
+
+
+@njit(cache=True, nogil=True)
+def grow_verified(verified_len, verified_blocks, who, highs, block_size):
+    """verified_len[w] = max(verified_len[w], highs[k]) for each w = who[k] (all read from
+    the state before: the last k of a repeated w wins); returns the k whose verified keys
+    now reach past their verified blocks, and each one's block count (ceil(highs / size))."""
+    n = who.size
+    longest = np.empty(n, dtype=np.int64)
+    for k in range(n):  # bounded: the requests that read
+        longest[k] = max(verified_len[who[k]], highs[k])
+    grown = np.empty(n, dtype=np.int64)
+    num_blocks = np.empty(n, dtype=np.int64)
+    num_grown = 0
+    for k in range(n):  # bounded: the requests that read
+        verified_len[who[k]] = longest[k]
+        blocks = (highs[k] + block_size - 1) // block_size
+        if blocks > verified_blocks[who[k]]:
+            grown[num_grown], num_blocks[num_grown] = k, blocks
+            num_grown += 1
+    return grown[:num_grown], num_blocks[:num_grown]
+
+
+@njit(cache=True, nogil=True)
+def add_verifiers(verifiers, blocks, delta):
+    """verifiers[b] += delta for each b in blocks, each occurrence counted."""
+    for b in blocks:  # bounded: the blocks
+        assert 0 <= b < verifiers.size, "a verified block lies in the pool"
+        verifiers[b] += delta

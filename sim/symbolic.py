@@ -103,7 +103,6 @@ class SymbolicExecutor(DraftAcceptance):
         self.writer_pos = np.full(self.num_slots, -1, dtype=I64)
         self.writer_step = np.full(self.num_slots, -1, dtype=I64)
         self.verifiers = np.zeros(num_blocks, dtype=np.int32)  # live requests verifying a block
-        self._probe = np.zeros(num_blocks, dtype=I64)  # scratch: are blocks named once?
         self._in_cache: np.ndarray | None = None  # slots written this step, all in the cache
         self.req_names: list[str] = []
         self.requests: dict[str, ShadowRequest] = {}
@@ -665,13 +664,13 @@ class SymbolicExecutor(DraftAcceptance):
         if np.count_nonzero(read) != read.size:
             todo = read.nonzero()[0]
             who, highs = idx[todo], highs[todo]
-        store.verified_len[who] = np.maximum(store.verified_len[who], highs)
-        new_blocks = self._blocks_of(highs + (self.block_size - 1))
-        grown = (new_blocks > store.verified_blocks[who]).nonzero()[0]
+        grown, new_blocks = shadow_kernels.grow_verified(
+            store.verified_len, store.verified_blocks, who, highs, self.block_size
+        )
         if grown.size == 0:
             return
         blocks: list[int] = []
-        for k, n in zip(grown.tolist(), new_blocks[grown].tolist(), strict=True):
+        for k, n in zip(grown.tolist(), new_blocks.tolist(), strict=True):
             i = k if todo is None else int(todo[k])
             req, table = reqs[i], tables[i]
             blocks += table[len(req.verified_table) : n]
@@ -679,23 +678,11 @@ class SymbolicExecutor(DraftAcceptance):
             store.verified_blocks[req.index] = len(req.verified_table)
         self._add_verifiers(blocks, 1)
 
-    def _blocks_of(self, values: np.ndarray) -> np.ndarray:
-        """values // block_size (a shift where the block size is a power of two)."""
-        bs = self.block_size
-        return values >> (bs.bit_length() - 1) if bs & (bs - 1) == 0 else values // bs
-
     def _add_verifiers(self, blocks: Sequence[int], delta: int) -> None:
-        """verifiers[b] += delta for each b in blocks, each occurrence counted."""
-        at = np.asarray(blocks, I64)
-        if at.size > 1:  # a block named twice (an engine's bug) must count twice
-            order = np.arange(at.size, dtype=I64)
-            if self._probe.size != self.verifiers.size:
-                self._probe = np.zeros(self.verifiers.size, I64)
-            self._probe[at] = order  # the last occurrence of each block wins
-            if np.count_nonzero(self._probe[at] != order):
-                np.add.at(self.verifiers, at, delta)
-                return
-        self.verifiers[at] += delta
+        """verifiers[b] += delta for each b in blocks, each occurrence counted (a block
+        named twice, an engine's bug, counts twice)."""
+        if blocks:
+            shadow_kernels.add_verifiers(self.verifiers, np.asarray(blocks, I64), delta)
 
     def _unverify(self, req: ShadowRequest, keep_len: int) -> None:
         keep_blocks = keep_len // self.block_size
