@@ -173,6 +173,10 @@ class KVSnapshot(Protocol):
     ref_cnt_of(ids), is_free(ids), hash_of(ids)
                                   point lookups of ref_cnt, free state and block hash for
                                   some block ids (the incremental check; else full views).
+    hash_changes_of(ids)          per block id, how many times its hash changed so far
+                                  (cached, evicted, cached again): the incremental check
+                                  then reads the hashes of the blocks whose count moved
+                                  only. Every change must count, or it goes unchecked.
     """
 
     @property

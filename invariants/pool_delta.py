@@ -32,7 +32,9 @@ What the incremental path needs to be cheap: `ref_cnt_of(ids)` (else `ref_cnt()`
 an array view), `is_free(ids)` / `num_free_entries()` (else the free queue's `in` and
 `len` must be O(1)), `hash_of(ids)` (else `cached_blocks().get`), `block_table_views()`
 (else `block_tables()`) whose tables answer len, [i] and [i:] cheaply, and optionally
-`table_ends()` (every table's id, length and last block at once). A table is assumed
+`table_ends()` (every table's id, length and last block at once) and `hash_changes_of(ids)`
+(each block's count of hash changes: most changed blocks only changed ref_cnt or queue
+position, and their hashes are then not read). A table is assumed
 to change by growing at its end or by being dropped; its first and last old entries are
 compared. Compared whole are the tables of requests preempted since the last check (one
 can be admitted again in the same step, in a table of equal length) and of those the
@@ -87,6 +89,9 @@ class PoolDeltaChecker:
         self.num_sweeps = 0  # full sweeps so far
         self.num_unconfirmed = 0  # incremental findings the full sweep did not confirm
         self.changed: IntArray = _NONE  # the blocks of the current check, sorted
+        # per block id, the engine's count of its hash changes when last looked at (engines
+        # with `hash_changes_of`): a changed block whose count did not move kept its hash
+        self.hash_changes: IntArray = _NONE
 
     def check(
         self,
@@ -269,10 +274,11 @@ class PoolDeltaChecker:
     ) -> list[Violation]:
         """The changed blocks cached under a hash they were not checked with. Compared in C
         (map): most changed blocks kept their hash."""
-        if not self.changed.size:
+        ids = self._rehashed(snapshot, self.changed)
+        if not ids.size:
             return []
-        id_list = self.changed.tolist()
-        hashes = _hash_of(snapshot, self.changed)
+        id_list = ids.tolist()
+        hashes = _hash_of(snapshot, ids)
         checked = self.full.checked_hash_of_block
         before = list(map(checked.get, id_list))
         if hashes == before:
@@ -288,6 +294,17 @@ class PoolDeltaChecker:
         checked.update(hash_of)
         return self.full.check_fresh(step, fresh, hash_of, block_contents)
 
+    def _rehashed(self, snapshot: KVSnapshot, ids: IntArray) -> IntArray:
+        """Those of `ids` whose hash may have changed since they were last looked at: all
+        of them, unless the engine counts its hash changes."""
+        count = getattr(snapshot, "hash_changes_of", None)
+        if count is None or not ids.size:
+            return ids
+        now = np.asarray(count(ids), np.int64)
+        moved = now != self.hash_changes[ids]
+        self.hash_changes[ids] = now
+        return ids[moved]
+
     def _sync(self, snapshot: KVSnapshot) -> None:
         """Rebuild tables, held and free from the whole pool (after a full sweep)."""
         num_blocks = snapshot.num_blocks
@@ -301,6 +318,9 @@ class PoolDeltaChecker:
         free[free_ids[(free_ids >= 0) & (free_ids < num_blocks)]] = True
         self.free = free
         self.num_free = int(np.count_nonzero(free))
+        count = getattr(snapshot, "hash_changes_of", None)
+        if count is not None:
+            self.hash_changes = np.asarray(count(np.arange(num_blocks)), np.int64).copy()
         self.synced = True
 
 

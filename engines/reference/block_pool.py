@@ -43,6 +43,7 @@ class BlockPool:
         "change_log",
         "evictions_of_block",
         "free_block_queue",
+        "hash_changes_of_block",
         "num_blocks",
         "num_evicted_blocks",
         "ref_cnt",
@@ -64,6 +65,9 @@ class BlockPool:
         # its blocks' counts are unchanged (hashed_manager.get_computed_blocks)
         self.evictions_of_block: npt.NDArray[np.int64] = np.zeros(num_blocks, dtype=np.int64)
         self.change_log: set[int] | None = None  # block ids changed since the checker looked
+        # how many times each block's hash changed (cached, evicted): the pool check reads
+        # the hashes of the changed blocks whose count moved since it looked, no others
+        self.hash_changes_of_block: npt.NDArray[np.int64] = np.zeros(num_blocks, dtype=np.int64)
 
     @property
     def num_free_blocks(self) -> int:
@@ -155,6 +159,7 @@ class BlockPool:
         ):  # the common case, in bulk: fresh blocks, content no one cached yet
             cached.update(zip(new_hashes, new_ids, strict=True))
             cached_hash_of_block.update(zip(new_ids, new_hashes, strict=True))
+            self.hash_changes_of_block[new_ids] += 1
             assert len(cached) == len(cached_hash_of_block), "one block per hash"
             self.cache_version += 1
             return
@@ -167,6 +172,7 @@ class BlockPool:
                 continue  # another request cached the same content first
             cached[block_hash] = block_id
             cached_hash_of_block[block_id] = block_hash
+            self.hash_changes_of_block[block_id] += 1
             self.cache_version += 1
 
     def evict_cached_free(self, num_blocks_max: int) -> int:
@@ -190,6 +196,7 @@ class BlockPool:
         owners = list(map(self.cached_block_hash_to_block.pop, hashes))
         assert owners == block_ids, "each hash was cached for its block"
         self.evictions_of_block[block_ids] += 1
+        self.hash_changes_of_block[block_ids] += 1
         self.cache_version += len(block_ids)
         self.num_evicted_blocks += len(block_ids)
 
@@ -200,5 +207,6 @@ class BlockPool:
         assert self.cached_block_hash_to_block.get(block_hash) == block_id
         del self.cached_block_hash_to_block[block_hash]
         self.evictions_of_block[block_id] += 1
+        self.hash_changes_of_block[block_id] += 1
         self.cache_version += 1
         self.num_evicted_blocks += 1

@@ -271,6 +271,11 @@ class HashedKVSnapshot(ManagerSnapshot):
         queue = self._manager.block_pool.free_block_queue
         return np.fromiter(map(queue.__contains__, ids.tolist()), bool, ids.size)
 
+    def hash_changes_of(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """For each block id: how many times its hash changed so far (the pool check reads
+        the hashes of those whose count moved)."""
+        return self._manager.block_pool.hash_changes_of_block[ids]
+
     def take_changed_block_ids(self) -> Collection[int] | None:
         """Blocks whose ref_cnt, hash or free-queue position changed since the last call;
         None on the first (it turns the pool's change log on). See invariants/pool_delta.py."""
