@@ -159,7 +159,7 @@ class BlockPool:
         ):  # the common case, in bulk: fresh blocks, content no one cached yet
             cached.update(zip(new_hashes, new_ids, strict=True))
             cached_hash_of_block.update(zip(new_ids, new_hashes, strict=True))
-            self.hash_changes_of_block[new_ids] += 1
+            self.hash_changes_of_block[np.fromiter(new_ids, np.int64, len(new_ids))] += 1
             assert len(cached) == len(cached_hash_of_block), "one block per hash"
             self.cache_version += 1
             return
@@ -195,8 +195,9 @@ class BlockPool:
             self.change_log.update(block_ids)
         owners = list(map(self.cached_block_hash_to_block.pop, hashes))
         assert owners == block_ids, "each hash was cached for its block"
-        self.evictions_of_block[block_ids] += 1
-        self.hash_changes_of_block[block_ids] += 1
+        ids = np.fromiter(block_ids, np.int64, len(block_ids))  # distinct: a fancy += is exact
+        self.evictions_of_block[ids] += 1
+        self.hash_changes_of_block[ids] += 1
         self.cache_version += len(block_ids)
         self.num_evicted_blocks += len(block_ids)
 

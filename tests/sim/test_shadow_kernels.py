@@ -1,0 +1,145 @@
+"""The shadow KV's compiled loops compute exactly what the numpy passes they replaced
+computed: each kernel against its numpy formulation (the oracle) on random inputs, with the
+cases that matter (a slot written twice in one step, rows past a request's known tokens, a
+request repeated, a sampling the kernel must decline without changing anything)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schedcheck.invariants import hash_model
+from schedcheck.sim import shadow_kernels
+from schedcheck.sim.token_store import TokenStore, sample_and_terms
+from schedcheck.traces.tokens import FIRST_TOKEN_ID
+
+U64, I64 = np.uint64, np.int64
+VOCAB_SIZE = 1000
+
+
+def _store(rng: np.random.Generator, num_requests: int) -> TokenStore:
+    store = TokenStore(arena=64, requests=4)
+    for index in range(num_requests):  # bounded: the requests
+        prompt = rng.integers(FIRST_TOKEN_ID, VOCAB_SIZE, int(rng.integers(1, 40)))
+        assert store.add(prompt.size) == index
+        store.build(index, prompt, salt=0)
+    return store
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_truth_of_rows_is_chunk_truth_and_finds_the_first_wrong_token(seed):
+    rng = np.random.default_rng(seed)
+    store = _store(rng, 6)
+    indices = rng.permutation(6)[:4].astype(np.int32)
+    known = store.num_tokens[indices]
+    starts = rng.integers(0, known)  # some chunks run past the known tokens (truth 0, -1)
+    counts = rng.integers(1, 12, indices.size)
+    want_ids, want_tokens = store.chunk_truth(indices, starts, counts)
+    inputs = want_tokens.copy()
+    if seed % 2:
+        inputs[rng.integers(inputs.size)] += 1
+    ids, tokens, first_wrong = shadow_kernels.truth_of_rows(
+        store.base, store.num_tokens, store.ids, store.tokens, indices, starts, counts, inputs
+    )
+    assert ids.tolist() == want_ids.tolist() and tokens.tolist() == want_tokens.tolist()
+    wrong = np.flatnonzero(want_tokens != inputs)
+    assert first_wrong == (int(wrong[0]) if wrong.size else -1)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_store_writes_reads_every_old_value_first_and_the_last_write_wins(seed):
+    rng = np.random.default_rng(seed)
+    num_slots, block_size = 64, 4
+    shadow = rng.integers(0, 3, num_slots).astype(U64)  # 0: never written
+    writer_req = np.full(num_slots, -1, np.int32)
+    writer_pos = np.full(num_slots, -1, I64)
+    writer_step = np.full(num_slots, -1, I64)
+    verifiers = rng.integers(0, 3, num_slots // block_size).astype(np.int32)
+    verified_blocks = rng.integers(0, 4, 5).astype(I64)
+    n = 20
+    slots = rng.integers(0, num_slots, n)  # repeats: a slot written twice in one step
+    positions = rng.integers(0, 16, n)
+    writers = rng.integers(0, 5, n).astype(np.int32)
+    identities = rng.integers(1, 1 << 63, n).astype(U64)
+    want = [a.copy() for a in (shadow, writer_req, writer_pos, writer_step)]
+    want_old = want[0][slots]
+    for array, values in zip(want, (identities, writers, positions, 7), strict=True):
+        array[slots] = values
+    held = verifiers[slots // block_size]
+    own = positions // block_size < verified_blocks[writers]
+    want_count = int(np.count_nonzero((want_old != 0) & (held > own)))
+    old, count = shadow_kernels.store_writes(
+        shadow, writer_req, writer_pos, writer_step, verifiers, verified_blocks,
+        slots, positions, writers, identities, 7, block_size, True,
+    )  # fmt: skip
+    assert old.tolist() == want_old.tolist() and count == want_count
+    for got, expected in zip((shadow, writer_req, writer_pos, writer_step), want, strict=True):
+        assert got.tolist() == expected.tolist()
+
+
+def test_count_wrong_and_count_misaligned():
+    shadow = np.array([5, 6, 0, 8], dtype=U64)
+    slots = np.array([0, 1, 2, 3, 3])
+    expected = np.array([5, 7, 0, 8, 9], dtype=U64)  # slot 1 wrong, key 2 expects 0, slot 3
+    assert shadow_kernels.count_wrong(shadow, slots, expected) == 3
+    seq_lens, qsl = np.array([5, 1]), np.array([0, 2, 3])
+    row_req = np.array([0, 0, 1])
+    assert shadow_kernels.count_misaligned(seq_lens, qsl, row_req, np.array([3, 4, 0])) == 0
+    assert shadow_kernels.count_misaligned(seq_lens, qsl, row_req, np.array([3, 5, 1])) == 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sample_append_samples_and_appends_as_the_numpy_path(seed):
+    rng = np.random.default_rng(seed)
+    mine, oracle = _store(rng, 5), _store(np.random.default_rng(seed), 5)
+    writers = np.array([0, 2, 3], dtype=np.int32)
+    batch = np.array([0, 1, 3])
+    positions = mine.num_tokens[writers] - 1
+    identity = rng.integers(1, 1 << 63, 3).astype(U64)
+    ok, tokens = shadow_kernels.sample_append(
+        mine.ids, mine.tokens, mine.base, mine.num_tokens, mine.cap, writers, batch,
+        identity, positions, VOCAB_SIZE - FIRST_TOKEN_ID,
+    )  # fmt: skip
+    want_tokens, terms = sample_and_terms(identity, positions + 1, VOCAB_SIZE)
+    oracle.append_many(writers, want_tokens, terms)
+    assert ok and tokens.tolist() == want_tokens.tolist()
+    assert tokens.tolist() == hash_model.sample_tokens(identity, VOCAB_SIZE).tolist()
+    for array in ("ids", "tokens", "num_tokens"):
+        assert getattr(mine, array).tolist() == getattr(oracle, array).tolist()
+
+
+def test_sample_append_declines_without_changing_anything():
+    rng = np.random.default_rng(0)
+    store = _store(rng, 3)
+    writers = np.array([0, 1], dtype=np.int32)
+    identity = np.array([11, 12], dtype=U64)
+    before = [store.ids.copy(), store.tokens.copy(), store.num_tokens.copy()]
+    cases = (
+        (np.array([0, 1]), store.num_tokens[writers] - 2),  # not after the last token
+        (np.array([1, 1]), store.num_tokens[writers] - 1),  # a request twice
+    )
+    for batch, positions in cases:
+        ok, tokens = shadow_kernels.sample_append(
+            store.ids, store.tokens, store.base, store.num_tokens, store.cap, writers, batch,
+            identity, positions, VOCAB_SIZE - FIRST_TOKEN_ID,
+        )  # fmt: skip
+        assert not ok and tokens.size == 0
+    after = [store.ids, store.tokens, store.num_tokens]
+    assert all((a == b).all() for a, b in zip(before, after, strict=True))
+
+
+def test_grow_verified_reads_the_state_before_and_the_last_repeat_wins():
+    verified_len = np.array([0, 10, 20], dtype=I64)
+    verified_blocks = np.array([0, 3, 5], dtype=I64)
+    who = np.array([0, 1, 1, 2], dtype=np.int32)  # request 1 twice (an engine's bug)
+    highs = np.array([5, 30, 12, 20], dtype=I64)
+    grown, num_blocks = shadow_kernels.grow_verified(verified_len, verified_blocks, who, highs, 4)
+    assert verified_len.tolist() == [5, 12, 20]  # numpy's fancy assignment: the last wins
+    assert grown.tolist() == [0, 1] and num_blocks.tolist() == [2, 8]
+
+
+def test_add_verifiers_counts_each_occurrence():
+    verifiers = np.zeros(4, dtype=np.int32)
+    shadow_kernels.add_verifiers(verifiers, np.array([1, 3, 1], dtype=I64), 1)
+    shadow_kernels.add_verifiers(verifiers, np.array([3], dtype=I64), -1)
+    assert verifiers.tolist() == [0, 2, 0, 0]
