@@ -18,6 +18,10 @@ which also words the findings::
     sample_append    each sampling row's token from its identity; appended to its request
                      (each request once, each sampling after its last token, room in its
                      region: else nothing is done)
+    grow_verified    verified lengths grown; the requests whose verified blocks grow
+    add_verifiers    verifiers[b] += delta, each occurrence counted
+    block_contents   each block's last identity and whether all its slots were written
+                     (the pool check's view of a freshly cached block)
 
 Identities and sampling are those of invariants/hash_model.py and traces/tokens.py
 (SplitMix64's finalizer).
@@ -189,3 +193,21 @@ def add_verifiers(verifiers, blocks, delta):
     for b in blocks:  # bounded: the blocks
         assert 0 <= b < verifiers.size, "a verified block lies in the pool"
         verifiers[b] += delta
+
+
+@njit(cache=True, nogil=True)
+def block_contents(shadow, block_ids, block_size):
+    """(the identity at each block's last slot, whether every slot of it was written)."""
+    n = block_ids.size
+    last = np.empty(n, dtype=np.uint64)
+    complete = np.empty(n, dtype=np.bool_)
+    for k in range(n):  # bounded: the blocks
+        start = block_ids[k] * block_size
+        assert 0 <= start and start + block_size <= shadow.size, "a block of the pool"
+        complete[k] = True
+        for slot in range(start, start + block_size):  # bounded: the block's slots
+            if shadow[slot] == 0:
+                complete[k] = False
+                break
+        last[k] = shadow[start + block_size - 1]
+    return last, complete

@@ -778,7 +778,8 @@ class SymbolicExecutor(DraftAcceptance):
 
     def block_contents(self, block_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(identity at each block's last slot, whether all its slots were written)."""
-        base = block_ids.astype(I64) * self.block_size
-        slots = base[:, None] + np.arange(self.block_size, dtype=I64)[None, :]
-        content = self.shadow[slots]
-        return content[:, -1], (content != 0).all(axis=1)
+        ids = block_ids.astype(I64, copy=False)
+        return cast(
+            tuple[np.ndarray, np.ndarray],
+            shadow_kernels.block_contents(self.shadow, ids, self.block_size),
+        )

@@ -143,3 +143,14 @@ def test_add_verifiers_counts_each_occurrence():
     shadow_kernels.add_verifiers(verifiers, np.array([1, 3, 1], dtype=I64), 1)
     shadow_kernels.add_verifiers(verifiers, np.array([3], dtype=I64), -1)
     assert verifiers.tolist() == [0, 2, 0, 0]
+
+
+def test_block_contents_is_the_last_identity_and_whether_every_slot_was_written():
+    rng = np.random.default_rng(3)
+    shadow = rng.integers(0, 4, 40).astype(U64)  # 0: a slot never written
+    block_ids = np.array([9, 0, 3, 3, 7])
+    slots = block_ids[:, None] * 4 + np.arange(4)
+    last, complete = shadow_kernels.block_contents(shadow, block_ids, 4)
+    assert last.tolist() == shadow[slots][:, -1].tolist()
+    assert complete.tolist() == (shadow[slots] != 0).all(axis=1).tolist()
+    assert sorted(set(complete.tolist())) == [False, True]  # both cases drawn
