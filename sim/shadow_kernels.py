@@ -203,7 +203,7 @@ def block_contents(shadow, block_ids, block_size):
     complete = np.empty(n, dtype=np.bool_)
     for k in range(n):  # bounded: the blocks
         start = block_ids[k] * block_size
-        assert 0 <= start and start + block_size <= shadow.size, "a block of the pool"
+        assert 0 <= start <= shadow.size - block_size, "a block of the pool"
         complete[k] = True
         for slot in range(start, start + block_size):  # bounded: the block's slots
             if shadow[slot] == 0:
