@@ -170,7 +170,7 @@ class HashMemory(Mapping[bytes, int]):
 
     def _fit_length(self, length: int) -> None:
         """Lengths in uint32 once one does not fit in uint8 (a key of 255 bytes or more)."""
-        if length > np.iinfo(self._lens.dtype).max:
+        if length > 0xFF and self._lens.dtype == np.uint8:  # no key reaches 2**32 bytes
             self._lens = self._lens.astype(np.uint32)
 
     # -- the ring and its index -------------------------------------------------------------
