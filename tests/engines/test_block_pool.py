@@ -53,6 +53,27 @@ def test_cached_block_is_hit_from_the_queue_and_evicted_at_reuse():
     assert pool.cached_hash_of_block == {0: _h(1)}
 
 
+def test_every_hash_change_counts_and_nothing_else_does():
+    """hash_changes_of_block moves on caching and eviction (bulk and one by one), never on
+    a hit, a free or a second cache of a cached block (the pool check relies on it)."""
+    pool = BlockPool(4)
+    blocks = pool.get_new_blocks(3)
+    pool.cache_full_blocks(blocks, [_h(1), _h(2)], 0, 2)  # bulk: fresh blocks, new hashes
+    assert pool.hash_changes_of_block.tolist() == [1, 1, 0, 0]
+    pool.cache_full_blocks(blocks, [_h(1), _h(2), _h(2)], 0, 3)  # 2's hash is 1's: no-op
+    pool.touch([0])
+    pool.free_blocks(blocks[::-1])
+    pool.free_blocks([0])
+    assert pool.hash_changes_of_block.tolist() == [1, 1, 0, 0]
+    assert list(pool.free_block_queue) == [3, 2, 1, 0]
+    pool.get_new_blocks(1)  # block 3: never cached
+    pool.get_new_blocks(1)  # block 2: never cached
+    assert pool.get_new_blocks(1) == [1]  # evicts one
+    pool.cache_full_blocks([1], [_h(5)], 0, 1)  # one by one: h5 is new, 1 not cached now
+    assert pool.get_new_blocks(1) == [0]  # evicts
+    assert pool.hash_changes_of_block.tolist() == [2, 3, 0, 0]
+
+
 def test_same_content_cached_once():
     pool = BlockPool(4)
     a, b = pool.get_new_blocks(1), pool.get_new_blocks(1)

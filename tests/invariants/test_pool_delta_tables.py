@@ -82,3 +82,57 @@ def test_a_table_losing_a_middle_block_is_followed_when_named_rewritten():
     assert _check(checker, 1, pool, [2, 4]) == []
     assert (checker.num_sweeps, checker.num_unconfirmed) == (1, 0)
     assert checker.held.tolist() == [1, 1, 0, 1, 1, 0, 0, 0]
+
+
+class _CachedPool(_Pool):
+    """_Pool with a prefix cache, an engine's count of each block's hash changes, and a
+    count of the hashes the check read."""
+
+    def __init__(self, tables: dict[str, list[int]], cached: dict[int, bytes]) -> None:
+        super().__init__(tables)
+        self.cached = cached
+        self.hash_changes = np.zeros(NUM_BLOCKS, np.int64)
+        self.hashes_read = 0
+
+    def cached_blocks(self):
+        return self.cached
+
+    def hash_of(self, ids):
+        self.hashes_read += ids.size
+        return [self.cached.get(b) for b in ids.tolist()]
+
+    def hash_changes_of(self, ids):
+        return self.hash_changes[ids]
+
+
+def _contents(ids):
+    return (ids * 7 + 1).astype(np.uint64), np.ones(ids.size, dtype=bool)
+
+
+def test_a_changed_block_whose_hash_count_did_not_move_is_not_read_again():
+    """Blocks 0 and 1 are cached under h0 and h1. Step 1 changes their ref_cnt only: no
+    hash is read. Step 2 caches block 1 under h0, which named block 0's content: counted,
+    it is read and found. Step 3 (a fresh check) does the same without counting it: the
+    step misses it, as the protocol says (every change must count), and the full sweep
+    that ends a run finds it."""
+    h0, h1 = b"h0".ljust(32, b"\0"), b"h1".ljust(32, b"\0")
+    for counted in (True, False):
+        checker = PoolDeltaChecker()
+        pool = _CachedPool({"a": [0, 1]}, {0: h0, 1: h1})
+        pool.changed = []
+        assert checker.check(0, pool, {"a"}, _contents) == []  # the first check sweeps
+        pool.tables["b"] = [0, 1]
+        pool.changed = [0, 1]
+        assert checker.check(1, pool, {"a", "b"}, _contents) == []
+        assert pool.hashes_read == 0
+        pool.cached[1] = h0
+        pool.hash_changes[1] += counted
+        pool.changed = [1]
+        found = checker.check(2, pool, {"a", "b"}, _contents)
+        if counted:
+            assert [v.invariant for v in found] == ["block-pool.hash-content"]
+            assert pool.hashes_read == 1
+            continue
+        assert found == [] and pool.hashes_read == 0
+        swept = checker.sweep(3, pool, {"a", "b"}, _contents)
+        assert "block-pool.hash-content" in [v.invariant for v in swept]
