@@ -37,8 +37,6 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from schedcheck.invariants import hash_probe
-
 U64 = np.uint64
 I64Array = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
@@ -55,6 +53,10 @@ class HashMemory(Mapping[bytes, int]):
         # caller keeps): its rows cost memory only as they are written, and no later
         # growth copies the ring while the old one is still held
         self._max_capacity = 1 << max(max_size - 1, 0).bit_length()
+        # the probes, compiled (numba): imported with the first memory (see sim/symbolic.py)
+        from schedcheck.invariants import hash_probe
+
+        self._kernels = hash_probe
         self._rows = np.zeros((1 + _MIN_CAPACITY, 1), dtype=U64)
         self._lens: npt.NDArray[np.unsignedinteger] = np.zeros(1 + _MIN_CAPACITY, np.uint8)
         self._values = np.zeros(_MIN_CAPACITY, dtype=U64)
@@ -117,7 +119,7 @@ class HashMemory(Mapping[bytes, int]):
             self._grow(self._size + n)
         if 2 * (self._used + n) > self._table.size:
             self._build_index(self._size + n)
-        stop, named, appended = hash_probe.remember_walk(
+        stop, named, appended = self._kernels.remember_walk(
             self._table, self._rows, self._lens, self._values, self._first, self._size,
             query, lens, given,
         )  # fmt: skip
@@ -130,7 +132,7 @@ class HashMemory(Mapping[bytes, int]):
         found = np.zeros(len(keys), dtype=np.int64)
         if keys and self._size:
             query, lens = self._pack(keys)
-            hash_probe.find_rows(self._table, self._rows, self._lens, query, lens, found)
+            self._kernels.find_rows(self._table, self._rows, self._lens, query, lens, found)
         return found
 
     # -- keys in arrays ----------------------------------------------------------------------
@@ -199,5 +201,5 @@ class HashMemory(Mapping[bytes, int]):
         num_cells = max(4 * _MIN_CAPACITY, 1 << (4 * size - 1).bit_length())
         self._table = np.zeros(0, dtype=np.int32)  # the old one freed first
         self._table = np.zeros(num_cells, dtype=np.int32)
-        hash_probe.index_rows(self._table, self._rows, self._lens, self._live_slots() + 1)
+        self._kernels.index_rows(self._table, self._rows, self._lens, self._live_slots() + 1)
         self._used = self._size

@@ -72,7 +72,6 @@ from schedcheck.engines.metadata import RunnerMetadata, gather_slots
 from schedcheck.engines.protocol import KVCacheGroup, ScheduledRequest
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.violation import Violation
-from schedcheck.sim import shadow_kernels
 from schedcheck.sim.draft_acceptance import DraftAcceptance
 from schedcheck.sim.token_store import ShadowRequest, TokenStore, sample_and_terms
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE, FIRST_TOKEN_ID
@@ -98,6 +97,11 @@ class SymbolicExecutor(DraftAcceptance):
         self.num_blocks = num_blocks
         self.num_slots = num_blocks * block_size
         self.vocab_size = vocab_size
+        # the per-step loops, compiled (numba): imported with the first executor, so that a
+        # process that never simulates never loads numba and LLVM (0.4 s, 110 MB)
+        from schedcheck.sim import shadow_kernels
+
+        self._kernels = shadow_kernels
         self.shadow = np.zeros(self.num_slots, dtype=U64)  # 0 = never written
         self.writer_req = np.full(self.num_slots, -1, dtype=np.int32)
         self.writer_pos = np.full(self.num_slots, -1, dtype=I64)
@@ -265,7 +269,7 @@ class SymbolicExecutor(DraftAcceptance):
         lo = np.fromiter(map(_COMPUTED, scheduled), I64, len(scheduled))
         counts = np.fromiter(map(_SCHEDULED, scheduled), I64, len(scheduled))
         store = self.store
-        true_ids, true_tokens, r = shadow_kernels.truth_of_rows(
+        true_ids, true_tokens, r = self._kernels.truth_of_rows(
             store.base, store.num_tokens, store.ids, store.tokens, idx, lo, counts, meta.input_ids
         )
         written = true_ids
@@ -330,7 +334,7 @@ class SymbolicExecutor(DraftAcceptance):
         # every write over KV already there, equal identities included: a kernel does not
         # rewrite bit-identical floats, so a recompute into a block another live request
         # verified is a write into shared KV too (block-pool.write-into-shared-block)
-        old, num_verified_overwrites = shadow_kernels.store_writes(
+        old, num_verified_overwrites = self._kernels.store_writes(
             self.shadow,
             self.writer_req,
             self.writer_pos,
@@ -422,7 +426,7 @@ class SymbolicExecutor(DraftAcceptance):
     def _check_alignment(self, meta: RunnerMetadata) -> set[int]:
         """Row r must attend exactly keys 0..positions[r] (causal, bottom-right aligned)."""
         row_req, qsl = meta.row_req, meta.query_start_loc
-        if not shadow_kernels.count_misaligned(meta.seq_lens, qsl, row_req, meta.positions):
+        if not self._kernels.count_misaligned(meta.seq_lens, qsl, row_req, meta.positions):
             return set()
         # row r of request i: r - qsl[i] + seq_lens[i] - (qsl[i + 1] - qsl[i])
         last_key = (meta.seq_lens - qsl[1:])[row_req] + np.arange(meta.num_tokens)
@@ -539,7 +543,7 @@ class SymbolicExecutor(DraftAcceptance):
         writers = idx[batch]
         store = self.store
         span = self.vocab_size - FIRST_TOKEN_ID
-        appended, sampled = shadow_kernels.sample_append(
+        appended, sampled = self._kernels.sample_append(
             store.ids, store.tokens, store.base, store.num_tokens, store.cap, writers, batch,
             identity, positions, span,
         )  # fmt: skip
@@ -617,7 +621,7 @@ class SymbolicExecutor(DraftAcceptance):
             found = np.where(in_cache, self.shadow[np.where(in_cache, slots, 0)], U64(0))
             wrong = (found != expected) | ~in_cache | (expected == 0)
         else:  # every key in the cache
-            if not shadow_kernels.count_wrong(self.shadow, slots, expected):
+            if not self._kernels.count_wrong(self.shadow, slots, expected):
                 return set()
             found = self.shadow[slots]
             wrong = (found != expected) | (expected == 0)  # 0: a key past the tokens known
@@ -664,7 +668,7 @@ class SymbolicExecutor(DraftAcceptance):
         if np.count_nonzero(read) != read.size:
             todo = read.nonzero()[0]
             who, highs = idx[todo], highs[todo]
-        grown, new_blocks = shadow_kernels.grow_verified(
+        grown, new_blocks = self._kernels.grow_verified(
             store.verified_len, store.verified_blocks, who, highs, self.block_size
         )
         if grown.size == 0:
@@ -682,7 +686,7 @@ class SymbolicExecutor(DraftAcceptance):
         """verifiers[b] += delta for each b in blocks, each occurrence counted (a block
         named twice, an engine's bug, counts twice)."""
         if blocks:
-            shadow_kernels.add_verifiers(self.verifiers, np.asarray(blocks, I64), delta)
+            self._kernels.add_verifiers(self.verifiers, np.asarray(blocks, I64), delta)
 
     def _unverify(self, req: ShadowRequest, keep_len: int) -> None:
         keep_blocks = keep_len // self.block_size
@@ -781,5 +785,5 @@ class SymbolicExecutor(DraftAcceptance):
         ids = block_ids.astype(I64, copy=False)
         return cast(
             tuple[np.ndarray, np.ndarray],
-            shadow_kernels.block_contents(self.shadow, ids, self.block_size),
+            self._kernels.block_contents(self.shadow, ids, self.block_size),
         )

@@ -5,6 +5,9 @@ request repeated, a sampling the kernel must decline without changing anything).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -154,3 +157,19 @@ def test_block_contents_is_the_last_identity_and_whether_every_slot_was_written(
     assert last.tolist() == shadow[slots][:, -1].tolist()
     assert complete.tolist() == (shadow[slots] != 0).all(axis=1).tolist()
     assert sorted(set(complete.tolist())) == [False, True]  # both cases drawn
+
+
+def test_numba_loads_with_the_first_executor_not_with_the_cli():
+    """A process that never simulates (the CLI's --help, `trace stats`, a report) never
+    loads numba and LLVM: the kernels are imported when the first executor and the first
+    hash memory are built."""
+    script = (
+        "import sys\n"
+        "import schedcheck.cli.entry, schedcheck.sim.loop\n"
+        "assert 'numba' not in sys.modules, 'numba imported with the CLI'\n"
+        "from schedcheck.sim.symbolic import SymbolicExecutor\n"
+        "SymbolicExecutor(4, 16)\n"
+        "assert 'numba' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
