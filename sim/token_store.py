@@ -107,20 +107,6 @@ class TokenStore:
         self.ids[at] = self.ids[at - 1] + terms  # modulo 2**64
         self.num_tokens[indices] = n + 1
 
-    def chunk_truth(
-        self, indices: np.ndarray, starts: np.ndarray, counts: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """truth() of positions [starts[i], starts[i] + counts[i]) of each request
-        indices[i] (built; every count >= 1), concatenated: one run of the arena each."""
-        base = self.base[indices]
-        ends = np.add.accumulate(counts)
-        at = (base + starts - ends + counts).repeat(counts)
-        at += np.arange(int(ends[-1]))
-        known = self.num_tokens[indices]
-        if np.count_nonzero(starts + counts > known):  # rows past what a request knows
-            at *= at < (base + known).repeat(counts)  # entry 0 there
-        return self.ids[at], self.tokens[at]
-
     def truth(self, indices: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(identity, token) of position positions[k] of request indices[k] (built), or
         (0, -1) past its known tokens."""

@@ -30,14 +30,15 @@ def _store(rng: np.random.Generator, num_requests: int) -> TokenStore:
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_truth_of_rows_is_chunk_truth_and_finds_the_first_wrong_token(seed):
+def test_truth_of_rows_is_truth_of_each_position_and_finds_the_first_wrong_token(seed):
     rng = np.random.default_rng(seed)
     store = _store(rng, 6)
     indices = rng.permutation(6)[:4].astype(np.int32)
     known = store.num_tokens[indices]
     starts = rng.integers(0, known)  # some chunks run past the known tokens (truth 0, -1)
     counts = rng.integers(1, 12, indices.size)
-    want_ids, want_tokens = store.chunk_truth(indices, starts, counts)
+    positions = np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)])
+    want_ids, want_tokens = store.truth(indices.repeat(counts), positions)
     inputs = want_tokens.copy()
     if seed % 2:
         inputs[rng.integers(inputs.size)] += 1

@@ -5,6 +5,7 @@ give the hash model's values."""
 import numpy as np
 
 from schedcheck.invariants import hash_model
+from schedcheck.sim import shadow_kernels
 from schedcheck.sim.symbolic import SymbolicExecutor
 from schedcheck.sim.token_store import TokenStore, mix64, sample_and_terms
 from schedcheck.traces import tokens as trace_tokens
@@ -47,8 +48,11 @@ def test_a_gather_past_the_known_tokens_reads_no_token_and_identity_zero():
     store = TokenStore()
     prompt = np.array([5, 6, 7], np.int64)
     store.build(store.add(3), prompt, 0)
-    ids, tokens = store.chunk_truth(np.array([0]), np.array([1]), np.array([4]))
-    assert tokens.tolist() == [6, 7, -1, -1]
+    ids, tokens, first_wrong = shadow_kernels.truth_of_rows(
+        store.base, store.num_tokens, store.ids, store.tokens,
+        np.array([0], np.int32), np.array([1]), np.array([4]), np.array([6, 7, -1, -1]),
+    )  # fmt: skip
+    assert tokens.tolist() == [6, 7, -1, -1] and first_wrong == -1
     assert ids.tolist() == [*hash_model.identities(prompt)[1:].tolist(), 0, 0]
     ids, tokens = store.truth(np.array([0, 0]), np.array([2, 9]))
     assert (tokens.tolist(), ids.tolist()) == ([7, -1], [int(hash_model.identities(prompt)[2]), 0])
