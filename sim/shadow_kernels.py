@@ -33,20 +33,18 @@ import numpy as np
 from numba import njit
 
 from schedcheck.invariants import hash_model
-from schedcheck.traces.tokens import FIRST_TOKEN_ID
+from schedcheck.traces.tokens import FIRST_TOKEN_ID, MIX64_GOLDEN, MIX64_M1, MIX64_M2
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
 _SAMPLE_SALT = np.uint64(hash_model.SAMPLE_SALT)
 _FIRST_TOKEN = np.uint64(FIRST_TOKEN_ID)
 
 
 @njit(cache=True, nogil=True)
 def _mix64(value):
-    z = value + _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
+    """traces.tokens.mix64 of one uint64, compiled."""
+    z = value + MIX64_GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * MIX64_M1
+    z = (z ^ (z >> np.uint64(27))) * MIX64_M2
     return z ^ (z >> np.uint64(31))
 
 

@@ -13,9 +13,10 @@ import numpy.typing as npt
 
 DEFAULT_VOCAB_SIZE = 32_000
 FIRST_TOKEN_ID = 3  # 0..2 are left to special tokens (pad, bos, eos)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+# SplitMix64's finalizer constants (mix64; sim/shadow_kernels.py compiles the same mix)
+MIX64_M1 = np.uint64(0xBF58476D1CE4E5B9)
+MIX64_M2 = np.uint64(0x94D049BB133111EB)
+MIX64_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 _S27, _S30, _S31 = np.uint64(27), np.uint64(30), np.uint64(31)
@@ -27,15 +28,15 @@ def mix64(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     so it runs under an error state that ignores the overflow (the same values)."""
     if not isinstance(values, np.ndarray) or values.ndim == 0:
         with np.errstate(over="ignore"):
-            z = values + _GOLDEN
-            z = (z ^ (z >> _S30)) * _M1
-            z = (z ^ (z >> _S27)) * _M2
+            z = values + MIX64_GOLDEN
+            z = (z ^ (z >> _S30)) * MIX64_M1
+            z = (z ^ (z >> _S27)) * MIX64_M2
             return z ^ (z >> _S31)
-    z = values + _GOLDEN
+    z = values + MIX64_GOLDEN
     z ^= z >> _S30
-    z *= _M1
+    z *= MIX64_M1
     z ^= z >> _S27
-    z *= _M2
+    z *= MIX64_M2
     z ^= z >> _S31
     return z
 
