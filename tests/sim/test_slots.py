@@ -57,10 +57,7 @@ def test_past_the_table_and_a_negative_entry_give_minus_one_both_ways(count):
 def test_lists_and_arrays_agree_at_every_size_around_the_threshold(monkeypatch):
     rng = random.Random(1)
     for _ in range(300):  # bounded: random cases
-        n, block_size = rng.randint(1, 5), rng.choice([1, 4, 16])
-        tables = [tuple(rng.randrange(-1, 60) for _ in range(rng.randint(0, 9))) for _ in range(n)]
-        starts = [rng.randint(0, 150) for _ in range(n)]
-        counts = [rng.randint(1, 40) for _ in range(n)]
+        tables, starts, counts, block_size = _random_case(rng, (1, 5), [1, 4, 16], 60, 9, 150)
         want = _slots_one_by_one(tables, starts, counts, block_size)
         assert gather_slots(tables, starts, counts, block_size).tolist() == want
         listed = slots._slots_listed(tables, starts, counts, block_size)
@@ -97,10 +94,27 @@ def test_build_metadata_of_a_long_chunk_beside_a_decode():
 def test_gather_slots_names_each_positions_slot_and_minus_one_past_the_table():
     rng = random.Random(0)
     for _ in range(500):  # bounded: random cases
-        n, block_size = rng.randint(0, 6), rng.choice([1, 2, 16])
-        tables = [tuple(rng.randrange(-1, 50) for _ in range(rng.randint(0, 8))) for _ in range(n)]
-        starts = [rng.randint(0, 140) for _ in range(n)]
-        counts = [rng.randint(1, 40) for _ in range(n)]
+        tables, starts, counts, block_size = _random_case(rng, (0, 6), [1, 2, 16], 50, 8, 140)
         got = gather_slots(tables, starts, counts, block_size)
         assert got.dtype == np.int64
         assert got.tolist() == _slots_one_by_one(tables, starts, counts, block_size)
+
+
+def _random_case(
+    rng: random.Random,
+    num_reqs: tuple[int, int],
+    block_sizes: list[int],
+    max_block: int,
+    max_table_len: int,
+    max_start: int,
+) -> tuple[list[tuple[int, ...]], list[int], list[int], int]:
+    """Random block tables (entries from -1: past-the-pool ids too), chunk starts and counts
+    of 1-40 rows, and a block size; drawn in this order, so a seed gives the same case."""
+    n, block_size = rng.randint(*num_reqs), rng.choice(block_sizes)
+    tables = [
+        tuple(rng.randrange(-1, max_block) for _ in range(rng.randint(0, max_table_len)))
+        for _ in range(n)
+    ]
+    starts = [rng.randint(0, max_start) for _ in range(n)]
+    counts = [rng.randint(1, 40) for _ in range(n)]
+    return tables, starts, counts, block_size
