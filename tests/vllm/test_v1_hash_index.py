@@ -16,9 +16,14 @@ def _index():
     return BlockHashIndex()
 
 
+def _request(rid: str, *hashes: bytes) -> SimpleNamespace:
+    return SimpleNamespace(request_id=rid, block_hashes=list(hashes))
+
+
 def test_a_hash_names_its_request_and_the_last_token_of_its_block():
     index = _index()
-    r1 = SimpleNamespace(block_hashes=[b"a" * 8, b"b" * 8])
+    r1 = _request("r1", b"a" * 8, b"b" * 8)
+    index.note("r1")
     index.update({"r1": r1})
     assert index.positions([b"b" * 8, b"a" * 8, b"z" * 8], 4, grouped=False) == [
         ("r1", 7, 0),
@@ -26,15 +31,28 @@ def test_a_hash_names_its_request_and_the_last_token_of_its_block():
         None,
     ]
     r1.block_hashes.append(b"c" * 8)  # a decode filled another block
+    index.note("r1")
     index.update({"r1": r1})
     assert index.positions([b"c" * 8], 4, grouped=False) == [("r1", 11, 0)]
+
+
+def test_only_requests_the_hasher_hashed_for_are_walked():
+    from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
+
+    index = BlockHashIndex(lambda request: [b"n" * 8] if request.request_id == "r1" else [])
+    r1, r2 = _request("r1", b"a" * 8), _request("r2", b"b" * 8)
+    assert index.block_hasher(r1) == [b"n" * 8]  # vLLM's hasher's answer, passed through
+    assert index.block_hasher(r2) == []  # hashed nothing: not noted
+    index.update({"r1": r1, "r2": r2})
+    assert index.positions([b"a" * 8, b"b" * 8], 4, grouped=False) == [("r1", 3, 0), None]
 
 
 def test_a_grouped_hash_carries_vllms_group_id():
     from vllm.v1.core import kv_cache_utils
 
     index = _index()
-    index.update({"r1": SimpleNamespace(block_hashes=[b"a" * 8, b"b" * 8])})
+    index.note("r1")
+    index.update({"r1": _request("r1", b"a" * 8, b"b" * 8)})
     if not hasattr(kv_cache_utils, "make_block_hash_with_group_id"):  # 0.10.1.1: a NamedTuple
         assert index.positions([repr(("b", 1)).encode()], 2, grouped=True) == [None]
         return
@@ -45,12 +63,84 @@ def test_a_grouped_hash_carries_vllms_group_id():
 def test_a_request_vllm_dropped_names_nothing_and_a_live_one_keeps_a_shared_hash():
     index = _index()
     shared = b"s" * 8
-    index.update({"r1": SimpleNamespace(block_hashes=[shared, b"x" * 8])})
-    index.update(
-        {
-            "r1": SimpleNamespace(block_hashes=[shared, b"x" * 8]),
-            "r2": SimpleNamespace(block_hashes=[shared]),
-        }
-    )
-    index.update({"r2": SimpleNamespace(block_hashes=[shared])})  # r1 gone
+    r1, r2 = _request("r1", shared, b"x" * 8), _request("r2", shared)
+    index.note("r1")
+    index.update({"r1": r1})
+    index.note("r2")
+    index.update({"r1": r1, "r2": r2})
+    index.update({"r2": r2})  # r1 gone, not noted: its entries stay until pruned
     assert index.positions([shared, b"x" * 8], 16, grouped=False) == [("r2", 15, 0), None]
+
+
+def test_a_request_added_again_under_its_id_is_indexed_afresh():
+    index = _index()
+    index.note("r1")
+    index.update({"r1": _request("r1", b"a" * 8, b"b" * 8)})
+    index.note("r1")  # a new Request, a new block_hashes list
+    index.update({"r1": _request("r1", b"c" * 8)})
+    assert index.positions([b"a" * 8, b"b" * 8, b"c" * 8], 4, grouped=False) == [
+        None,
+        None,
+        ("r1", 3, 0),
+    ]
+
+
+def test_dropped_requests_are_pruned_once_they_outnumber_the_live_ones_by_the_slack():
+    from schedcheck.engines.vllm.v1.hash_index import PRUNE_SLACK
+
+    index = _index()
+    requests = {f"r{i}": _request(f"r{i}", i.to_bytes(8, "big")) for i in range(PRUNE_SLACK + 2)}
+    for rid in requests:
+        index.note(rid)
+    index.update(requests)
+    assert len(index._where) == PRUNE_SLACK + 2
+    index.update({"r0": requests["r0"]})  # PRUNE_SLACK + 1 dropped: more than the slack
+    assert len(index._where) == 1
+    assert index.positions([(0).to_bytes(8, "big")], 4, grouped=False) == [("r0", 3, 0)]
+
+
+def test_on_a_replay_every_hash_answers_as_a_walk_of_every_live_request_would():
+    """The incremental index against the walk it replaced, at every pool check of a real
+    vLLM replay with prefix hits: the same hashes unanswered, and every answer names a
+    live request whose block_hashes hold that hash at that block."""
+    from schedcheck.engines.protocol import EngineConfig
+    from schedcheck.engines.vllm.v1 import eras
+    from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
+    from schedcheck.sim.cost_model import profile
+    from schedcheck.sim.loop import SimOptions, Simulation
+    from schedcheck.traces.schema import TraceRequest
+
+    checked = []
+    positions = BlockHashIndex.positions
+
+    def compared(self, hashes, block_size, grouped):
+        out = positions(self, hashes, block_size, grouped)
+        live = self._requests
+        walked = {}
+        for rid, request in live.items():  # the old way: every live request's hashes
+            for j, h in enumerate(request.block_hashes):
+                walked.setdefault(eras.request_hash_key(h), (rid, j))
+        for h, got in zip(hashes, out, strict=True):
+            assert (got is None) == (h not in walked), h
+            if got is not None:
+                rid, last, _ = got
+                j = (last + 1) // block_size - 1
+                assert eras.request_hash_key(live[rid].block_hashes[j]) == h
+        checked.append(len(hashes))
+        return out
+
+    shared = tuple(range(1, 49))  # three blocks every request shares
+    own = [tuple(range(100 * i, 100 * i + 9 * i)) for i in range(1, 13)]  # 9..108 tokens
+    trace = [
+        TraceRequest(f"r{i}", 0.01 * i, 6, prompt_token_ids=shared + own[i - 1])
+        for i in range(1, 13)
+    ]
+    BlockHashIndex.positions = compared
+    try:
+        config = EngineConfig(block_size=16, num_gpu_blocks=64, max_num_batched_tokens=64,
+                              max_num_seqs=4, max_model_len=512)  # fmt: skip
+        result = Simulation(trace, "vllm-v1", config, SimOptions(), profile("unit")).run()
+    finally:
+        BlockHashIndex.positions = positions
+    assert not result.violations, [v.headline() for v in result.violations]
+    assert result.finished == 12 and sum(checked) > 12

@@ -115,7 +115,7 @@ class VllmWholeEngine:
         pool = self.scheduler.kv_cache_manager.block_pool
         self._evictions = CallCounter(pool, "_maybe_evict_cached_block")
         self._changes = BlockChangeLog(pool)
-        self._hash_index = BlockHashIndex()
+        self._hash_index = BlockHashIndex(self.core.request_block_hasher)  # notes who it hashed
         self._tokens: dict[str, TokenBuffer] = {}
         self._live: dict[str, Any] = {}  # request id -> vLLM Request, until reported
         self._tables = RunnerBlockTables()
@@ -166,7 +166,7 @@ class VllmWholeEngine:
             arrival_time=stamp,
             cache_salt=request.cache_salt,
             priority=request.priority,
-            block_hasher=self.core.request_block_hasher,
+            block_hasher=self._hash_index.block_hasher,
         )
         self.core.add_request(vllm_request)
         self._tokens[rid] = TokenBuffer(prompt, request.max_tokens)

@@ -103,7 +103,6 @@ class VllmV1Engine:
         built = build_scheduler(config)
         self.config = config
         self.scheduler = built.scheduler
-        self._block_hasher = built.block_hasher
         self._evictions = CallCounter(  # True: a cached block lost its hash for reuse
             self.scheduler.kv_cache_manager.block_pool, "_maybe_evict_cached_block"
         )
@@ -114,7 +113,9 @@ class VllmV1Engine:
         ]
         # the blocks vLLM's pool changed, for the incremental pool check
         self._changes = BlockChangeLog(self.scheduler.kv_cache_manager.block_pool)
-        self._hash_index = BlockHashIndex()  # what each block hash means, for the pool check
+        # what each block hash means, for the pool check; its block_hasher (vLLM's, noting
+        # each request it hashed for) is the one every Request gets
+        self._hash_index = BlockHashIndex(built.block_hasher)
         self._tokens: dict[str, TokenBuffer] = {}  # request id -> prompt + outputs
         self._live: dict[str, Request] = {}  # ids added and not yet reported finished
         self._num_groups = len(config.kv_cache_groups)
@@ -153,7 +154,7 @@ class VllmV1Engine:
             arrival_time=self._arrival_time(request.arrival_time_s),
             priority=request.priority,
             cache_salt=request.cache_salt,
-            block_hasher=self._block_hasher,
+            block_hasher=self._hash_index.block_hasher,
         )
         vllm_request = Request(**eras.request_kwargs(Request, kwargs))
         self.scheduler.add_request(vllm_request)

@@ -12,56 +12,87 @@ A block whose slots were all written, but for other tokens (the previous holder'
 when a chunk that was cached at scheduling never ran), passes "all slots written" and is
 caught here, in the step it is cached.
 
-The index is kept across steps and grows with the requests' block_hashes (O(new hashes) a
-step, plus one length read per live request, in C); a request's entries go when vLLM drops
-it.
+The index is kept across steps and grows with the requests' block_hashes. vLLM appends to
+a request's block_hashes only through the request's block hasher (at construction and
+when tokens are appended), so the adapters hand vLLM `block_hasher`, which notes the
+request it hashed for; `update` walks only the noted requests, over their new hashes:
+O(requests that gained hashes) a step, not O(waiting requests). A request vLLM dropped
+answers nothing from then on (`positions` reads only requests still in vLLM's
+`requests`); its entries go once dropped requests outnumber live ones by PRUNE_SLACK.
 Equal hashes name equal tokens, so when live requests share a hash the first still there
 answers.
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Mapping, Sequence
-from itertools import compress, repeat
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from schedcheck.engines.vllm.v1 import eras
 
-_BLOCK_HASHES = operator.attrgetter("block_hashes")
+# dropped requests' entries kept at most this many beyond the live requests' count
+PRUNE_SLACK = 256
 
 
 class BlockHashIndex:
     """block hash (bytes, no group id) -> [(request id, block index)], for live requests."""
 
-    def __init__(self) -> None:
+    def __init__(self, block_hasher: Callable[[Any], list[Any]] | None = None) -> None:
         self._where: dict[bytes, list[tuple[str, int]]] = {}
         self._hashes_of: dict[str, list[bytes]] = {}  # request id -> its indexed hashes
+        self._lists: dict[str, list[Any]] = {}  # request id -> the block_hashes indexed
+        self._noted: dict[str, None] = {}  # requests hashed since the last update, in order
+        self._requests: Mapping[str, Any] = {}  # vLLM's requests as of the last update
+        # what to hand vLLM's Request as its block_hasher: vLLM's, noting the request
+        self.block_hasher = None if block_hasher is None else self._noting(block_hasher)
+
+    def _noting(self, block_hasher: Callable[[Any], list[Any]]) -> Callable[[Any], list[Any]]:
+        def noting(request: Any) -> list[Any]:
+            new = block_hasher(request)
+            if new:
+                self.note(request.request_id)
+            return new
+
+        return noting
+
+    def note(self, request_id: str) -> None:
+        """`request_id`'s block_hashes may have grown (or it is a new request)."""
+        self._noted[request_id] = None
 
     def update(self, requests: Mapping[str, Any]) -> None:
-        """Index the hashes vLLM computed since the last update; drop requests it dropped.
+        """Index the hashes vLLM computed since the last update (`requests`: vLLM's, by
+        id); a noted request no longer there, or there as a new Request, is dropped."""
+        self._requests = requests
+        noted, self._noted = self._noted, {}
+        for request_id in noted:  # bounded: the requests hashed since the last update
+            request = requests.get(request_id)
+            block_hashes = None if request is None else request.block_hashes
+            if block_hashes is not self._lists.get(request_id):
+                self._drop(request_id)
+            if block_hashes is not None:
+                self._index_new(request_id, block_hashes)
+        if len(self._hashes_of) > len(requests) + PRUNE_SLACK:
+            for request_id in sorted(self._hashes_of.keys() - requests.keys()):  # bounded
+                self._drop(request_id)
 
-        Each step reads every live (or waiting) request's hash count, in C (map); only the
-        requests whose count grew are walked, over their new hashes."""
-        hashes_of, where = self._hashes_of, self._where
-        for request_id in hashes_of.keys() - requests.keys():  # any order: the same index
-            for h in hashes_of.pop(request_id):
-                named = [w for w in where[h] if w[0] != request_id]
-                if named:
-                    where[h] = named
-                else:
-                    del where[h]
-        request_ids = list(requests)
-        lists = list(map(_BLOCK_HASHES, requests.values()))  # every release: the hasher's
-        counts = list(map(len, lists))
-        done = map(len, map(hashes_of.get, request_ids, repeat(())))
-        for i in compress(range(len(counts)), map(operator.gt, counts, done)):  # grown only
-            request_id, block_hashes = request_ids[i], lists[i]
-            indexed = hashes_of.setdefault(request_id, [])
-            for j in range(len(indexed), counts[i]):  # bounded: the new hashes
-                h = eras.request_hash_key(block_hashes[j])
-                indexed.append(h)
-                where.setdefault(h, []).append((request_id, j))
+    def _index_new(self, request_id: str, block_hashes: list[Any]) -> None:
+        self._lists[request_id] = block_hashes
+        indexed = self._hashes_of.setdefault(request_id, [])
+        where = self._where
+        for j in range(len(indexed), len(block_hashes)):  # bounded: the new hashes
+            h = eras.request_hash_key(block_hashes[j])
+            indexed.append(h)
+            where.setdefault(h, []).append((request_id, j))
+
+    def _drop(self, request_id: str) -> None:
+        self._lists.pop(request_id, None)
+        where = self._where
+        for h in self._hashes_of.pop(request_id, ()):  # bounded: its indexed hashes
+            named = [w for w in where[h] if w[0] != request_id]
+            if named:
+                where[h] = named
+            else:
+                del where[h]
 
     def positions(
         self, hashes: Sequence[bytes], block_size: int, grouped: bool
@@ -71,13 +102,15 @@ class BlockHashIndex:
         (or, before 0.11.0, any hash with a group id: those are not bytes to split)."""
         assert block_size >= 1
         split = eras.block_hash_group_split() if grouped else None
+        live = self._requests
         out: list[tuple[str, int, int] | None] = []
-        for h in hashes:
+        for h in hashes:  # bounded: the blocks cached since the last check
             plain, group = (h, 0) if split is None else split(h)
             where = None if grouped and split is None else self._where.get(plain)
-            if where is None:
+            named = next((w for w in where or () if w[0] in live), None)  # live ones only
+            if named is None:
                 out.append(None)
                 continue
-            request_id, block_index = where[0]
+            request_id, block_index = named
             out.append((request_id, (block_index + 1) * block_size - 1, group))
         return out
