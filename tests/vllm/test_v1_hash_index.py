@@ -144,3 +144,39 @@ def test_on_a_replay_every_hash_answers_as_a_walk_of_every_live_request_would():
         BlockHashIndex.positions = positions
     assert not result.violations, [v.headline() for v in result.violations]
     assert result.finished == 12 and sum(checked) > 12
+
+
+def test_a_request_naming_one_hash_twice_is_dropped_whole():
+    """Chained hashes repeat only by collision (or in an engine under test); the drop
+    must not trip over the second copy."""
+    index = _index()
+    twice = b"t" * 8
+    index.note("r1")
+    index.update({"r1": _request("r1", twice, twice)})
+    index.note("r2")
+    index.update({"r1": _request("r1", twice, twice), "r2": _request("r2", twice)})
+    index.note("r1")  # a new Request under r1: the old entries go
+    index.update({"r1": _request("r1", b"n" * 8), "r2": _request("r2", twice)})
+    assert index.positions([twice, b"n" * 8], 4, grouped=False) == [("r2", 3, 0), ("r1", 3, 0)]
+
+
+def test_hashes_read_in_bulk_equal_those_read_one_by_one():
+    from collections import namedtuple
+
+    from schedcheck.engines.vllm.v1 import eras
+
+    plain = [b"a" * 8, b"b" * 8]
+    assert eras.request_hash_keys(plain) == plain and eras.request_hash_keys(plain)[0] is plain[0]
+    old_style = namedtuple("BlockHash", "hash_value token_ids")(7, (1, 2))  # 0.10.1.1's shape
+    assert eras.request_hash_keys([old_style]) == [repr(old_style).encode()]
+    from vllm.v1.core import kv_cache_utils
+
+    if not hasattr(kv_cache_utils, "get_block_hash"):  # 0.10.1.1: no bytes hashes
+        return
+    for keep_group in (True, False):
+        for cached in ([b"x" * 12, None, b"y" * 12], [None]):
+            one_by_one = [
+                None if h is None else eras.block_hash_bytes(h, keep_group) for h in cached
+            ]
+            assert eras.block_hashes_bytes(cached, keep_group) == one_by_one
+    assert eras.block_hashes_bytes([b"x" * 8 + b"\0\0\0\1"], keep_group=False) == [b"x" * 8]

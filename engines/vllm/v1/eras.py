@@ -64,7 +64,8 @@ ERAS: tuple[Era, ...] = (
     Era("draft-token-ids-api", "0.11.0", ("has_draft_token_ids_api", "draft_token_ids"),
         "Scheduler.update_draft_token_ids exists"),
     Era("block-hash-bytes", "0.11.0",
-        ("block_hash_bytes", "request_hash_key", "block_hash_group_split"),
+        ("block_hash_bytes", "block_hashes_bytes", "request_hash_key", "request_hash_keys",
+         "block_hash_group_split"),
         "a block hash is bytes (0.10.1.1: a NamedTuple); kv_cache_utils.get_group_id exists"),
     Era("hash-fn-in-utils-hashing", "0.11.1", ("get_hash_fn_by_name",),
         "vllm.utils.hashing imports"),
@@ -432,12 +433,35 @@ def block_hash_bytes(block_hash: Any, keep_group: bool) -> bytes:
     return repr(value).encode()
 
 
+_BYTES_OR_NONE = frozenset({bytes, type(None)})
+
+
+def block_hashes_bytes(block_hashes: Sequence[Any], keep_group: bool) -> list[bytes | None]:
+    """block_hash_bytes of each cached block's hash, None for an uncached one. Where every
+    hash is vLLM's plain bytes (0.11.0 on; checked in C) no copy is made: bytes() of a
+    bytes object is that object."""
+    if not set(map(type, block_hashes)) <= _BYTES_OR_NONE:
+        return [None if h is None else block_hash_bytes(h, keep_group) for h in block_hashes]
+    if keep_group:
+        return list(block_hashes)
+    plain = _get_block_hash()
+    return [None if h is None else plain(h) for h in block_hashes]
+
+
 def request_hash_key(block_hash: Any) -> bytes:
     """A request's block hash (no group id) as `block_hash_bytes` names cached hashes:
     vLLM's bytes from 0.11.0 on, else the repr of 0.10.1.1's BlockHash NamedTuple."""
     if isinstance(block_hash, bytes | bytearray | memoryview):
         return bytes(block_hash)
     return repr(block_hash).encode()
+
+
+def request_hash_keys(block_hashes: Sequence[Any]) -> list[bytes]:
+    """request_hash_key of each; where all are vLLM's plain bytes (checked in C), they
+    are their own keys."""
+    if set(map(type, block_hashes)) <= {bytes}:
+        return list(block_hashes)
+    return list(map(request_hash_key, block_hashes))
 
 
 @functools.cache

@@ -78,19 +78,29 @@ class BlockHashIndex:
     def _index_new(self, request_id: str, block_hashes: list[Any]) -> None:
         self._lists[request_id] = block_hashes
         indexed = self._hashes_of.setdefault(request_id, [])
-        where = self._where
-        for j in range(len(indexed), len(block_hashes)):  # bounded: the new hashes
-            h = eras.request_hash_key(block_hashes[j])
-            indexed.append(h)
-            where.setdefault(h, []).append((request_id, j))
+        new = eras.request_hash_keys(block_hashes[len(indexed) :])
+        where, named_by = self._where, self._where.get
+        for j, h in enumerate(new, len(indexed)):  # bounded: the new hashes
+            named = named_by(h)
+            if named is None:
+                where[h] = [(request_id, j)]
+            else:
+                named.append((request_id, j))
+        indexed.extend(new)
 
     def _drop(self, request_id: str) -> None:
         self._lists.pop(request_id, None)
         where = self._where
         for h in self._hashes_of.pop(request_id, ()):  # bounded: its indexed hashes
-            named = [w for w in where[h] if w[0] != request_id]
-            if named:
-                where[h] = named
+            named = where.get(h)
+            if named is None:  # gone already: a hash the request named twice
+                continue
+            if len(named) == 1 and named[0][0] == request_id:  # it alone named it (most)
+                del where[h]
+                continue
+            kept = [w for w in named if w[0] != request_id]
+            if kept:
+                where[h] = kept
             else:
                 del where[h]
 

@@ -42,7 +42,7 @@ import numpy.typing as npt
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from schedcheck.engines.vllm.v1.changes import BlockChangeLog
-from schedcheck.engines.vllm.v1.eras import block_hash_bytes
+from schedcheck.engines.vllm.v1.eras import block_hash_bytes, block_hashes_bytes
 from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
 
 NULL_BLOCK_REF_CNT = 1  # reported for vLLM's null block: held by the pool itself
@@ -136,7 +136,7 @@ class V1KVSnapshot:
         blocks = self._pool.blocks
         hashes = [blocks[b].block_hash for b in ids.tolist()]
         keep_group = len(self._managers) > 1  # the group id stays, as in cached_blocks()
-        return [None if h is None else block_hash_bytes(h, keep_group) for h in hashes]
+        return block_hashes_bytes(hashes, keep_group)
 
     def hash_positions(self, hashes: Sequence[bytes]) -> list[tuple[str, int, int] | None]:
         """Per cached hash (as `cached_blocks` gives it): (request id, position of the last
