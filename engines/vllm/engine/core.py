@@ -70,7 +70,7 @@ from schedcheck.engines.vllm.engine.build import (
 from schedcheck.engines.vllm.engine.model import DEFAULT_VOCAB_SIZE
 from schedcheck.engines.vllm.v1 import paths
 from schedcheck.engines.vllm.v1.changes import BlockChangeLog
-from schedcheck.engines.vllm.v1.frontend import queue_rejection, queued
+from schedcheck.engines.vllm.v1.frontend import queue_rejection
 from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
 
 ENGINE_NAME = "vllm-engine"
@@ -148,7 +148,7 @@ class VllmWholeEngine:
         assert rid not in self._live, f"duplicate id {rid}"
         reason = frontend_rejection(request, self.config.max_model_len)
         if reason is None:  # the API server's queue limits (vllm:max_num_queued_*)
-            reason = queue_rejection(self.scheduler.scheduler_config, queued(self._live.values()))
+            reason = queue_rejection(self.scheduler.scheduler_config, self._live.values())
             self._num_queue_rejections += reason is not None
         if reason is not None:
             self._rejected.append((rid, reason))

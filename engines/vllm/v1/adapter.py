@@ -70,7 +70,7 @@ from schedcheck.engines.vllm.common import (
 from schedcheck.engines.vllm.v1 import eras, paths
 from schedcheck.engines.vllm.v1.build import build_scheduler
 from schedcheck.engines.vllm.v1.changes import BlockChangeLog
-from schedcheck.engines.vllm.v1.frontend import queue_rejection, queued
+from schedcheck.engines.vllm.v1.frontend import queue_rejection
 from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
 from schedcheck.engines.vllm.v1.runner import check_drafts_follow_tokens, update_runner_tables
 from schedcheck.engines.vllm.v1.snapshot import V1KVSnapshot
@@ -140,7 +140,7 @@ class VllmV1Engine:
         assert rid not in self._live, f"duplicate id {rid}"
         reason = frontend_rejection(request, self.config.max_model_len)
         if reason is None:
-            reason = queue_rejection(self.scheduler.scheduler_config, self._queued())
+            reason = queue_rejection(self.scheduler.scheduler_config, self._live.values())
             self._num_queue_rejections += reason is not None
         if reason is not None:
             self._rejected.append((rid, reason))
@@ -252,11 +252,6 @@ class VllmV1Engine:
         if self._cache_aware_reorders is not None:
             counts["cache-aware-reorder"] = self._cache_aware_reorders[0]
         return counts
-
-    def _queued(self) -> tuple[int, int]:
-        """(unfinished requests, prompt tokens of those with no output yet) as vLLM's API
-        server counts them for admission (its output processor)."""
-        return queued(self._live.values())
 
     def waiting_reasons(self) -> Mapping[str, str]:
         """Every live request not in vLLM's running queue, with its status and the pool."""

@@ -308,7 +308,7 @@ def async_draft_method(make_engine: Callable[[EngineConfig], Any]) -> str | None
 def request_kwargs(request_cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
     """kwargs plus the parameters an older Request requires (set to None: no EOS, the
     stop is max_tokens with ignore_eos; no multimodal input)."""
-    params = inspect.signature(request_cls.__init__).parameters  # type: ignore[misc]
+    params = _init_parameters(request_cls)
     out = dict(kwargs)
     for name in ("eos_token_id", "multi_modal_kwargs", "multi_modal_hashes"):
         if name in params:
@@ -318,6 +318,12 @@ def request_kwargs(request_cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
     unknown = set(out) - set(params)
     assert not unknown, f"Request() takes none of {sorted(unknown)}"
     return out
+
+
+@functools.cache
+def _init_parameters(cls: type) -> frozenset[str]:
+    """The parameter names of cls.__init__ (read once a class: a signature costs 0.1 ms)."""
+    return frozenset(inspect.signature(cls.__init__).parameters)  # type: ignore[misc]
 
 
 def finished_ids(returned: Iterable[Any] | None, request_id: str) -> list[str]:

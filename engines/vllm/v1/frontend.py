@@ -11,28 +11,24 @@ outcome, counted as the `queue-full-rejection` rare path, never a finding).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection
 from typing import Any
 
 from schedcheck.engines.vllm.v1 import eras
 
 
-def queued(requests: Iterable[Any]) -> tuple[int, int]:
-    """(unfinished requests, prompt tokens of those with no output yet) of vLLM Requests,
-    as vLLM's API server counts them for admission (its output processor)."""
-    requests = list(requests)
-    in_prefill = (r.num_prompt_tokens for r in requests if not r.output_token_ids)
-    return len(requests), sum(in_prefill)
-
-
-def queue_rejection(scheduler_config: Any, queued: tuple[int, int]) -> str | None:
-    """The 503 reason for a new request, or None; `queued` is (unfinished requests, prompt
-    tokens of the unfinished requests that have produced no output yet)."""
-    num_requests, num_prompt_tokens = queued
+def queue_rejection(scheduler_config: Any, unfinished: Collection[Any]) -> str | None:
+    """The 503 reason for a new request, or None; `unfinished`: the unfinished vLLM
+    Requests. Only a configured limit is checked: the request count costs O(1), the
+    prompt tokens waiting for output O(unfinished) (read only where that limit is set)."""
     max_reqs, max_tokens = eras.queue_limits(scheduler_config)  # none before 0.3x
+    num_requests = len(unfinished)
     if max_reqs is not None and num_requests + 1 > max_reqs:
         return f"queue full: {num_requests} unfinished requests, max_num_queued_reqs {max_reqs}"
-    if max_tokens is not None and num_prompt_tokens >= max_tokens:
+    if max_tokens is None:
+        return None
+    num_prompt_tokens = sum(r.num_prompt_tokens for r in unfinished if not r.output_token_ids)
+    if num_prompt_tokens >= max_tokens:
         return (
             f"queue full: {num_prompt_tokens} prompt tokens waiting for output, "
             f"max_num_queued_tokens {max_tokens}"
