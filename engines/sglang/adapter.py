@@ -331,8 +331,11 @@ class SglangEngine:
 
     # ----------------------------------------------------------------- inspection --
     def kv_snapshot(self) -> KVSnapshot:
-        live = {t.request_id: t.req for t in self._by_rid.values() if not t.reported}
-        hidden = [t.req for t in self._by_rid.values() if t.reported]
+        # the live requests holding a row (all the snapshot reads: a waiting request has
+        # none), and those reported that SGLang still holds; one pass, attribute reads only
+        tracked = list(self._by_rid.values())
+        live = {t.request_id: t.req for t in tracked if not t.reported and t.req.kv.holds_kv}
+        hidden = [t.req for t in tracked if t.reported]
         return SglangKVSnapshot(self.scheduler, self.config, live, hidden)
 
     def has_unfinished_requests(self) -> bool:

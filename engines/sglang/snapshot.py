@@ -48,7 +48,7 @@ class SglangKVSnapshot:
         self._s = scheduler
         self._page = config.block_size
         self._num_slots = config.num_gpu_blocks * config.block_size
-        self._live = live  # our request id -> SGLang Req
+        self._live = live  # our request id -> SGLang Req, for the live requests holding a row
         self._hidden = list(hidden)
         self._rows = scheduler.req_to_token_pool.req_to_token.numpy()
         self._tables: dict[str, IntArray] | None = None
