@@ -106,6 +106,11 @@ class SglangEngine:
         self.scheduler = build_scheduler(config, self.options)
         self.rows = RowReader(self.scheduler.req_to_token_pool.req_to_token)
         self._by_rid: dict[str, _Tracked] = {}  # SGLang rid -> ours, until SGLang is done
+        # two views of _by_rid, kept so that a step reads no waiting request: the ones
+        # admitted (since their last admission) and not reported, which are the only
+        # ones of ours that can hold a row; and the reported ones SGLang may still hold
+        self._admitted: dict[str, _Tracked] = {}
+        self._reported: dict[str, _Tracked] = {}
         self._rid_of: dict[str, str] = {}  # our id -> SGLang rid, while live
         self._num_added = 0
         self._step = 0
@@ -275,7 +280,9 @@ class SglangEngine:
             )
         token_ids.flags.writeable = False
         cached = 0 if tracked.admitted else start
-        tracked.admitted = tracked.admitted or not tracked.reported
+        if not (tracked.admitted or tracked.reported):
+            tracked.admitted = True
+            self._admitted[req.rid] = tracked
         return ScheduledRequest(
             rid,
             start,
@@ -289,18 +296,25 @@ class SglangEngine:
         )
 
     def _retracted(self) -> tuple[str, ...]:
-        """Admitted requests SGLang put back in its waiting queue (retract_decode)."""
+        """Admitted requests SGLang put back in its waiting queue (retract_decode). Only
+        those that lost their row are looked for there: a retraction releases the row."""
+        rowless = [(rid, t) for rid, t in self._admitted.items() if not t.req.kv.holds_kv]
+        if not rowless:
+            return ()
         waiting = {id(r) for r in self.scheduler.waiting_queue}
         out = []
-        for tracked in self._by_rid.values():
-            if tracked.admitted and not tracked.reported and id(tracked.req) in waiting:
+        for sgl_rid, tracked in rowless:  # bounded: the admitted
+            if id(tracked.req) in waiting:
                 tracked.admitted = False
+                del self._admitted[sgl_rid]
                 self.rows.forget(tracked.request_id)
                 out.append(tracked.request_id)
         return tuple(sorted(out))
 
     def _report(self, tracked: _Tracked, reason: str) -> None:
         tracked.reported = True
+        self._admitted.pop(tracked.req.rid, None)
+        self._reported[tracked.req.rid] = tracked
         self._rid_of.pop(tracked.request_id, None)
         self.rows.forget(tracked.request_id)
         outputs = tuple(int(t) for t in tracked.req.output_ids)
@@ -308,17 +322,16 @@ class SglangEngine:
 
     def _forget_done(self) -> None:
         """Drop reported requests SGLang holds no more (no row, not queued, not chunked)."""
+        released = [rid for rid, t in self._reported.items() if not t.req.kv.holds_kv]
+        if not released:
+            return
         s = self.scheduler
         queued = {id(r) for r in s.waiting_queue}
         if s.chunked_req is not None:
             queued.add(id(s.chunked_req))
-        done = [
-            rid
-            for rid, t in self._by_rid.items()
-            if t.reported and not t.req.kv.holds_kv and id(t.req) not in queued
-        ]
-        for rid in done:
-            del self._by_rid[rid]
+        for rid in released:  # bounded: the reported requests
+            if id(self._by_rid[rid].req) not in queued:
+                del self._by_rid[rid], self._reported[rid]
 
     def inject_fault(self, kind: str, rng: np.random.Generator) -> str | None:
         """Fault points of sim/faults.py through SGLang's own hooks (faults.py)."""
@@ -331,11 +344,12 @@ class SglangEngine:
 
     # ----------------------------------------------------------------- inspection --
     def kv_snapshot(self) -> KVSnapshot:
-        # the live requests holding a row (all the snapshot reads: a waiting request has
-        # none), and those reported that SGLang still holds; one pass, attribute reads only
-        tracked = list(self._by_rid.values())
-        live = {t.request_id: t.req for t in tracked if not t.reported and t.req.kv.holds_kv}
-        hidden = [t.req for t in tracked if t.reported]
+        # the live requests holding a row (all the snapshot reads: only admitted ones can
+        # hold one), and those reported that SGLang still holds; in SGLang rid order, the
+        # order of _by_rid
+        admitted = [self._admitted[rid] for rid in sorted(self._admitted)]
+        live = {t.request_id: t.req for t in admitted if t.req.kv.holds_kv}
+        hidden = [self._reported[rid].req for rid in sorted(self._reported)]
         return SglangKVSnapshot(self.scheduler, self.config, live, hidden)
 
     def has_unfinished_requests(self) -> bool:
