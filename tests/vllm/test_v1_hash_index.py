@@ -158,6 +158,14 @@ def test_a_request_naming_one_hash_twice_is_dropped_whole():
     index.note("r1")  # a new Request under r1: the old entries go
     index.update({"r1": _request("r1", b"n" * 8), "r2": _request("r2", twice)})
     assert index.positions([twice, b"n" * 8], 4, grouped=False) == [("r2", 3, 0), ("r1", 3, 0)]
+    index.note("r2")  # r2 goes, and r3 names a hash twice
+    index.note("r3")
+    r1, r3 = _request("r1", b"n" * 8), _request("r3", b"u" * 8, b"u" * 8)
+    index.update({"r1": r1, "r3": r3})
+    assert index.positions([twice, b"u" * 8], 4, grouped=False) == [None, ("r3", 3, 0)]
+    index.note("r3")  # r3 goes: it alone named its hash, twice
+    index.update({"r1": r1})
+    assert index.positions([b"u" * 8, b"n" * 8], 4, grouped=False) == [None, ("r1", 3, 0)]
 
 
 def test_hashes_read_in_bulk_equal_those_read_one_by_one():
