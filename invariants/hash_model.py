@@ -19,7 +19,9 @@ uncached run of a request alone is a pure function of its prompt (`unchunked_out
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -53,14 +55,34 @@ def salt_identity(cache_salt: str | None) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
+@functools.cache
+def _kernels() -> Any:
+    """hash_kernels.py, imported with the first call (it loads numba)."""
+    from schedcheck.invariants import hash_kernels
+
+    return hash_kernels
+
+
+def _int_vectors(*arrays: object) -> bool:
+    """All are 1-D integer arrays: the compiled loops' inputs."""
+    return all(isinstance(a, np.ndarray) and a.ndim == 1 and a.dtype.kind in "iu" for a in arrays)
+
+
 def terms(positions: I64, tokens: I64) -> U64:
-    """term(i, t) elementwise; positions and tokens are equal-length int arrays."""
+    """term(i, t) elementwise; positions and tokens are equal-length int arrays (1-D ones
+    by the compiled loop of hash_kernels.py, which computes the same values)."""
+    if _int_vectors(positions, tokens) and positions.size == tokens.size:
+        return _kernels().terms(_as_int64(positions), _as_int64(tokens))
     keys = (tokens.astype(np.uint64) << np.uint64(32)) | positions.astype(np.uint64)
     return mix64(keys)
 
 
 def identities(tokens: I64, start_identity: int | np.integer = 0, start_pos: int = 0) -> U64:
-    """identity(start_pos + k) for each k, given identity(start_pos - 1) = start_identity."""
+    """identity(start_pos + k) for each k, given identity(start_pos - 1) = start_identity
+    (a 1-D array by the compiled loop of hash_kernels.py: the same values)."""
+    if _int_vectors(tokens):
+        start = np.uint64(start_identity)
+        return _kernels().identities(_as_int64(tokens), start, np.int64(start_pos))
     positions = np.arange(start_pos, start_pos + tokens.size, dtype=np.int64)
     out = terms(positions, tokens)
     with np.errstate(over="ignore"):
@@ -69,9 +91,17 @@ def identities(tokens: I64, start_identity: int | np.integer = 0, start_pos: int
 
 
 def sample_tokens(identity: U64, vocab_size: int = DEFAULT_VOCAB_SIZE) -> I64:
-    """The token a model samples after the position whose KV identity is given."""
+    """The token a model samples after the position whose KV identity is given (a 1-D
+    uint64 array by the compiled loop of hash_kernels.py: the same tokens)."""
     span = np.uint64(vocab_size - FIRST_TOKEN_ID)
+    if isinstance(identity, np.ndarray) and identity.ndim == 1 and identity.dtype == np.uint64:
+        return _kernels().sample_tokens(np.ascontiguousarray(identity), span, SAMPLE_SALT)
     return (mix64(identity ^ SAMPLE_SALT) % span).astype(np.int64) + FIRST_TOKEN_ID
+
+
+def _as_int64(values: np.ndarray) -> I64:
+    """The values as contiguous int64 (bits kept for uint64: what astype(uint64) reads)."""
+    return np.ascontiguousarray(values, dtype=np.int64)
 
 
 def unchunked_outputs(

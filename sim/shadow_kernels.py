@@ -33,19 +33,11 @@ import numpy as np
 from numba import njit
 
 from schedcheck.invariants import hash_model
-from schedcheck.traces.tokens import FIRST_TOKEN_ID, MIX64_GOLDEN, MIX64_M1, MIX64_M2
+from schedcheck.invariants.hash_kernels import mix64 as _mix64
+from schedcheck.traces.tokens import FIRST_TOKEN_ID
 
 _SAMPLE_SALT = np.uint64(hash_model.SAMPLE_SALT)
 _FIRST_TOKEN = np.uint64(FIRST_TOKEN_ID)
-
-
-@njit(cache=True, nogil=True)
-def _mix64(value):
-    """traces.tokens.mix64 of one uint64, compiled."""
-    z = value + MIX64_GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * MIX64_M1
-    z = (z ^ (z >> np.uint64(27))) * MIX64_M2
-    return z ^ (z >> np.uint64(31))
 
 
 @njit(cache=True, nogil=True)

@@ -163,11 +163,14 @@ def test_block_contents_is_the_last_identity_and_whether_every_slot_was_written(
 def test_numba_loads_with_the_first_executor_not_with_the_cli():
     """A process that never simulates (the CLI's --help, `trace stats`, a report) never
     loads numba and LLVM: the kernels are imported when the first executor and the first
-    hash memory are built."""
+    hash memory are built, and with the hash model's first identities or samples."""
     script = (
         "import sys\n"
         "import schedcheck.cli.entry, schedcheck.sim.loop\n"
         "assert 'numba' not in sys.modules, 'numba imported with the CLI'\n"
+        "from schedcheck.invariants import hash_model\n"
+        "hash_model.salt_identity('s')  # no kernel behind it\n"
+        "assert 'numba' not in sys.modules, 'numba imported with the hash model'\n"
         "from schedcheck.sim.symbolic import SymbolicExecutor\n"
         "SymbolicExecutor(4, 16)\n"
         "assert 'numba' in sys.modules\n"

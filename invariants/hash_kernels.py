@@ -1,0 +1,71 @@
+"""The hash model's passes compiled (numba): one loop where numpy made a dozen calls.
+
+`hash_model.py` defines the values (a term per token, identities as its wrapping prefix
+sum, a sample per identity); a request's identities or a step's samples are a few to a few
+thousand elements, where numpy's per-call cost is most of the work. Each kernel computes
+exactly those values: uint64 arithmetic wraps as numpy's does, and a token is taken as
+its int64 bits (numpy's astype(uint64))::
+
+    mix64(v)                 SplitMix64's finalizer of one uint64 (traces/tokens.py)
+    terms(positions, tokens) mix64((token << 32) | position), elementwise
+    identities(tokens, start_identity, start_pos)
+                             start_identity + the running sum of the terms of positions
+                             start_pos, start_pos + 1, ...
+    sample_tokens(identity, span, salt)
+                             mix64(identity ^ salt) % span + FIRST_TOKEN_ID
+                             (salt: hash_model.SAMPLE_SALT)
+
+Imported by `hash_model` with the first call (numba loads with the first simulation, not
+with the command line).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from schedcheck.traces.tokens import FIRST_TOKEN_ID, MIX64_GOLDEN, MIX64_M1, MIX64_M2
+
+_FIRST_TOKEN = np.uint64(FIRST_TOKEN_ID)
+_SHIFT = np.uint64(32)
+
+
+@njit(cache=True, nogil=True)
+def mix64(value):
+    """traces.tokens.mix64 of one uint64."""
+    z = value + MIX64_GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * MIX64_M1
+    z = (z ^ (z >> np.uint64(27))) * MIX64_M2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True, nogil=True)
+def terms(positions, tokens):
+    """term(positions[k], tokens[k]) for each k (int64 arrays of one length)."""
+    out = np.empty(tokens.size, np.uint64)
+    for k in range(tokens.size):  # bounded: the tokens
+        out[k] = mix64((np.uint64(tokens[k]) << _SHIFT) | np.uint64(positions[k]))
+    return out
+
+
+@njit(cache=True, nogil=True)
+def identities(tokens, start_identity, start_pos):
+    """identity(start_pos + k) for each token k, identity(start_pos - 1) being
+    start_identity (uint64)."""
+    out = np.empty(tokens.size, np.uint64)
+    identity = start_identity
+    for k in range(tokens.size):  # bounded: the tokens
+        key = (np.uint64(tokens[k]) << _SHIFT) | np.uint64(start_pos + k)
+        identity += mix64(key)
+        out[k] = identity
+    return out
+
+
+@njit(cache=True, nogil=True)
+def sample_tokens(identity, span, salt):
+    """The token sampled after each identity, from a vocabulary of `span` ids after the
+    special ones (`salt`: the hash model's sampling salt)."""
+    out = np.empty(identity.size, np.int64)
+    for k in range(identity.size):  # bounded: the identities
+        out[k] = np.int64(mix64(identity[k] ^ salt) % span) + np.int64(_FIRST_TOKEN)
+    return out

@@ -1,0 +1,60 @@
+"""invariants/hash_kernels.py: the compiled hash-model loops give exactly the values of the
+numpy formulation hash_model.py documents (and still runs for inputs that are not 1-D
+integer arrays): wrapping sums, negative and narrow token dtypes, empty inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schedcheck.invariants import hash_model
+from schedcheck.traces.tokens import FIRST_TOKEN_ID, mix64
+
+U64_MAX = 2**64 - 1
+
+
+def numpy_terms(positions, tokens):
+    return mix64((tokens.astype(np.uint64) << np.uint64(32)) | positions.astype(np.uint64))
+
+
+def numpy_identities(tokens, start_identity=0, start_pos=0):
+    out = numpy_terms(np.arange(start_pos, start_pos + tokens.size, dtype=np.int64), tokens)
+    with np.errstate(over="ignore"):
+        out[0:1] += np.uint64(start_identity)
+        return np.cumsum(out, dtype=np.uint64)
+
+
+def numpy_samples(identity, vocab_size):
+    span = np.uint64(vocab_size - FIRST_TOKEN_ID)
+    return (mix64(identity ^ hash_model.SAMPLE_SALT) % span).astype(np.int64) + FIRST_TOKEN_ID
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 17, 4096])
+def test_each_kernel_equals_the_numpy_formulation(size):
+    rng = np.random.default_rng(size)
+    tokens = rng.integers(-3, 2**40, size)  # negative: the int64 bits, as astype(uint64)
+    positions = rng.integers(0, 2**32, size)
+    assert np.array_equal(hash_model.terms(positions, tokens), numpy_terms(positions, tokens))
+    for start in (0, 1, U64_MAX):  # the sum wraps at 2**64
+        got = hash_model.identities(tokens, start, 9)
+        assert got.dtype == np.uint64 and np.array_equal(got, numpy_identities(tokens, start, 9))
+    identity = rng.integers(0, 2**63, size).astype(np.uint64) * np.uint64(2) + np.uint64(1)
+    got = hash_model.sample_tokens(identity, 32_000)
+    assert got.dtype == np.int64 and np.array_equal(got, numpy_samples(identity, 32_000))
+
+
+def test_narrow_and_unsigned_token_dtypes_give_the_int64_values():
+    tokens = np.array([3, 65_535, 0, 7], dtype=np.uint16)  # the reference engine's prompts
+    want = numpy_identities(tokens.astype(np.int64), 5)
+    assert np.array_equal(hash_model.identities(tokens, 5), want)
+    wide = np.array([U64_MAX, 2**63], dtype=np.uint64)  # int64 bits kept
+    at = np.array([0, 1], dtype=np.int64)
+    assert np.array_equal(hash_model.terms(at, wide), numpy_terms(at, wide))
+
+
+def test_inputs_that_are_not_1d_integer_arrays_take_the_numpy_path():
+    identity = np.array([[1, 2], [3, 4]], dtype=np.uint64)
+    assert np.array_equal(hash_model.sample_tokens(identity), numpy_samples(identity, 32_000))
+    assert hash_model.sample_tokens(identity).shape == (2, 2)
+    one = np.uint64(12345)  # a scalar identity: a scalar sample, as before
+    assert int(hash_model.sample_tokens(one)) == int(numpy_samples(np.array([one]), 32_000)[0])
