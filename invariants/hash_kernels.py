@@ -7,6 +7,8 @@ exactly those values: uint64 arithmetic wraps as numpy's does, and a token is ta
 its int64 bits (numpy's astype(uint64))::
 
     mix64(v)                 SplitMix64's finalizer of one uint64 (traces/tokens.py)
+    term(position, token), sample_token(identity, span, salt)
+                             the same of one element (the shadow KV's kernels call them)
     terms(positions, tokens) mix64((token << 32) | position), elementwise
     identities(tokens, start_identity, start_pos)
                              start_identity + the running sum of the terms of positions
@@ -40,11 +42,24 @@ def mix64(value):
 
 
 @njit(cache=True, nogil=True)
+def term(position, token):
+    """term(position, token) of one position (uint64s: a token as its int64 bits)."""
+    return mix64((token << _SHIFT) | position)
+
+
+@njit(cache=True, nogil=True)
+def sample_token(identity, span, salt):
+    """The token (uint64) sampled after one identity, from a vocabulary of `span` ids
+    after the special ones (`salt`: the hash model's sampling salt)."""
+    return mix64(identity ^ salt) % span + _FIRST_TOKEN
+
+
+@njit(cache=True, nogil=True)
 def terms(positions, tokens):
     """term(positions[k], tokens[k]) for each k (int64 arrays of one length)."""
     out = np.empty(tokens.size, np.uint64)
     for k in range(tokens.size):  # bounded: the tokens
-        out[k] = mix64((np.uint64(tokens[k]) << _SHIFT) | np.uint64(positions[k]))
+        out[k] = term(np.uint64(positions[k]), np.uint64(tokens[k]))
     return out
 
 
@@ -55,17 +70,15 @@ def identities(tokens, start_identity, start_pos):
     out = np.empty(tokens.size, np.uint64)
     identity = start_identity
     for k in range(tokens.size):  # bounded: the tokens
-        key = (np.uint64(tokens[k]) << _SHIFT) | np.uint64(start_pos + k)
-        identity += mix64(key)
+        identity += term(np.uint64(start_pos + k), np.uint64(tokens[k]))
         out[k] = identity
     return out
 
 
 @njit(cache=True, nogil=True)
 def sample_tokens(identity, span, salt):
-    """The token sampled after each identity, from a vocabulary of `span` ids after the
-    special ones (`salt`: the hash model's sampling salt)."""
+    """sample_token of each identity, as int64."""
     out = np.empty(identity.size, np.int64)
     for k in range(identity.size):  # bounded: the identities
-        out[k] = np.int64(mix64(identity[k] ^ salt) % span) + np.int64(_FIRST_TOKEN)
+        out[k] = np.int64(sample_token(identity[k], span, salt))
     return out

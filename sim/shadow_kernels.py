@@ -23,8 +23,8 @@ which also words the findings::
     block_contents   each block's last identity and whether all its slots were written
                      (the pool check's view of a freshly cached block)
 
-Identities and sampling are those of invariants/hash_model.py and traces/tokens.py
-(SplitMix64's finalizer).
+Identities and sampling are those of invariants/hash_model.py (SplitMix64's finalizer), one
+element at a time by the scalar kernels of invariants/hash_kernels.py.
 """
 
 from __future__ import annotations
@@ -32,12 +32,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from schedcheck.invariants import hash_model
-from schedcheck.invariants.hash_kernels import mix64 as _mix64
-from schedcheck.traces.tokens import FIRST_TOKEN_ID
-
-_SAMPLE_SALT = np.uint64(hash_model.SAMPLE_SALT)
-_FIRST_TOKEN = np.uint64(FIRST_TOKEN_ID)
+from schedcheck.invariants.hash_kernels import sample_token, term
+from schedcheck.invariants.hash_model import SAMPLE_SALT
 
 
 @njit(cache=True, nogil=True)
@@ -146,11 +142,10 @@ def sample_append(
             return False, tokens[:0]
     for k in range(n):  # bounded: the sampling rows
         w = writers[k]
-        token = _mix64(identity[k] ^ _SAMPLE_SALT) % np.uint64(span) + _FIRST_TOKEN
-        term = _mix64((token << np.uint64(32)) | np.uint64(positions[k] + 1))
+        token = sample_token(identity[k], np.uint64(span), SAMPLE_SALT)
         at = base[w] + num_tokens[w]
         arena_tokens[at] = np.int64(token)
-        arena_ids[at] = arena_ids[at - 1] + term
+        arena_ids[at] = arena_ids[at - 1] + term(np.uint64(positions[k] + 1), token)
         num_tokens[w] += 1
         tokens[k] = np.int64(token)
     return True, tokens

@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 DEFAULT_VOCAB_SIZE = 32_000
 FIRST_TOKEN_ID = 3  # 0..2 are left to special tokens (pad, bos, eos)
-# SplitMix64's finalizer constants (mix64; sim/shadow_kernels.py compiles the same mix)
+# SplitMix64's finalizer constants (mix64; invariants/hash_kernels.py compiles the same mix)
 MIX64_M1 = np.uint64(0xBF58476D1CE4E5B9)
 MIX64_M2 = np.uint64(0x94D049BB133111EB)
 MIX64_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
