@@ -62,7 +62,8 @@ class Phases:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     config = LLAMA3_8B_H100.engine_config(args.block_size, block_manager="hashed")
     requests = iter_trace(args.trace, "mooncake", max_requests=args.max_requests)
-    options = SimOptions()
+    bare = args.bare
+    options = SimOptions(check_invariants=not bare, executor="hash" if bare else "symbolic")
     phases = Phases()
     original_metadata = loop_module.step_metadata
     loop_module.step_metadata = phases.wrap("runner metadata", original_metadata)
@@ -72,7 +73,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         phases.patch(engine, "schedule", "engine schedule()")
         phases.patch(engine, "update_from_output", "engine update_from_output()")
         phases.patch(engine, "add_request", "engine add_request()")
-        phases.patch(sim.executor.run, "execute", "symbolic executor (shadow KV)")
+        executor_phase = "hash executor" if bare else "symbolic executor (shadow KV)"
+        phases.patch(sim.executor.run, "execute", executor_phase)
         phases.patch(checks, "_check_pool", "block-pool check (incremental)")
         phases.patch(sim.fingerprint, "update", "fingerprint")
         phases.patch(checks.accounting, "check_step", "accounting")
@@ -112,6 +114,7 @@ def main() -> int:
     parser.add_argument("--max-requests", type=int, default=1000)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--bare", action="store_true", help="the bare loop: no checks")
     args = parser.parse_args()
     report = measure(args)
     if args.json:

@@ -11,6 +11,8 @@ an arrival must cost O(1), not a walk of the queue.
     python bench/waiting_queue.py --engine reference --requests 8000
     .tox/vllm-v1/bin/python bench/waiting_queue.py --engine vllm-v1 --json
     .tox/sglang/bin/python bench/waiting_queue.py --engine sglang --requests 3000
+    .tox/sglang/bin/python bench/waiting_queue.py --engine sglang --requests 200 \
+        --num-gpu-blocks 65536      # nor with the KV pool: O(changed), not O(pool)
 
 Not a test: numbers to read side by side (two commits one after the other), with the
 load average.
@@ -19,6 +21,7 @@ load average.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -49,8 +52,11 @@ def burst(num_requests: int) -> list[TraceRequest]:
     ]
 
 
-def measure(engine: str, num_requests: int) -> dict[str, object]:
-    sim = Simulation(burst(num_requests), engine, CONFIG, SimOptions(), profile("unit"))
+def measure(
+    engine: str, num_requests: int, num_gpu_blocks: int = CONFIG.num_gpu_blocks
+) -> dict[str, object]:
+    config = dataclasses.replace(CONFIG, num_gpu_blocks=num_gpu_blocks)
+    sim = Simulation(burst(num_requests), engine, config, SimOptions(), profile("unit"))
     samples: list[tuple[float, int]] = []  # (CPU s, unfinished requests) at each step
     update = sim.fingerprint.update
 
@@ -74,6 +80,7 @@ def measure(engine: str, num_requests: int) -> dict[str, object]:
     return {
         "engine": engine,
         "requests": num_requests,
+        "num_gpu_blocks": num_gpu_blocks,
         "finished": result.finished,
         "steps": result.steps,
         "cpu_s": round(cpu_s, 2),
@@ -87,13 +94,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", default="reference")
     parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--num-gpu-blocks", type=int, default=CONFIG.num_gpu_blocks,
+                        help="KV pool size in blocks (of 16 tokens)")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    report = measure(args.engine, args.requests)
+    report = measure(args.engine, args.requests, args.num_gpu_blocks)
     if args.json:
         print(json.dumps(report))
         return 0
-    print(f"{report['engine']}: {report['requests']} arrivals at once, {report['steps']} steps, "
+    print(f"{report['engine']}: {report['requests']} arrivals at once, "
+          f"{report['num_gpu_blocks']} blocks, {report['steps']} steps, "
           f"{report['cpu_s']} s CPU")  # fmt: skip
     for t in report["tenths"]:
         lo, hi = t["steps"]

@@ -189,8 +189,9 @@ class KVSnapshot(Protocol):
         """(num_blocks,) reference count of every block id."""
         ...
 
-    def free_block_ids(self) -> Sequence[int]:
-        """The free queue in eviction order (first = evicted first)."""
+    def free_block_ids(self) -> Sequence[int] | npt.NDArray[np.int64]:
+        """The free queue in eviction order (first = evicted first); an int64 array where
+        the engine keeps it as one (no Python int per free block)."""
         ...
 
     def cached_blocks(self) -> Mapping[int, bytes]:

@@ -68,7 +68,7 @@ class BlockPoolChecker:
         held = _count_holders(tables, snapshot.num_blocks)
         out.extend(_check_ref_cnt(step, ref_cnt, held, reserved))
         cached = snapshot.cached_blocks()
-        free_ids = np.fromiter(snapshot.free_block_ids(), np.int64)
+        free_ids = free_id_array(snapshot)
         out.extend(_check_free_count(step, free_ids.size, snapshot))
         out.extend(_check_free_queue(step, free_ids, ref_cnt, cached, reserved))
         out.extend(self._check_cached(step, cached, block_contents))
@@ -199,6 +199,15 @@ def _with_holder(v: Violation, tables, block_size: int) -> Violation:
             position = list(table).index(v.block) * block_size
             return dataclasses.replace(v, request_id=rid, position=position)
     return v
+
+
+def free_id_array(snapshot: KVSnapshot) -> np.ndarray:
+    """The free queue as an int64 array (an engine whose queue is an array already, SGLang's
+    allocator, hands it as one: no Python int per free block)."""
+    ids = snapshot.free_block_ids()
+    if isinstance(ids, np.ndarray):
+        return ids.astype(np.int64, copy=False)
+    return np.fromiter(ids, np.int64)
 
 
 def _count_holders(tables, num_blocks: int) -> np.ndarray:

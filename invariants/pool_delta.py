@@ -57,7 +57,12 @@ import numpy as np
 import numpy.typing as npt
 
 from schedcheck.engines.protocol import KVSnapshot
-from schedcheck.invariants.block_pool import BlockContents, BlockPoolChecker, with_holder
+from schedcheck.invariants.block_pool import (
+    BlockContents,
+    BlockPoolChecker,
+    free_id_array,
+    with_holder,
+)
 from schedcheck.invariants.violation import Violation
 
 IntArray = npt.NDArray[np.int64]
@@ -314,7 +319,7 @@ class PoolDeltaChecker:
         flat = flat[(flat >= 0) & (flat < num_blocks)]
         self.held = np.bincount(flat, minlength=num_blocks).astype(np.int64, copy=False)
         free = np.zeros(num_blocks, bool)
-        free_ids = np.fromiter(snapshot.free_block_ids(), np.int64)
+        free_ids = free_id_array(snapshot)
         free[free_ids[(free_ids >= 0) & (free_ids < num_blocks)]] = True
         self.free = free
         self.num_free = int(np.count_nonzero(free))

@@ -52,6 +52,7 @@ class SglangKVSnapshot:
         self._hidden = list(hidden)
         self._rows = scheduler.req_to_token_pool.req_to_token.numpy()
         self._tables: dict[str, IntArray] | None = None
+        self._free: IntArray | None = None  # read once a snapshot: O(free slots)
 
     @property
     def block_size(self) -> int:
@@ -86,8 +87,11 @@ class SglangKVSnapshot:
         flat = flat[(flat >= 0) & (flat < self._num_slots)]
         return np.bincount(flat, minlength=self._num_slots).astype(np.int64)
 
-    def free_block_ids(self) -> Sequence[int]:
-        return free_slots(self._s.token_to_kv_pool_allocator, self._page).tolist()
+    def free_block_ids(self) -> IntArray:
+        """Every free slot, an int64 array (read once: the check and the resync both ask)."""
+        if self._free is None:
+            self._free = free_slots(self._s.token_to_kv_pool_allocator, self._page)
+        return self._free
 
     @property
     def reserved_block_ids(self) -> IntArray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from schedcheck.invariants.block_pool import BlockPoolChecker
+from schedcheck.invariants.block_pool import BlockPoolChecker, free_id_array
 from schedcheck.invariants.pool_delta import SMALL_IDS, PoolDeltaChecker
 
 NUM_BLOCKS = 128
@@ -132,3 +132,27 @@ def test_a_hash_naming_other_content_is_reported_first_and_later_ones_not_rememb
     )
     assert pool.content_of_hash == {b"h1": 11, b"h2": 12}
     assert list(pool.hash_order) == [b"h1", b"h2"]
+
+
+def test_a_free_queue_handed_as_an_array_gives_the_verdicts_of_the_list():
+    """SGLang's snapshot hands its free slots as an int64 array (no Python int per slot):
+    a double free, a leak and a referenced free block read exactly as from the list."""
+    plants = {
+        "double free": lambda free: [*free, free[0]],
+        "leak": lambda free: [b for b in free if b != 40],
+        "referenced yet free": lambda free: [*free, 1],
+    }
+    for name, plant in plants.items():
+        verdicts = []
+        for as_array in (False, True):
+            checker = PoolDeltaChecker()
+            pool = _Pool({"a": [1, 2]})
+            free_ids = pool.free_block_ids
+            queue = plant(free_ids())
+            pool.free_block_ids = (
+                (lambda q=queue: np.array(q, np.int64)) if as_array else (lambda q=queue: q)
+            )
+            out = checker.sweep(3, pool, {"a"}, {})
+            verdicts.append([(v.invariant, v.block, v.message) for v in out])
+        assert verdicts[0] == verdicts[1] and len(verdicts[0]) == 1, (name, verdicts)
+    assert free_id_array(_Pool({})).tolist() == list(range(1, NUM_BLOCKS))
