@@ -47,6 +47,9 @@ class BlockPoolChecker:
         self.checked_hash_of_block: dict[int, bytes] = {}  # as of the last check
         # set by the loop each check where the engine says what its hashes mean
         self.expected_content: ExpectedContent | None = None
+        # the last check's per-block counts of holders and of free-queue entries (O(pool)
+        # to build): the incremental checker's resync after a sweep takes them
+        self.last_read: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def hash_order(self) -> list[bytes]:
@@ -70,8 +73,10 @@ class BlockPoolChecker:
         cached = snapshot.cached_blocks()
         free_ids = free_id_array(snapshot)
         out.extend(_check_free_count(step, free_ids.size, snapshot))
-        out.extend(_check_free_queue(step, free_ids, ref_cnt, cached, reserved))
+        counts = _count_free(free_ids, ref_cnt.size)
+        out.extend(_check_free_queue(step, counts, ref_cnt, cached, reserved))
         out.extend(self._check_cached(step, cached, block_contents))
+        self.last_read = (held, counts)
         return [_with_holder(v, tables, snapshot.block_size) for v in out]
 
     def _check_cached(
@@ -265,9 +270,16 @@ def _check_free_count(step: int, num_walked: int, snapshot: KVSnapshot) -> list[
     ]
 
 
-def _check_free_queue(step: int, free, ref_cnt, cached, reserved) -> list[Violation]:
+def _count_free(free_ids: np.ndarray, num_blocks: int) -> np.ndarray:
+    """Per block id, how many times the free queue names it."""
+    if not free_ids.size:
+        return np.zeros(num_blocks, np.int64)
+    return np.bincount(free_ids, minlength=num_blocks)
+
+
+def _check_free_queue(step: int, counts, ref_cnt, cached, reserved) -> list[Violation]:
+    """`counts`: per block id, its entries in the free queue."""
     out: list[Violation] = []
-    counts = np.bincount(free, minlength=ref_cnt.size) if free.size else np.zeros_like(ref_cnt)
     for b in np.flatnonzero(counts > 1)[:1]:
         out.append(
             Violation(

@@ -60,7 +60,6 @@ from schedcheck.engines.protocol import KVSnapshot
 from schedcheck.invariants.block_pool import (
     BlockContents,
     BlockPoolChecker,
-    free_id_array,
     with_holder,
 )
 from schedcheck.invariants.violation import Violation
@@ -311,18 +310,17 @@ class PoolDeltaChecker:
         return ids[moved]
 
     def _sync(self, snapshot: KVSnapshot) -> None:
-        """Rebuild tables, held and free from the whole pool (after a full sweep)."""
+        """Rebuild tables, held and free from the whole pool (after the full check, from
+        the holder and free-queue counts it took)."""
         num_blocks = snapshot.num_blocks
         self.tables = {rid: list(t) for rid, t in _tables(snapshot).items() if len(t)}
         self._rids = None  # the next check diffs every table
-        flat = np.fromiter((b for t in self.tables.values() for b in t), np.int64)
-        flat = flat[(flat >= 0) & (flat < num_blocks)]
-        self.held = np.bincount(flat, minlength=num_blocks).astype(np.int64, copy=False)
-        free = np.zeros(num_blocks, bool)
-        free_ids = free_id_array(snapshot)
-        free[free_ids[(free_ids >= 0) & (free_ids < num_blocks)]] = True
-        self.free = free
-        self.num_free = int(np.count_nonzero(free))
+        read, self.full.last_read = self.full.last_read, None
+        assert read is not None, "a resync follows the full check that counted the pool"
+        held, free_counts = read  # what the check just counted: the same tables and queue
+        self.held = held.astype(np.int64, copy=False)
+        self.free = free_counts > 0
+        self.num_free = int(np.count_nonzero(self.free))
         count = getattr(snapshot, "hash_changes_of", None)
         if count is not None:
             self.hash_changes = np.asarray(count(np.arange(num_blocks)), np.int64).copy()
