@@ -32,7 +32,9 @@ What the incremental path needs to be cheap: `ref_cnt_of(ids)` (else `ref_cnt()`
 an array view), `is_free(ids)` / `num_free_entries()` (else the free queue's `in` and
 `len` must be O(1)), `hash_of(ids)` (else `cached_blocks().get`), `block_table_views()`
 (else `block_tables()`) whose tables answer len, [i] and [i:] cheaply, and optionally
-`table_ends()` (every table's id, length and last block at once) and `hash_changes_of(ids)`
+`table_ends()` (every table's id, length and last block at once), `is_kept(ids)` (blocks
+no table holds and no queue names that the engine keeps itself: SGLang's tree; such a
+snapshot's reserved blocks are among them, not left out) and `hash_changes_of(ids)`
 (each block's count of hash changes: most changed blocks only changed ref_cnt or queue
 position, and their hashes are then not read). A table is assumed
 to change by growing at its end or by being dropped; its first and last old entries are
@@ -173,7 +175,7 @@ class PoolDeltaChecker:
         suspect |= any([f and r > 0 for f, r in zip(frees, refs, strict=True)])
         lost = [b for b, r, f in zip(changed, refs, frees, strict=True) if not (r or f)]
         if lost:  # free-queue: referenced yet free; leak: unreferenced, not free, not cached
-            suspect |= None in _hash_of(snapshot, np.array(lost, np.int64))
+            suspect |= _any_lost(snapshot, np.array(lost, np.int64))
         return suspect
 
     def _many_suspect(
@@ -188,7 +190,7 @@ class PoolDeltaChecker:
         suspect |= bool((is_free & (ref_cnt > 0)).any())  # free-queue: referenced yet free
         lost = ids[~is_free & (ref_cnt == 0)]
         if lost.size:  # leak: unreferenced, not free, not cached
-            suspect |= None in _hash_of(snapshot, lost)
+            suspect |= _any_lost(snapshot, lost)
         return suspect
 
     def _changed_ids(
@@ -203,6 +205,8 @@ class PoolDeltaChecker:
         ids.sort()
         if ids.size and (ids[0] < 0 or ids[-1] >= self.held.size):
             ids = ids[(ids >= 0) & (ids < self.held.size)]
+        if hasattr(snapshot, "is_kept"):  # its reserved blocks are kept ones (SGLang's tree)
+            return ids
         for b in getattr(snapshot, "reserved_block_ids", ()):  # bounded: vLLM's null block
             if ids.size and ids[0] <= b <= ids[-1]:
                 ids = ids[ids != b]
@@ -385,6 +389,17 @@ def _is_free(snapshot: KVSnapshot, ids: IntArray) -> BoolArray:
 def _num_free_entries(snapshot: KVSnapshot) -> int:
     count = getattr(snapshot, "num_free_entries", None)
     return int(count()) if count is not None else len(snapshot.free_block_ids())
+
+
+def _any_lost(snapshot: KVSnapshot, ids: IntArray) -> bool:
+    """Is any of `ids` (ref_cnt 0, not free) neither cached nor kept by the engine itself
+    (`is_kept(ids)`, where the snapshot has it: SGLang's page 0, tree and hidden rows)?"""
+    kept = getattr(snapshot, "is_kept", None)
+    if kept is not None:
+        ids = ids[~np.asarray(kept(ids), bool)]
+        if not ids.size:
+            return False
+    return None in _hash_of(snapshot, ids)
 
 
 def _hash_of(snapshot: KVSnapshot, ids: IntArray) -> list[bytes | None]:

@@ -65,6 +65,7 @@ stubs.install()  # before the first sglang import (here or in the helpers below)
 
 from schedcheck.engines.sglang import faults  # noqa: E402
 from schedcheck.engines.sglang.build import SglangOptions, build_scheduler  # noqa: E402
+from schedcheck.engines.sglang.changes import AllocatorLog  # noqa: E402
 from schedcheck.engines.sglang.rows import RowReader, page_table  # noqa: E402
 from schedcheck.engines.sglang.snapshot import SglangKVSnapshot  # noqa: E402
 from schedcheck.engines.vllm.common import frontend_rejection, read_only_prompt  # noqa: E402
@@ -105,6 +106,9 @@ class SglangEngine:
         self.options = SglangOptions.from_extra(config.extra)
         self.scheduler = build_scheduler(config, self.options)
         self.rows = RowReader(self.scheduler.req_to_token_pool.req_to_token)
+        num_slots = config.num_gpu_blocks * config.block_size
+        allocator = self.scheduler.token_to_kv_pool_allocator
+        self.allocator_log = AllocatorLog(allocator, num_slots, config.block_size)
         self._by_rid: dict[str, _Tracked] = {}  # SGLang rid -> ours, until SGLang is done
         # two views of _by_rid, kept so that a step reads no waiting request: the ones
         # admitted (since their last admission) and not reported, which are the only
@@ -350,7 +354,7 @@ class SglangEngine:
         admitted = [self._admitted[rid] for rid in sorted(self._admitted)]
         live = {t.request_id: t.req for t in admitted if t.req.kv.holds_kv}
         hidden = [self._reported[rid].req for rid in sorted(self._reported)]
-        return SglangKVSnapshot(self.scheduler, self.config, live, hidden)
+        return SglangKVSnapshot(self.scheduler, self.config, live, hidden, self.allocator_log)
 
     def has_unfinished_requests(self) -> bool:
         """Our live requests, rejections to report, and requests we aborted that SGLang

@@ -17,8 +17,16 @@ an engine that hands slot lists (`engines/metadata.py`):
   for one step ("abort method 3").
 
 So the block-pool invariants read: a free slot is held by no live row and listed once
-(double free), and every slot is free, in the tree, or held (leak). SGLang's own idle
-statement (its scheduler's invariant checker: available + evictable + protected ==
+(double free), and every slot is free, in the tree, or held (leak).
+
+Incrementally (invariants/pool_delta.py), with the allocator watched (`changes.py`):
+`take_changed_block_ids` names the slots that entered or left the free lists since the
+last check, `is_free` reads the watched free mask, `num_free_entries` SGLang's own count,
+`ref_cnt_of` counts the live rows holding each slot asked about, and `is_kept` says which
+of the slots no row holds and no free list names are SGLang's own (page 0, the tree, the
+rows of aborted requests it still runs): the tree is read only when some are asked about.
+
+SGLang's own idle statement (its scheduler's invariant checker: available + evictable + protected ==
 total once nothing runs, and nothing protected) is `idle_problems()`, checked whenever the
 engine is idle (invariants/idle.py); `num_evicted_blocks` counts the slots the tree
 evicted (build.count_evictions).
@@ -33,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from schedcheck.engines.protocol import EngineConfig
+from schedcheck.engines.sglang.changes import AllocatorLog
 
 IntArray = npt.NDArray[np.int64]
 
@@ -44,6 +53,7 @@ class SglangKVSnapshot:
         config: EngineConfig,
         live: Mapping[str, Any],
         hidden: Iterable[Any],
+        log: AllocatorLog | None = None,
     ) -> None:
         self._s = scheduler
         self._page = config.block_size
@@ -53,6 +63,7 @@ class SglangKVSnapshot:
         self._rows = scheduler.req_to_token_pool.req_to_token.numpy()
         self._tables: dict[str, IntArray] | None = None
         self._free: IntArray | None = None  # read once a snapshot: O(free slots)
+        self._log = log
 
     @property
     def block_size(self) -> int:
@@ -72,18 +83,61 @@ class SglangKVSnapshot:
             row = np.concatenate([row, row[-1] + 1 + np.arange(rest, dtype=np.int64)])
         return row
 
-    def block_tables(self) -> Mapping[str, Sequence[int]]:
+    def block_table_views(self) -> Mapping[str, IntArray]:
+        """Each live row holder's slots, as arrays (read once a snapshot)."""
         if self._tables is None:
             tables = {rid: self._held(req) for rid, req in self._live.items()}
             self._tables = {rid: t for rid, t in tables.items() if t.size}
-        return {rid: t.tolist() for rid, t in self._tables.items()}
+        return self._tables
+
+    def block_tables(self) -> Mapping[str, Sequence[int]]:
+        return {rid: t.tolist() for rid, t in self.block_table_views().items()}
+
+    # -- the incremental check's reads (with the allocator watched) -------------------------
+
+    def take_changed_block_ids(self) -> list[int] | None:
+        if self._log is None:
+            return None
+        changed = self._log.take_changed(self.free_block_ids)
+        return None if changed is None else changed.tolist()
+
+    def is_free(self, ids: IntArray) -> npt.NDArray[np.bool_]:
+        assert self._log is not None, "is_free reads the watched allocator"
+        return self._log.is_free(ids)
+
+    def num_free_entries(self) -> int:
+        return int(self._s.token_to_kv_pool_allocator.available_size())
+
+    def ref_cnt_of(self, ids: IntArray) -> IntArray:
+        """How many live rows hold each of `ids` (O(live rows' slots), no O(pool) count)."""
+        ids = np.asarray(ids, np.int64)
+        tables = self.block_table_views()
+        if not tables or not ids.size:
+            return np.zeros(ids.size, np.int64)
+        flat = np.concatenate(list(tables.values()))
+        distinct = np.unique(ids)
+        at = np.minimum(np.searchsorted(distinct, flat), distinct.size - 1)
+        counts = np.bincount(at[distinct[at] == flat], minlength=distinct.size)
+        return counts[np.searchsorted(distinct, ids)].astype(np.int64)
+
+    def hash_of(self, ids: IntArray) -> list[bytes | None]:
+        return [None] * len(ids)  # the tree keys tokens, not block hashes
+
+    def is_kept(self, ids: IntArray) -> npt.NDArray[np.bool_]:
+        """Which of `ids` SGLang keeps itself: page 0, the tree's slots, the rows of the
+        aborted requests it still runs (O(tree): read only for slots asked about)."""
+        ids = np.asarray(ids, np.int64)
+        kept = ids < self._page
+        if ids.size and not kept.all():
+            owned = np.concatenate([tree_slots(self._s.tree_cache), *map(self._held, self._hidden)])
+            kept |= np.isin(ids, owned, kind="table") if owned.size else False
+        return kept
 
     def ref_cnt(self) -> IntArray:
-        self.block_tables()
-        assert self._tables is not None
-        if not self._tables:
+        tables = self.block_table_views()
+        if not tables:
             return np.zeros(self._num_slots, np.int64)
-        flat = np.concatenate(list(self._tables.values()))
+        flat = np.concatenate(list(tables.values()))
         flat = flat[(flat >= 0) & (flat < self._num_slots)]
         return np.bincount(flat, minlength=self._num_slots).astype(np.int64)
 
