@@ -173,6 +173,9 @@ class KVSnapshot(Protocol):
     ref_cnt_of(ids), is_free(ids), hash_of(ids)
                                   point lookups of ref_cnt, free state and block hash for
                                   some block ids (the incremental check; else full views).
+    is_kept(ids)                  which of some blocks (no table holds them, no queue names
+                                  them) the engine keeps itself, unhashed: SGLang's tree
+                                  (the incremental check's leak property; else reserved).
     hash_changes_of(ids)          per block id, how many times its hash changed so far
                                   (cached, evicted, cached again): the incremental check
                                   then reads the hashes of the blocks whose count moved

@@ -28,9 +28,10 @@ went stale: an engine rewrote a table entry in place), its state is rebuilt and 
 goes on incrementally; `num_unconfirmed` counts such steps. The caller runs the full sweep
 at the end of the run.
 
-What the incremental path needs to be cheap: `ref_cnt_of(ids)` (else `ref_cnt()` must be
-an array view), `is_free(ids)` / `num_free_entries()` (else the free queue's `in` and
-`len` must be O(1)), `hash_of(ids)` (else `cached_blocks().get`), `block_table_views()`
+What the incremental path needs to be cheap (read through pool_reads.py):
+`ref_cnt_of(ids)` (else `ref_cnt()` must be an array view), `is_free(ids)` /
+`num_free_entries()` (else the free queue's `in` and `len` must be O(1)), `hash_of(ids)`
+(else `cached_blocks().get`), `block_table_views()`
 (else `block_tables()`) whose tables answer len, [i] and [i:] cheaply, and optionally
 `table_ends()` (every table's id, length and last block at once), `is_kept(ids)` (blocks
 no table holds and no queue names that the engine keeps itself: SGLang's tree; such a
@@ -59,6 +60,7 @@ import numpy as np
 import numpy.typing as npt
 
 from schedcheck.engines.protocol import KVSnapshot
+from schedcheck.invariants import pool_reads as reads
 from schedcheck.invariants.block_pool import (
     BlockContents,
     BlockPoolChecker,
@@ -68,7 +70,6 @@ from schedcheck.invariants.violation import Violation
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
-_LAST = operator.itemgetter(-1)
 _NONE: IntArray = np.zeros(0, np.int64)
 # up to this many block ids, a step's bookkeeping is done on lists: below it numpy's
 # per-call cost (about 1 us a call) is above Python's per-block cost (measured: 3 blocks
@@ -160,8 +161,10 @@ class PoolDeltaChecker:
         self.num_blocks_checked = ids.size
         if ids.size:
             check = self._few_suspect if ids.size <= SMALL_IDS else self._many_suspect
-            suspect |= check(snapshot, ids, _ref_cnt_of(snapshot, ids), _is_free(snapshot, ids))
-        return suspect or _num_free_entries(snapshot) != self.num_free
+            suspect |= check(
+                snapshot, ids, reads.ref_cnt_of(snapshot, ids), reads.is_free(snapshot, ids)
+            )
+        return suspect or reads.num_free_entries(snapshot) != self.num_free
 
     def _few_suspect(
         self, snapshot: KVSnapshot, ids: IntArray, ref_cnt: IntArray, is_free: BoolArray
@@ -175,7 +178,7 @@ class PoolDeltaChecker:
         suspect |= any([f and r > 0 for f, r in zip(frees, refs, strict=True)])
         lost = [b for b, r, f in zip(changed, refs, frees, strict=True) if not (r or f)]
         if lost:  # free-queue: referenced yet free; leak: unreferenced, not free, not cached
-            suspect |= _any_lost(snapshot, np.array(lost, np.int64))
+            suspect |= reads.any_lost(snapshot, np.array(lost, np.int64))
         return suspect
 
     def _many_suspect(
@@ -190,7 +193,7 @@ class PoolDeltaChecker:
         suspect |= bool((is_free & (ref_cnt > 0)).any())  # free-queue: referenced yet free
         lost = ids[~is_free & (ref_cnt == 0)]
         if lost.size:  # leak: unreferenced, not free, not cached
-            suspect |= _any_lost(snapshot, lost)
+            suspect |= reads.any_lost(snapshot, lost)
         return suspect
 
     def _changed_ids(
@@ -220,8 +223,8 @@ class PoolDeltaChecker:
         Fast path (most steps): the same requests in the same order as last time, so only
         the tables whose length or last block moved are looked at; lengths and last blocks
         of all are read and compared in C (map)."""
-        tables = _tables(snapshot)
-        rids, lens, lasts = _table_ends(snapshot, tables)
+        tables = reads.tables(snapshot)
+        rids, lens, lasts = reads.table_ends(snapshot, tables)
         stale_owner = not all(map(live.__contains__, rids)) and any(
             len(tables[rid]) for rid in rids if rid not in live
         )  # owners: only live requests hold blocks
@@ -286,7 +289,7 @@ class PoolDeltaChecker:
         if not ids.size:
             return []
         id_list = ids.tolist()
-        hashes = _hash_of(snapshot, ids)
+        hashes = reads.hash_of(snapshot, ids)
         checked = self.full.checked_hash_of_block
         before = list(map(checked.get, id_list))
         if hashes == before:
@@ -317,7 +320,7 @@ class PoolDeltaChecker:
         """Rebuild tables, held and free from the whole pool (after the full check, from
         the holder and free-queue counts it took)."""
         num_blocks = snapshot.num_blocks
-        self.tables = {rid: list(t) for rid, t in _tables(snapshot).items() if len(t)}
+        self.tables = {rid: list(t) for rid, t in reads.tables(snapshot).items() if len(t)}
         self._rids = None  # the next check diffs every table
         read, self.full.last_read = self.full.last_read, None
         assert read is not None, "a resync follows the full check that counted the pool"
@@ -348,62 +351,3 @@ def _grew_at_end(old: list[int], table: Sequence[int], n: int, preempted: bool) 
     if preempted:
         return list(table[:m]) == old
     return m == 0 or (table[0] == old[0] and table[m - 1] == old[m - 1])
-
-
-def _tables(snapshot: KVSnapshot) -> Mapping[str, Sequence[int]]:
-    views = getattr(snapshot, "block_table_views", None)
-    return views() if views is not None else snapshot.block_tables()
-
-
-def _table_ends(
-    snapshot: KVSnapshot, tables: Mapping[str, Sequence[int]]
-) -> tuple[list[str], list[int], list[int] | None]:
-    """Every table's request id, length and last block, read in C (`table_ends()` where
-    the snapshot has it); lasts None when a table is empty (the general path)."""
-    ends = getattr(snapshot, "table_ends", None)
-    read = ends() if ends is not None else None
-    if read is not None:
-        return read
-    try:
-        lasts: list[int] | None = list(map(_LAST, tables.values()))
-    except IndexError:
-        lasts = None
-    return list(tables), list(map(len, tables.values())), lasts
-
-
-def _ref_cnt_of(snapshot: KVSnapshot, ids: IntArray) -> IntArray:
-    point = getattr(snapshot, "ref_cnt_of", None)
-    if point is not None:
-        return np.asarray(point(ids), np.int64)
-    return np.asarray(snapshot.ref_cnt(), np.int64)[ids]
-
-
-def _is_free(snapshot: KVSnapshot, ids: IntArray) -> BoolArray:
-    point = getattr(snapshot, "is_free", None)
-    if point is not None:
-        return np.asarray(point(ids), bool)
-    contains = snapshot.free_block_ids().__contains__
-    return np.fromiter(map(contains, ids.tolist()), bool, ids.size)
-
-
-def _num_free_entries(snapshot: KVSnapshot) -> int:
-    count = getattr(snapshot, "num_free_entries", None)
-    return int(count()) if count is not None else len(snapshot.free_block_ids())
-
-
-def _any_lost(snapshot: KVSnapshot, ids: IntArray) -> bool:
-    """Is any of `ids` (ref_cnt 0, not free) neither cached nor kept by the engine itself
-    (`is_kept(ids)`, where the snapshot has it: SGLang's page 0, tree and hidden rows)?"""
-    kept = getattr(snapshot, "is_kept", None)
-    if kept is not None:
-        ids = ids[~np.asarray(kept(ids), bool)]
-        if not ids.size:
-            return False
-    return None in _hash_of(snapshot, ids)
-
-
-def _hash_of(snapshot: KVSnapshot, ids: IntArray) -> list[bytes | None]:
-    point = getattr(snapshot, "hash_of", None)
-    if point is not None:
-        return list(point(ids))
-    return list(map(snapshot.cached_blocks().get, ids.tolist()))
