@@ -105,7 +105,7 @@ class SglangEngine:
         self.config = config
         self.options = SglangOptions.from_extra(config.extra)
         self.scheduler = build_scheduler(config, self.options)
-        self.rows = RowReader(self.scheduler.req_to_token_pool.req_to_token)
+        self.rows = RowReader(self.scheduler.req_to_token_pool.req_to_token, config.block_size)
         num_slots = config.num_gpu_blocks * config.block_size
         allocator = self.scheduler.token_to_kv_pool_allocator
         self.allocator_log = AllocatorLog(allocator, num_slots, config.block_size)
@@ -273,9 +273,11 @@ class SglangEngine:
     ) -> ScheduledRequest:
         req, rid = tracked.req, tracked.request_id
         end = start + count
-        slots = () if tracked.reported else self.rows.slots(rid, req.kv.req_pool_idx, end)
         if tracked.reported:  # aborted: no row cache, it runs this once more
             slots = tuple(self.rows.read(req.kv.req_pool_idx, end).tolist())
+            pages = page_table(slots, self.config.block_size)
+        else:
+            slots, pages = self.rows.slots_and_pages(rid, req.kv.req_pool_idx, end)
         if list(slots[start:end]) != written.tolist():
             raise AssertionError(
                 f"{rid}: out_cache_loc {written.tolist()[:8]}... (where the kernel writes) "
@@ -294,7 +296,7 @@ class SglangEngine:
             len(req.origin_input_ids) + len(req.output_ids),
             len(req.origin_input_ids),
             token_ids,
-            page_table(slots, self.config.block_size),
+            pages,
             cached,
             slots=slots,
         )

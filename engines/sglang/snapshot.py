@@ -109,16 +109,22 @@ class SglangKVSnapshot:
         return int(self._s.token_to_kv_pool_allocator.available_size())
 
     def ref_cnt_of(self, ids: IntArray) -> IntArray:
-        """How many live rows hold each of `ids` (O(live rows' slots), no O(pool) count)."""
+        """How many live rows hold each of `ids`: one gather per held slot (O(live rows'
+        slots) in numpy, no O(pool) count and no search per slot); 0 outside the pool."""
         ids = np.asarray(ids, np.int64)
+        out = np.zeros(ids.size, np.int64)
         tables = self.block_table_views()
-        if not tables or not ids.size:
-            return np.zeros(ids.size, np.int64)
+        inside = (ids >= 0) & (ids < self._num_slots)
+        if not tables or not inside.any():
+            return out
         flat = np.concatenate(list(tables.values()))
-        distinct = np.unique(ids)
-        at = np.minimum(np.searchsorted(distinct, flat), distinct.size - 1)
-        counts = np.bincount(at[distinct[at] == flat], minlength=distinct.size)
-        return counts[np.searchsorted(distinct, ids)].astype(np.int64)
+        flat = flat[(flat >= 0) & (flat < self._num_slots)]
+        distinct = np.unique(ids[inside])
+        asked = np.zeros(self._num_slots, bool)
+        asked[distinct] = True
+        counts = np.bincount(np.searchsorted(distinct, flat[asked[flat]]), minlength=distinct.size)
+        out[inside] = counts[np.searchsorted(distinct, ids[inside])]
+        return out
 
     def hash_of(self, ids: IntArray) -> list[bytes | None]:
         return [None] * len(ids)  # the tree keys tokens, not block hashes
