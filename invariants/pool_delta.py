@@ -61,11 +61,7 @@ import numpy.typing as npt
 
 from schedcheck.engines.protocol import KVSnapshot
 from schedcheck.invariants import pool_reads as reads
-from schedcheck.invariants.block_pool import (
-    BlockContents,
-    BlockPoolChecker,
-    with_holder,
-)
+from schedcheck.invariants.block_pool import BlockContents, BlockPoolChecker, with_holder
 from schedcheck.invariants.violation import Violation
 
 IntArray = npt.NDArray[np.int64]
