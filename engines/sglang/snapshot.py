@@ -26,10 +26,10 @@ last check, `is_free` reads the watched free mask, `num_free_entries` SGLang's o
 of the slots no row holds and no free list names are SGLang's own (page 0, the tree, the
 rows of aborted requests it still runs): the tree is read only when some are asked about.
 
-SGLang's own idle statement (its scheduler's invariant checker: available + evictable + protected ==
-total once nothing runs, and nothing protected) is `idle_problems()`, checked whenever the
-engine is idle (invariants/idle.py); `num_evicted_blocks` counts the slots the tree
-evicted (build.count_evictions).
+SGLang's own idle statement (its scheduler's invariant checker: available + evictable +
+protected == total once nothing runs, and nothing protected) is `idle_problems()`, checked
+whenever the engine is idle (invariants/idle.py); `num_evicted_blocks` counts the slots the
+tree evicted (build.count_evictions).
 """
 
 from __future__ import annotations
