@@ -33,6 +33,8 @@ _ALLOCS = ("alloc", "alloc_extend", "alloc_decode")
 
 
 class AllocatorLog:
+    """One allocator, watched from its construction on (the module docstring says how)."""
+
     def __init__(self, allocator: Any, num_slots: int, page_size: int) -> None:
         assert num_slots >= 1 and page_size >= 1
         self.allocator = allocator
@@ -61,6 +63,7 @@ class AllocatorLog:
         return changed
 
     def is_free(self, slots: IntArray) -> BoolArray:
+        """Per slot: in SGLang's free lists, as the watched entry points left them."""
         return self.free[slots]
 
     # -- the wrapped entry points -----------------------------------------------------------
