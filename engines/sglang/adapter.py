@@ -274,8 +274,8 @@ class SglangEngine:
         req, rid = tracked.req, tracked.request_id
         end = start + count
         if tracked.reported:  # aborted: no row cache, it runs this once more
-            slots = tuple(self.rows.read(req.kv.req_pool_idx, end).tolist())
-            pages = page_table(slots, self.config.block_size)
+            row = self.rows.read(req.kv.req_pool_idx, end)
+            slots, pages = tuple(row.tolist()), page_table(row, self.config.block_size)
         else:
             slots, pages = self.rows.slots_and_pages(rid, req.kv.req_pool_idx, end)
         if list(slots[start:end]) != written.tolist():

@@ -48,9 +48,9 @@ class RowReader:
                         request_id,
                         row,
                         old_slots + tuple(row[n:].tolist()),
-                        old_pages + self._pages(row[first_new_page:]),
+                        old_pages + self._pages(row, first_new_page),
                     )
-        return self._keep(request_id, row, tuple(row.tolist()), self._pages(row))
+        return self._keep(request_id, row, tuple(row.tolist()), self._pages(row, 0))
 
     def read(self, req_pool_idx: int, length: int) -> np.ndarray:
         """Slots [0, length) of a row, uncached."""
@@ -59,9 +59,10 @@ class RowReader:
     def forget(self, request_id: str) -> None:
         self._cache.pop(request_id, None)
 
-    def _pages(self, slots: np.ndarray) -> tuple[int, ...]:
-        """The page of slots[0], slots[page_size], ... (slots starting on a page)."""
-        return tuple((slots[:: self._page] // self._page).tolist())
+    def _pages(self, row: np.ndarray, first_slot: int) -> tuple[int, ...]:
+        """The page table of row[first_slot:] (first_slot on a page boundary); none at page
+        size 1, where a row's page table is its slots (`_keep`)."""
+        return page_table(row[first_slot:], self._page) if self._page > 1 else ()
 
     def _keep(
         self, request_id: str, row: np.ndarray, slots: tuple[int, ...], pages: tuple[int, ...]
@@ -72,8 +73,7 @@ class RowReader:
         return slots, pages
 
 
-def page_table(slots: tuple[int, ...], page_size: int) -> tuple[int, ...]:
-    """The page of every page_size-th token: what a paged kernel's page table holds."""
-    if page_size == 1:
-        return slots
-    return tuple(s // page_size for s in slots[::page_size])
+def page_table(slots: np.ndarray, page_size: int) -> tuple[int, ...]:
+    """The page of slots[0], slots[page_size], ... (slots starting on a page): what a paged
+    kernel's page table holds."""
+    return tuple((slots[::page_size] // page_size).tolist())

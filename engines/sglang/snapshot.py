@@ -113,12 +113,10 @@ class SglangKVSnapshot:
         slots) in numpy, no O(pool) count and no search per slot); 0 outside the pool."""
         ids = np.asarray(ids, np.int64)
         out = np.zeros(ids.size, np.int64)
-        tables = self.block_table_views()
         inside = (ids >= 0) & (ids < self._num_slots)
-        if not tables or not inside.any():
+        flat = self._held_slots()
+        if not flat.size or not inside.any():
             return out
-        flat = np.concatenate(list(tables.values()))
-        flat = flat[(flat >= 0) & (flat < self._num_slots)]
         distinct = np.unique(ids[inside])
         asked = np.zeros(self._num_slots, bool)
         asked[distinct] = True
@@ -130,22 +128,20 @@ class SglangKVSnapshot:
         return [None] * len(ids)  # the tree keys tokens, not block hashes
 
     def is_kept(self, ids: IntArray) -> npt.NDArray[np.bool_]:
-        """Which of `ids` SGLang keeps itself: page 0, the tree's slots, the rows of the
-        aborted requests it still runs (O(tree): read only for slots asked about)."""
-        ids = np.asarray(ids, np.int64)
-        kept = ids < self._page
-        if ids.size and not kept.all():
-            owned = np.concatenate([tree_slots(self._s.tree_cache), *map(self._held, self._hidden)])
-            kept |= np.isin(ids, owned, kind="table") if owned.size else False
-        return kept
+        """Which of `ids` SGLang keeps itself: its reserved slots (page 0, the tree's slots,
+        the rows of the aborted requests it still runs; O(tree), read only when asked)."""
+        return np.isin(np.asarray(ids, np.int64), self.reserved_block_ids, kind="table")
 
     def ref_cnt(self) -> IntArray:
+        return np.bincount(self._held_slots(), minlength=self._num_slots).astype(np.int64)
+
+    def _held_slots(self) -> IntArray:
+        """Every slot a live row holds, once per row holding it (those inside the pool)."""
         tables = self.block_table_views()
         if not tables:
-            return np.zeros(self._num_slots, np.int64)
+            return np.zeros(0, np.int64)
         flat = np.concatenate(list(tables.values()))
-        flat = flat[(flat >= 0) & (flat < self._num_slots)]
-        return np.bincount(flat, minlength=self._num_slots).astype(np.int64)
+        return flat[(flat >= 0) & (flat < self._num_slots)]
 
     def free_block_ids(self) -> IntArray:
         """Every free slot, an int64 array (read once: the check and the resync both ask)."""
