@@ -3,7 +3,9 @@
 State of every block id `b` in [0, num_blocks)::
 
     ref_cnt[b] > 0              held by ref_cnt[b] requests; never in the free queue
-    ref_cnt[b] == 0             in free_block_queue (LRU order: head = evicted first)
+    ref_cnt[b] == 0             in free_block_queue (LRU order: head = evicted first);
+                                in_free_queue[b] says so as an array (the pool check's
+                                point lookup: a gather, not a dict probe per block)
     b in cached_hash_of_block   cached: cached_block_hash_to_block[cached_hash_of_block[b]] == b
 
 A cached block with ref_cnt 0 stays in the free queue and can still be hit ("touched":
@@ -44,6 +46,7 @@ class BlockPool:
         "evictions_of_block",
         "free_block_queue",
         "hash_changes_of_block",
+        "in_free_queue",
         "num_blocks",
         "num_evicted_blocks",
         "ref_cnt",
@@ -57,6 +60,7 @@ class BlockPool:
         # The inverse map, kept incrementally so that a snapshot costs nothing.
         self.cached_hash_of_block: dict[int, bytes] = {}
         self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.in_free_queue: npt.NDArray[np.bool_] = np.ones(num_blocks, dtype=bool)
         # Bumped whenever the set of cached hashes changes: a lookup made at an unchanged
         # version would find the same hit.
         self.cache_version = 0
@@ -90,6 +94,7 @@ class BlockPool:
         queue = self.free_block_queue
         if num_blocks == 1:  # the decode path: no numpy fancy indexing
             block_id = queue.popitem(last=False)[0]
+            self.in_free_queue[block_id] = False
             if block_id in self.cached_hash_of_block:
                 self._evict(block_id)
             assert self.ref_cnt[block_id] == 0, "a free block had holders"
@@ -103,6 +108,7 @@ class BlockPool:
         if block_ids:
             assert not self.ref_cnt[block_ids].any(), "a free block had holders"
             self.ref_cnt[block_ids] = 1
+            self.in_free_queue[block_ids] = False
             if self.change_log is not None:
                 self.change_log.update(block_ids)
         return block_ids
@@ -114,7 +120,9 @@ class BlockPool:
         queue = self.free_block_queue
         for block_id in block_ids:
             queue.pop(block_id, None)
-        self.ref_cnt[list(block_ids)] += 1
+        ids = list(block_ids)
+        self.ref_cnt[ids] += 1
+        self.in_free_queue[ids] = False
         if self.change_log is not None:
             self.change_log.update(block_ids)
 
@@ -131,10 +139,11 @@ class BlockPool:
         assert (ref_cnt[ids] >= 0).all(), "ref_cnt went negative: double free"
         if self.change_log is not None:
             self.change_log.update(ordered_block_ids)
-        queue = self.free_block_queue
-        for block_id in ids[ref_cnt[ids] == 0].tolist():  # bounded: the blocks freed
+        queue, freed = self.free_block_queue, ids[ref_cnt[ids] == 0]
+        for block_id in freed.tolist():  # bounded: the blocks freed
             assert block_id not in queue  # (a loop: OrderedDict.update is slower, measured)
             queue[block_id] = None
+        self.in_free_queue[freed] = True
 
     def cache_full_blocks(
         self,

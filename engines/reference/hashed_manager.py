@@ -267,9 +267,8 @@ class HashedKVSnapshot(ManagerSnapshot):
         return self._manager._num_computed_tokens
 
     def is_free(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        """For each block id: in the free queue? (one C-level pass, for the pool check)"""
-        queue = self._manager.block_pool.free_block_queue
-        return np.fromiter(map(queue.__contains__, ids.tolist()), bool, ids.size)
+        """For each block id: in the free queue? (a gather, for the pool check)"""
+        return self._manager.block_pool.in_free_queue[ids]
 
     def hash_changes_of(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """For each block id: how many times its hash changed so far (the pool check reads

@@ -104,3 +104,24 @@ def test_equal_hashes_within_one_request_cache_the_first_block():
     pool.cache_full_blocks(blocks, [_h(1), _h(2), _h(1)], 0, 3)
     assert pool.cached_block_hash_to_block == {_h(1): 0, _h(2): 1}
     assert pool.cached_hash_of_block == {0: _h(1), 1: _h(2)}
+
+
+def test_in_free_queue_is_the_queue_as_an_array():
+    """in_free_queue[b] == (b in free_block_queue) after every operation that moves a block
+    in or out of the queue: one block and many taken, a hit touched, frees that reach 0 and
+    one that does not (the pool check reads the array, not the queue)."""
+    pool = BlockPool(6)
+
+    def mask() -> list[int]:
+        return pool.in_free_queue.nonzero()[0].tolist()
+
+    assert mask() == [0, 1, 2, 3, 4, 5]
+    a = pool.get_new_blocks(3)  # many
+    b = pool.get_new_blocks(1)  # one: the decode path
+    assert mask() == [4, 5] == sorted(pool.free_block_queue)
+    pool.touch([a[0]])  # a second holder: out of the queue already, stays out
+    pool.free_blocks(a[::-1])  # blocks 2, 1 reach 0; block 0 keeps a holder
+    assert mask() == [1, 2, 4, 5] == sorted(pool.free_block_queue)
+    pool.touch([1])  # a hit taken back from the queue
+    pool.free_blocks([a[0], *b])
+    assert mask() == [0, 2, 3, 4, 5] == sorted(pool.free_block_queue)
