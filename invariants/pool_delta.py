@@ -279,38 +279,41 @@ class PoolDeltaChecker:
     def _check_cached(
         self, step: int, snapshot: KVSnapshot, block_contents: BlockContents
     ) -> list[Violation]:
-        """The changed blocks cached under a hash they were not checked with. Compared in C
-        (map): most changed blocks kept their hash."""
-        ids = self._rehashed(snapshot, self.changed)
+        """The changed blocks cached under a hash they were not checked with. Where the
+        engine counts its hash changes, every block whose count moved is looked at again
+        (one whose hash changed and came back is checked again, not skipped); else its hash
+        is compared with the one it was checked with, in C (map)."""
+        ids, all_moved = self._rehashed(snapshot, self.changed)
         if not ids.size:
             return []
         id_list = ids.tolist()
         hashes = reads.hash_of(snapshot, ids)
         checked = self.full.checked_hash_of_block
-        before = list(map(checked.get, id_list))
-        if hashes == before:
-            return []
-        moved = list(map(operator.ne, hashes, before))
-        moved_ids = list(compress(id_list, moved))
-        moved_hashes = list(compress(hashes, moved))
-        cached = list(map(operator.is_not, moved_hashes, repeat(None)))
-        for b in compress(moved_ids, map(operator.not_, cached)):  # bounded: uncached ones
-            del checked[b]
-        fresh = list(compress(moved_ids, cached))
-        hash_of = dict(zip(fresh, compress(moved_hashes, cached), strict=True))
+        if not all_moved:
+            before = list(map(checked.get, id_list))
+            if hashes == before:
+                return []
+            moved = list(map(operator.ne, hashes, before))
+            id_list, hashes = list(compress(id_list, moved)), list(compress(hashes, moved))
+        cached = list(map(operator.is_not, hashes, repeat(None)))
+        if not all(cached):  # no longer cached: forgotten (evicted since, maybe unchecked)
+            list(map(checked.pop, compress(id_list, map(operator.not_, cached)), repeat(None)))
+        fresh = list(compress(id_list, cached))
+        hash_of = dict(zip(fresh, compress(hashes, cached), strict=True))
         checked.update(hash_of)
         return self.full.check_fresh(step, fresh, hash_of, block_contents)
 
-    def _rehashed(self, snapshot: KVSnapshot, ids: IntArray) -> IntArray:
-        """Those of `ids` whose hash may have changed since they were last looked at: all
-        of them, unless the engine counts its hash changes."""
+    def _rehashed(self, snapshot: KVSnapshot, ids: IntArray) -> tuple[IntArray, bool]:
+        """Those of `ids` whose hash may have changed since they were last looked at, and
+        whether each of them did: the engine counts its hash changes (else all of `ids`,
+        which may not have)."""
         count = getattr(snapshot, "hash_changes_of", None)
         if count is None or not ids.size:
-            return ids
+            return ids, False
         now = np.asarray(count(ids), np.int64)
         moved = now != self.hash_changes[ids]
         self.hash_changes[ids] = now
-        return ids[moved]
+        return ids[moved], True
 
     def _sync(self, snapshot: KVSnapshot) -> None:
         """Rebuild tables, held and free from the whole pool (after the full check, from

@@ -136,3 +136,25 @@ def test_a_changed_block_whose_hash_count_did_not_move_is_not_read_again():
         assert found == [] and pool.hashes_read == 0
         swept = checker.sweep(3, pool, {"a", "b"}, _contents)
         assert "block-pool.hash-content" in [v.invariant for v in swept]
+
+
+def test_a_block_whose_hash_changed_and_came_back_is_checked_again():
+    """Block 1 is cached under h1. Within one step it is evicted, written with other
+    content and cached under h1 again: its count moved by two, its hash reads as before.
+    The check reads it again and finds h1 naming other content (comparing hashes alone
+    would have skipped it)."""
+    h1 = b"h1".ljust(32, b"\0")
+    checker = PoolDeltaChecker()
+    pool = _CachedPool({"a": [0, 1]}, {1: h1})
+    pool.changed = []
+    assert checker.check(0, pool, {"a"}, _contents) == []
+    pool.hash_changes[1] += 2
+    pool.changed = [1]
+
+    def rewritten(ids):
+        identity, complete = _contents(ids)
+        return identity + (ids == 1), complete
+
+    found = checker.check(1, pool, {"a"}, rewritten)
+    assert [(v.invariant, v.block) for v in found] == [("block-pool.hash-content", 1)]
+    assert pool.hashes_read == 1
