@@ -91,23 +91,26 @@ class BlockPoolChecker:
         fresh = [b for b, h in cached.items() if checked.get(b) != h]
         self.checked_hash_of_block = dict(cached)
         fresh.sort()
-        return self.check_fresh(step, fresh, cached, block_contents)
+        return self.check_fresh(step, fresh, list(map(cached.__getitem__, fresh)), block_contents)
 
     def check_fresh(
         self,
         step: int,
         fresh: list[int],
-        hash_of: Mapping[int, bytes],
+        hashes: list[bytes],
         block_contents: BlockContents,
     ) -> list[Violation]:
-        """Check blocks newly cached (sorted ids) under their hash `hash_of[b]`: fully written,
-        and their content equal to what that hash named before."""
+        """Check blocks newly cached (sorted ids) under their hashes (`hashes[k]`: block
+        `fresh[k]`'s): fully written, and their content equal to what that hash named
+        before."""
         if not fresh:
             return []
+        assert len(hashes) == len(fresh), "one hash per block"
         block_ids = np.asarray(fresh, dtype=np.int64)
         identity, complete = block_contents(block_ids)
         out: list[Violation] = []
         if not complete.all():
+            hashes = list(compress(hashes, complete.tolist()))
             b = int(block_ids[~complete][0])
             out.append(
                 Violation(
@@ -119,24 +122,24 @@ class BlockPoolChecker:
             )
             block_ids, identity = block_ids[complete], identity[complete]
         ids = block_ids.tolist()
-        stale = self._check_meaning(step, ids, hash_of, identity)
+        stale = self._check_meaning(step, ids, hashes, identity)
         out.extend(stale[:1])
         if stale:  # not a hash's content: not remembered as one
             gone = {v.block for v in stale}
             kept = [b not in gone for b in ids]
-            ids, identity = list(compress(ids, kept)), identity[np.array(kept, dtype=bool)]
+            ids, hashes = list(compress(ids, kept)), list(compress(hashes, kept))
+            identity = identity[np.array(kept, dtype=bool)]
         seen = self.content_of_hash
         seen.forget_oldest(len(seen) + len(fresh) - HASH_MEMORY_MAX)  # bounded memory
-        return out + self._remember(step, ids, identity, hash_of)
+        return out + self._remember(step, ids, identity, hashes)
 
     def _remember(
-        self, step: int, ids: list[int], identity: np.ndarray, hash_of: Mapping[int, bytes]
+        self, step: int, ids: list[int], identity: np.ndarray, hashes: list[bytes]
     ) -> list[Violation]:
         """Each block's hash names its identity, as it did before (the first time: from now
         on), walked in block order: a hash named twice this step is compared with its
         first; the first hash that named other content is reported, and the hashes after
         it are not remembered (HashMemory.remember does the walk in arrays)."""
-        hashes = list(map(hash_of.__getitem__, ids))
         index, first = self.content_of_hash.remember(hashes, identity)
         if index < 0:
             return []
@@ -154,13 +157,13 @@ class BlockPoolChecker:
         ]
 
     def _check_meaning(
-        self, step: int, block_ids: list[int], hash_of: Mapping[int, bytes], identity: np.ndarray
+        self, step: int, block_ids: list[int], hashes: list[bytes], identity: np.ndarray
     ) -> list[Violation]:
         """Blocks whose content is not the KV of the tokens their hash names: all slots
         written, but for other tokens (a chunk cached when scheduled that never ran)."""
         if self.expected_content is None or not block_ids:
             return []
-        expected = self.expected_content([hash_of[b] for b in block_ids])
+        expected = self.expected_content(hashes)
         out: list[Violation] = []
         for b, found, want in zip(block_ids, identity.tolist(), expected, strict=True):
             if want is not None and found != want[0]:

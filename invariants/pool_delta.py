@@ -298,10 +298,9 @@ class PoolDeltaChecker:
         cached = list(map(operator.is_not, hashes, repeat(None)))
         if not all(cached):  # no longer cached: forgotten (evicted since, maybe unchecked)
             list(map(checked.pop, compress(id_list, map(operator.not_, cached)), repeat(None)))
-        fresh = list(compress(id_list, cached))
-        hash_of = dict(zip(fresh, compress(hashes, cached), strict=True))
-        checked.update(hash_of)
-        return self.full.check_fresh(step, fresh, hash_of, block_contents)
+        fresh, fresh_hashes = list(compress(id_list, cached)), list(compress(hashes, cached))
+        checked.update(zip(fresh, fresh_hashes, strict=True))
+        return self.full.check_fresh(step, fresh, fresh_hashes, block_contents)
 
     def _rehashed(self, snapshot: KVSnapshot, ids: IntArray) -> tuple[IntArray, bool]:
         """Those of `ids` whose hash may have changed since they were last looked at, and

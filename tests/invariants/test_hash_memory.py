@@ -79,8 +79,8 @@ def test_a_long_run_at_the_bound_wraps_the_ring_and_rebuilds_the_index(monkeypat
     for step in range(200):  # bounded: steps; each names 5 new hashes and 2 recent ones
         fresh = [*range(5 * step, 5 * step + 5), max(0, 5 * step - 3), 5 * step - 7]
         fresh = sorted({b for b in fresh if b >= 0})
-        hash_of = {b: b"%031d" % b + b"\0" for b in fresh}
-        assert checker.check_fresh(step, fresh, hash_of, contents) == []
+        hashes = [b"%031d" % b + b"\0" for b in fresh]
+        assert checker.check_fresh(step, fresh, hashes, contents) == []
         assert len(checker.content_of_hash) <= 64
     kept = checker.hash_order
     assert kept == [b"%031d" % b + b"\0" for b in range(995 - 64 + 5, 1000)][-len(kept) :]

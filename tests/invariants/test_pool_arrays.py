@@ -111,8 +111,8 @@ def _contents(identities):
 def test_new_hashes_are_remembered_in_order_and_a_hash_named_twice_is_compared():
     pool = BlockPoolChecker()
     contents = _contents({1: 11, 2: 12, 3: 11, 4: 14})
-    hash_of = {1: b"h1", 2: b"h2", 3: b"h1", 4: b"h4"}  # blocks 1 and 3: one hash, one content
-    assert pool.check_fresh(5, [1, 2, 3, 4], hash_of, contents) == []
+    hashes = [b"h1", b"h2", b"h1", b"h4"]  # blocks 1 and 3: one hash, one content
+    assert pool.check_fresh(5, [1, 2, 3, 4], hashes, contents) == []
     assert pool.content_of_hash == {b"h1": 11, b"h2": 12, b"h4": 14}
     assert list(pool.hash_order) == [b"h1", b"h2", b"h4"]
 
@@ -121,9 +121,8 @@ def test_a_hash_naming_other_content_is_reported_first_and_later_ones_not_rememb
     """Block 3 names h1 with content 13 (h1 named 11 before); h5, after it, is not
     remembered (the one-by-one walk stops at the first finding, as it always did)."""
     pool = BlockPoolChecker()
-    pool.check_fresh(4, [1], {1: b"h1"}, _contents({1: 11}))
-    hash_of = {2: b"h2", 3: b"h1", 5: b"h5"}
-    out = pool.check_fresh(5, [2, 3, 5], hash_of, _contents({2: 12, 3: 13, 5: 15}))
+    pool.check_fresh(4, [1], [b"h1"], _contents({1: 11}))
+    out = pool.check_fresh(5, [2, 3, 5], [b"h2", b"h1", b"h5"], _contents({2: 12, 3: 13, 5: 15}))
     assert [(v.invariant, v.block, v.expected, v.found) for v in out] == [
         ("block-pool.hash-content", 3, "identity 0xb", "identity 0xd")
     ]

@@ -62,7 +62,8 @@ def test_the_hash_memory_forgets_the_oldest_hash_first(monkeypatch):
     hash_of = {b: b"h%d" % b for b in range(10)}
     kept = []
     for step, fresh in enumerate([[0, 1], [2, 3], [4], [1, 5], [6, 7, 8]]):
-        assert checker.check_fresh(step, fresh, hash_of, contents) == []
+        hashes = [hash_of[b] for b in fresh]
+        assert checker.check_fresh(step, fresh, hashes, contents) == []
         kept.append(list(checker.content_of_hash))
         assert list(checker.hash_order) == kept[-1]
     assert kept[2] == [b"h1", b"h2", b"h3", b"h4"]
