@@ -16,7 +16,10 @@ bytes: 33 for its row, 8 for its identity, 16 for its share of the index::
                                            until written
         _values [slot]             uint64  the identity it named
     index (open addressing, linear probing, at most half its cells used):
-        _table  [cell]                 int32   a row (ring slot + 1), 0 = empty
+        _table  [cell]                 int32   tag << row_bits | row (ring slot + 1),
+                                               0 = empty; a probe reads a row only
+                                               where the tag (the key's mix, 10 bits at
+                                               2^20 keys) is the key's (hash_probe.py)
 
 A cell may name a row whose key was forgotten since, or taken by a later key: a lookup
 compares the row with the key it looks for, so such a cell only lengthens a probe until the

@@ -5,11 +5,16 @@ The arrays are those of `hash_memory.HashMemory` (see its docstring)::
     rows    [1 + slot, words]  uint64  each key's bytes, zero-padded to whole words
     lens    [1 + slot]         uint    its length + 1; DEAD (0): no key in that row
     values  [slot]             uint64  the identity it named
-    table   [cell]             int32   a row (ring slot + 1), 0 = empty; linear probing
+    table   [cell]             int32   tag << row_bits | row (ring slot + 1), 0 = empty;
+                                       linear probing
 
-A key's first cell is its words and length mixed (a function of its bytes alone, never
-`hash()`); a probe walks on from it to the key's row or to an empty cell. Which cell a key
-lands in never decides an answer: a probe compares the row it finds with the key.
+A key's words and length are mixed into one uint64 (a function of its bytes alone, never
+`hash()`): its top bits are its first cell, its low bits its tag. A row takes `row_bits`
+bits (enough for the ring's capacity: 21 at 2^20 keys), the tag the rest of 31 (10 there).
+A probe walks on from the first cell to the key's row or to an empty cell, and reads a row
+only where the cell's tag is the key's: a cell of another key costs no read of the ring
+but for one in 2^tag_bits. Which cell a key lands in never decides an answer: a probe
+compares the row it finds with the key.
 
 Each kernel's caller guarantees its bounds: room in the ring and in the index for every
 key of the batch, checked here by assertions before any write.
@@ -39,32 +44,51 @@ BUCKET_MULTIPLIER = np.uint64(0xFF51AFD7ED558CCD)
 
 
 @njit(cache=True, nogil=True)
-def first_cell(key, length, num_cells):
-    """The first cell of a key (`key`: its words; `length`: its length + 1) in an index
-    of `num_cells` cells (a power of two): its top bits after mixing."""
-    mixed = np.uint64(0)
+def mixed(key, length):
+    """A key's words (`key`) and length (`length`: its length + 1) mixed into one uint64."""
+    out = np.uint64(0)
     for w in range(key.size):  # bounded: the key's words
-        mixed += key[w] * MULTIPLIERS[w % MULTIPLIERS.size]
-    mixed ^= np.uint64(length) * LENGTH_MULTIPLIER
-    mixed *= BUCKET_MULTIPLIER
-    bits = np.uint64(0)
-    while (np.int64(1) << np.int64(bits)) < num_cells:  # bounded: 64
-        bits += np.uint64(1)
-    return np.int64(mixed >> (np.uint64(64) - bits))
+        out += key[w] * MULTIPLIERS[w % MULTIPLIERS.size]
+    out ^= np.uint64(length) * LENGTH_MULTIPLIER
+    return out * BUCKET_MULTIPLIER
 
 
 @njit(cache=True, nogil=True)
-def probe(table, rows, lens, key, length):
+def bit_length(n):
+    """The bits of a positive int64 (0 for 0)."""
+    bits = 0
+    while n >> bits:  # bounded: 64
+        bits += 1
+    return bits
+
+
+@njit(cache=True, nogil=True)
+def row_bits_of(rows):
+    """The bits a row of `rows` takes in a cell (its ring's capacity fits them); the
+    tag takes the rest of 31."""
+    row_bits = bit_length(rows.shape[0] - 1)
+    assert row_bits <= 31, "a row fits an int32 cell"
+    return row_bits
+
+
+@njit(cache=True, nogil=True)
+def probe(table, rows, lens, key, length, row_bits):
     """(the key's row or 0, the cell the probe ended at: the key's, or the empty cell
-    where it would go)."""
-    cell = first_cell(key, length, table.size)
+    where it would go, and the key's tag shifted above the row bits: a cell naming row r
+    for this key is `tag | r`)."""
+    mix = mixed(key, length)
+    tag = np.int64(mix & np.uint64((1 << (31 - row_bits)) - 1)) << row_bits
+    cell = np.int64(mix >> np.uint64(64 - bit_length(table.size - 1)))
+    row_mask = (np.int64(1) << row_bits) - 1
     mask = table.size - 1
     for _ in range(table.size):  # bounded: a probe visits each cell at most once
-        row = table[cell]
-        if row == 0:
-            return 0, cell
-        if lens[row] == length and _same(rows[row], key):
-            return row, cell
+        named = np.int64(table[cell])
+        if named == 0:
+            return 0, cell, tag
+        if named & ~row_mask == tag:
+            row = named & row_mask
+            if lens[row] == length and _same(rows[row], key):
+                return row, cell, tag
         cell = (cell + 1) & mask
     raise AssertionError("the index is never full")
 
@@ -80,18 +104,20 @@ def _same(row, key):
 @njit(cache=True, nogil=True)
 def find_rows(table, rows, lens, query, query_lens, found):
     """found[i] = the row of key i (query[i], query_lens[i]) or 0."""
+    row_bits = row_bits_of(rows)
     for i in range(query.shape[0]):  # bounded: the keys
-        found[i] = probe(table, rows, lens, query[i], query_lens[i])[0]
+        found[i] = probe(table, rows, lens, query[i], query_lens[i], row_bits)[0]
 
 
 @njit(cache=True, nogil=True)
 def index_rows(table, rows, lens, new_rows):
     """Put each of `new_rows` (keys absent from the index) in the first empty cell of its
     probe."""
+    row_bits = row_bits_of(rows)
     for row in new_rows:  # bounded: the rows
-        found, cell = probe(table, rows, lens, rows[row], lens[row])
+        found, cell, tag = probe(table, rows, lens, rows[row], lens[row], row_bits)
         assert found == 0, "a row indexed twice"
-        table[cell] = row
+        table[cell] = tag | row
 
 
 @njit(cache=True, nogil=True)
@@ -107,8 +133,9 @@ def remember_walk(table, rows, lens, values, first, size, query, query_lens, giv
     capacity = values.size
     assert size + n <= capacity and 2 * n <= table.size, "room for the batch"
     appended = 0
+    row_bits = row_bits_of(rows)
     for i in range(n):  # bounded: the keys
-        row, cell = probe(table, rows, lens, query[i], query_lens[i])
+        row, cell, tag = probe(table, rows, lens, query[i], query_lens[i], row_bits)
         if row > 0:
             if values[row - 1] != given[i]:
                 return i, values[row - 1], appended
@@ -117,6 +144,6 @@ def remember_walk(table, rows, lens, values, first, size, query, query_lens, giv
         rows[slot + 1, :] = query[i]
         lens[slot + 1] = query_lens[i]
         values[slot] = given[i]
-        table[cell] = slot + 1
+        table[cell] = tag | (slot + 1)
         appended += 1
     return -1, np.uint64(0), appended

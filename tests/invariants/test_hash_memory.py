@@ -99,3 +99,48 @@ def test_a_hash_costs_the_memory_about_60_bytes():
     tracemalloc.stop()
     assert per_hash < 64, per_hash  # a dict of bytes and ints: about 180
     assert memory[keys[12345]] == 12345 and len(memory) == len(keys)
+
+
+def _colliding_keys() -> tuple[bytes, bytes]:
+    """Two 8-byte keys whose mixes share their top 5 bits (one first cell of 32) and their
+    low 27 bits (one tag beside a row of 4 bits): found among 2^20 keys, by numpy."""
+    from schedcheck.invariants import hash_probe as hp
+
+    words = np.random.default_rng(0).integers(0, 2**63, 2**20, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        mix = (words * hp.MULTIPLIERS[0] ^ np.uint64(9) * hp.LENGTH_MULTIPLIER) * (
+            hp.BUCKET_MULTIPLIER
+        )
+    cell_and_tag = (mix >> np.uint64(59)) << np.uint64(27) | (mix & np.uint64(2**27 - 1))
+    order = np.argsort(cell_and_tag, kind="stable")
+    same = np.flatnonzero(np.diff(cell_and_tag[order]) == 0)
+    assert same.size, "a pair exists among 2^20 keys (about 128 expected)"
+    a, b = words[order[same[0]]], words[order[same[0] + 1]]
+    assert a != b
+    return int(a).to_bytes(8, "little"), int(b).to_bytes(8, "little")
+
+
+def test_keys_with_one_tag_and_one_first_cell_stay_apart():
+    """A cell's tag only spares reading rows: two keys that share their first cell and
+    their tag are still told apart by their bytes, in the kernels' probe and walk."""
+    from schedcheck.invariants import hash_probe as hp
+
+    a, b = _colliding_keys()
+    table = np.zeros(32, np.int32)
+    rows = np.zeros((9, 1), np.uint64)  # a ring of 8: rows take 4 bits, tags 27
+    lens, values = np.zeros(9, np.uint8), np.zeros(8, np.uint64)
+    query = np.frombuffer(a + b, np.uint64).reshape(2, 1).copy()
+    query_lens = np.array([9, 9], np.int64)
+    walked = hp.remember_walk(table, rows, lens, values, 0, 0, query[:1], query_lens[:1],
+                              np.array([5], np.uint64))  # fmt: skip
+    assert walked == (-1, 0, 1)
+    found = np.zeros(2, np.int64)
+    hp.find_rows(table, rows, lens, query, query_lens, found)
+    assert found.tolist() == [1, 0]  # b shares a's cell and tag, not its row
+    walked = hp.remember_walk(table, rows, lens, values, 0, 1, query, query_lens,
+                              np.array([5, 7], np.uint64))  # fmt: skip
+    assert walked == (-1, 0, 1)  # a compared (5 == 5), b appended
+    hp.find_rows(table, rows, lens, query, query_lens, found)
+    assert found.tolist() == [1, 2] and values[:2].tolist() == [5, 7]
+    tags = (table[table != 0] >> 4).tolist()  # above each cell's 4 row bits
+    assert len(tags) == 2 and tags[0] == tags[1]
