@@ -106,9 +106,10 @@ class BlockPool:
         if not self.cached_hash_of_block.keys().isdisjoint(block_ids):
             self._evict_many([b for b in block_ids if b in self.cached_hash_of_block])
         if block_ids:
-            assert not self.ref_cnt[block_ids].any(), "a free block had holders"
-            self.ref_cnt[block_ids] = 1
-            self.in_free_queue[block_ids] = False
+            ids = np.fromiter(block_ids, np.int64, num_blocks)  # one conversion, three uses
+            assert not self.ref_cnt[ids].any(), "a free block had holders"
+            self.ref_cnt[ids] = 1
+            self.in_free_queue[ids] = False
             if self.change_log is not None:
                 self.change_log.update(block_ids)
         return block_ids
@@ -120,7 +121,7 @@ class BlockPool:
         queue = self.free_block_queue
         for block_id in block_ids:
             queue.pop(block_id, None)
-        ids = list(block_ids)
+        ids = np.fromiter(block_ids, np.int64, len(block_ids))
         self.ref_cnt[ids] += 1
         self.in_free_queue[ids] = False
         if self.change_log is not None:
