@@ -137,10 +137,11 @@ class BlockPool:
         ids = np.fromiter(ordered_block_ids, np.int64, len(ordered_block_ids))
         ref_cnt = self.ref_cnt
         ref_cnt[ids] -= 1
-        assert (ref_cnt[ids] >= 0).all(), "ref_cnt went negative: double free"
+        left = ref_cnt[ids]  # read once: each block's holders after this free
+        assert (left >= 0).all(), "ref_cnt went negative: double free"
         if self.change_log is not None:
             self.change_log.update(ordered_block_ids)
-        queue, freed = self.free_block_queue, ids[ref_cnt[ids] == 0]
+        queue, freed = self.free_block_queue, ids[left == 0]
         for block_id in freed.tolist():  # bounded: the blocks freed
             assert block_id not in queue  # (a loop: OrderedDict.update is slower, measured)
             queue[block_id] = None
