@@ -55,6 +55,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Collection, Mapping, Sequence
 from itertools import compress, repeat
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -298,7 +299,8 @@ class PoolDeltaChecker:
         cached = list(map(operator.is_not, hashes, repeat(None)))
         if not all(cached):  # no longer cached: forgotten (evicted since, maybe unchecked)
             list(map(checked.pop, compress(id_list, map(operator.not_, cached)), repeat(None)))
-        fresh, fresh_hashes = list(compress(id_list, cached)), list(compress(hashes, cached))
+        fresh = list(compress(id_list, cached))
+        fresh_hashes = cast(list[bytes], list(compress(hashes, cached)))  # none is None
         checked.update(zip(fresh, fresh_hashes, strict=True))
         return self.full.check_fresh(step, fresh, fresh_hashes, block_contents)
 
