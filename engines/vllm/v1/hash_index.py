@@ -25,20 +25,24 @@ answers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import compress, repeat
 from typing import Any
 
 from schedcheck.engines.vllm.v1 import eras
 
 # dropped requests' entries kept at most this many beyond the live requests' count
 PRUNE_SLACK = 256
+Named = tuple[str, int]  # (request id, block index)
 
 
 class BlockHashIndex:
-    """block hash (bytes, no group id) -> [(request id, block index)], for live requests."""
+    """block hash (bytes, no group id) -> (request id, block index) of the request that
+    named it, or the list of them, oldest first, where several did (most hashes have one
+    naming: a tuple, made in bulk; a list only for the shared ones)."""
 
     def __init__(self, block_hasher: Callable[[Any], list[Any]] | None = None) -> None:
-        self._where: dict[bytes, list[tuple[str, int]]] = {}
+        self._where: dict[bytes, Named | list[Named]] = {}
         self._hashes_of: dict[str, list[bytes]] = {}  # request id -> its indexed hashes
         self._lists: dict[str, list[Any]] = {}  # request id -> the block_hashes indexed
         self._noted: dict[str, None] = {}  # requests hashed since the last update, in order
@@ -78,15 +82,32 @@ class BlockHashIndex:
     def _index_new(self, request_id: str, block_hashes: list[Any]) -> None:
         self._lists[request_id] = block_hashes
         indexed = self._hashes_of.setdefault(request_id, [])
-        new = eras.request_hash_keys(block_hashes[len(indexed) :])
-        where, named_by = self._where, self._where.get
-        for j, h in enumerate(new, len(indexed)):  # bounded: the new hashes
-            named = named_by(h)
-            if named is None:
-                where[h] = [(request_id, j)]
-            else:
-                named.append((request_id, j))
+        start = len(indexed)
+        new = eras.request_hash_keys(block_hashes[start:])
+        where = self._where
+        js = range(start, start + len(new))
+        named_before = list(map(where.__contains__, new))
+        pairs: Iterable[tuple[int, bytes]]
+        if len(set(new)) == len(new):  # distinct (the common case): the unnamed in bulk
+            unnamed = [not n for n in named_before]
+            names = zip(repeat(request_id), compress(js, unnamed), strict=False)  # repeat: endless
+            where.update(zip(compress(new, unnamed), names, strict=True))
+            pairs = compress(zip(js, new, strict=True), named_before)
+        else:  # a hash the request names twice: one by one, in order
+            pairs = zip(js, new, strict=True)
+        for j, h in pairs:  # bounded: the new hashes
+            self._name(h, (request_id, j))
         indexed.extend(new)
+
+    def _name(self, h: bytes, named: Named) -> None:
+        """One more request names `h` (after those that did)."""
+        before = self._where.get(h)
+        if before is None:
+            self._where[h] = named
+        elif isinstance(before, list):
+            before.append(named)
+        else:
+            self._where[h] = [before, named]
 
     def _drop(self, request_id: str) -> None:
         self._lists.pop(request_id, None)
@@ -95,12 +116,15 @@ class BlockHashIndex:
             named = where.get(h)
             if named is None:  # gone already: a hash the request named twice
                 continue
-            if len(named) == 1 and named[0][0] == request_id:  # it alone named it (most)
-                del where[h]
+            if not isinstance(named, list):  # one request named it (most)
+                if named[0] == request_id:
+                    del where[h]
                 continue
             kept = [w for w in named if w[0] != request_id]
-            if kept:
+            if len(kept) > 1:
                 where[h] = kept
+            elif kept:
+                where[h] = kept[0]
             else:
                 del where[h]
 
@@ -117,7 +141,11 @@ class BlockHashIndex:
         for h in hashes:  # bounded: the blocks cached since the last check
             plain, group = (h, 0) if split is None else split(h)
             where = None if grouped and split is None else self._where.get(plain)
-            named = next((w for w in where or () if w[0] in live), None)  # live ones only
+            named: Named | None
+            if where is None or isinstance(where, list):  # the first live one of several
+                named = next((w for w in where or () if w[0] in live), None)
+            else:  # one request named it (most)
+                named = where if where[0] in live else None
             if named is None:
                 out.append(None)
                 continue
