@@ -188,3 +188,26 @@ def test_hashes_read_in_bulk_equal_those_read_one_by_one():
             ]
             assert eras.block_hashes_bytes(cached, keep_group) == one_by_one
     assert eras.block_hashes_bytes([b"x" * 8 + b"\0\0\0\1"], keep_group=False) == [b"x" * 8]
+
+
+def test_the_first_of_several_requests_naming_a_hash_answers_until_it_is_dropped():
+    """r1, r2 and r3 name one hash, in that order (r2 at its second block): the oldest
+    still indexed answers; dropping it leaves the next, then the last; a hash each names
+    alone goes with it."""
+    index = _index()
+    shared = b"s" * 8
+    live = {
+        "r1": _request("r1", shared),
+        "r2": _request("r2", b"y" * 8, shared),
+        "r3": _request("r3", shared, b"z" * 8),
+    }
+    for rid in live:
+        index.note(rid)
+        index.update(dict(live))
+    assert index.positions([shared], 16, grouped=False) == [("r1", 15, 0)]
+    for dropped, answer in (("r1", ("r2", 31, 0)), ("r2", ("r3", 15, 0)), ("r3", None)):
+        del live[dropped]
+        index.note(dropped)  # vLLM no longer has it: dropped at the next update
+        index.update(dict(live))
+        assert index.positions([shared], 16, grouped=False) == [answer]
+    assert index._where == {}
