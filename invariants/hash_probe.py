@@ -63,22 +63,23 @@ def bit_length(n):
 
 
 @njit(cache=True, nogil=True)
-def row_bits_of(rows):
-    """The bits a row of `rows` takes in a cell (its ring's capacity fits them); the
-    tag takes the rest of 31."""
+def layout(table, rows):
+    """(the bits a row of `rows` takes in a cell: its ring's capacity fits them, the tag
+    takes the rest of 31; the bits of a cell index of `table`, a power of two), once a
+    batch."""
     row_bits = bit_length(rows.shape[0] - 1)
     assert row_bits <= 31, "a row fits an int32 cell"
-    return row_bits
+    return row_bits, bit_length(table.size - 1)
 
 
 @njit(cache=True, nogil=True)
-def probe(table, rows, lens, key, length, row_bits):
+def probe(table, rows, lens, key, length, row_bits, cell_bits):
     """(the key's row or 0, the cell the probe ended at: the key's, or the empty cell
     where it would go, and the key's tag shifted above the row bits: a cell naming row r
-    for this key is `tag | r`)."""
+    for this key is `tag | r`). `row_bits`, `cell_bits`: `layout(table, rows)`."""
     mix = mixed(key, length)
     tag = np.int64(mix & np.uint64((1 << (31 - row_bits)) - 1)) << row_bits
-    cell = np.int64(mix >> np.uint64(64 - bit_length(table.size - 1)))
+    cell = np.int64(mix >> np.uint64(64 - cell_bits))
     row_mask = (np.int64(1) << row_bits) - 1
     mask = table.size - 1
     for _ in range(table.size):  # bounded: a probe visits each cell at most once
@@ -104,18 +105,18 @@ def _same(row, key):
 @njit(cache=True, nogil=True)
 def find_rows(table, rows, lens, query, query_lens, found):
     """found[i] = the row of key i (query[i], query_lens[i]) or 0."""
-    row_bits = row_bits_of(rows)
+    row_bits, cell_bits = layout(table, rows)
     for i in range(query.shape[0]):  # bounded: the keys
-        found[i] = probe(table, rows, lens, query[i], query_lens[i], row_bits)[0]
+        found[i] = probe(table, rows, lens, query[i], query_lens[i], row_bits, cell_bits)[0]
 
 
 @njit(cache=True, nogil=True)
 def index_rows(table, rows, lens, new_rows):
     """Put each of `new_rows` (keys absent from the index) in the first empty cell of its
     probe."""
-    row_bits = row_bits_of(rows)
+    row_bits, cell_bits = layout(table, rows)
     for row in new_rows:  # bounded: the rows
-        found, cell, tag = probe(table, rows, lens, rows[row], lens[row], row_bits)
+        found, cell, tag = probe(table, rows, lens, rows[row], lens[row], row_bits, cell_bits)
         assert found == 0, "a row indexed twice"
         table[cell] = tag | row
 
@@ -133,9 +134,9 @@ def remember_walk(table, rows, lens, values, first, size, query, query_lens, giv
     capacity = values.size
     assert size + n <= capacity and 2 * n <= table.size, "room for the batch"
     appended = 0
-    row_bits = row_bits_of(rows)
+    row_bits, cell_bits = layout(table, rows)
     for i in range(n):  # bounded: the keys
-        row, cell, tag = probe(table, rows, lens, query[i], query_lens[i], row_bits)
+        row, cell, tag = probe(table, rows, lens, query[i], query_lens[i], row_bits, cell_bits)
         if row > 0:
             if values[row - 1] != given[i]:
                 return i, values[row - 1], appended
