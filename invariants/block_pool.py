@@ -110,7 +110,6 @@ class BlockPoolChecker:
         identity, complete = block_contents(block_ids)
         out: list[Violation] = []
         if not complete.all():
-            hashes = list(compress(hashes, complete.tolist()))
             b = int(block_ids[~complete][0])
             out.append(
                 Violation(
@@ -121,6 +120,7 @@ class BlockPoolChecker:
                 )
             )
             block_ids, identity = block_ids[complete], identity[complete]
+            hashes = list(compress(hashes, complete.tolist()))
         ids = block_ids.tolist()
         stale = self._check_meaning(step, ids, hashes, identity)
         out.extend(stale[:1])

@@ -86,9 +86,9 @@ class BlockHashIndex:
         new = eras.request_hash_keys(block_hashes[start:])
         where = self._where
         js = range(start, start + len(new))
-        named_before = list(map(where.__contains__, new))
         pairs: Iterable[tuple[int, bytes]]
         if len(set(new)) == len(new):  # distinct (the common case): the unnamed in bulk
+            named_before = list(map(where.__contains__, new))
             unnamed = [not n for n in named_before]
             names = zip(repeat(request_id), compress(js, unnamed), strict=False)  # repeat: endless
             where.update(zip(compress(new, unnamed), names, strict=True))
