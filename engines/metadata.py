@@ -61,7 +61,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,13 +145,19 @@ class RunnerMetadata:
         """(S',) every sampled row of the requests with drafts: their last 1 + K rows."""
         if self.num_draft_tokens.size == 0:
             return _EMPTY
-        counts = np.where(
-            self.num_draft_tokens > 0, np.minimum(self.num_draft_tokens + 1, self.query_lens), 0
-        )
-        ends = self.query_start_loc[1:]
-        req = np.repeat(np.arange(self.num_reqs, dtype=np.int64), counts)
-        row_start = np.repeat(np.cumsum(counts) - counts, counts)
-        return ends[req] - counts[req] + (np.arange(req.size, dtype=np.int64) - row_start)
+        starts = self.query_start_loc.tolist()
+        rows: list[int] = []
+        for i, num_drafts in enumerate(self.num_draft_tokens.tolist()):  # bounded: B
+            if num_drafts > 0:
+                end = starts[i + 1]
+                rows += range(max(end - num_drafts - 1, starts[i]), end)
+        return np.array(rows, dtype=np.int64)
+
+    def batch_mask(self, batch_indices: Collection[int]) -> npt.NDArray[np.bool_]:
+        """(B,) True at each of the given batch indices (a gather of it marks their rows)."""
+        mask = np.zeros(self.num_reqs, dtype=np.bool_)
+        mask[list(batch_indices)] = True
+        return mask
 
     @functools.cached_property
     def row_req(self) -> IntArray:

@@ -67,8 +67,7 @@ class DraftAcceptance(BadReads):
         identity = written[rows].copy()
         batch = meta.row_req[rows]
         if bad_reqs:
-            poisoned = np.isin(batch, np.fromiter(bad_reqs, I64, len(bad_reqs)))
-            identity[poisoned] ^= hash_model.READ_POISON
+            identity[meta.batch_mask(bad_reqs)[batch]] ^= hash_model.READ_POISON
         samples = hash_model.sample_tokens(identity, self.vocab_size)
         out: dict[str, int] = {}
         for i, n in num_known.items():

@@ -531,14 +531,13 @@ class SymbolicExecutor(DraftAcceptance):
         are left to `_accept`."""
         rows = meta.logits_indices
         if num_known and rows.size:
-            rows = rows[~np.isin(meta.row_req[rows], np.fromiter(num_known, I64, len(num_known)))]
+            rows = rows[~meta.batch_mask(num_known)[meta.row_req[rows]]]
         if rows.size == 0:
             return {}
         batch = meta.row_req[rows]
         identity = written[rows]
         if bad_reqs:
-            poisoned = np.isin(batch, np.fromiter(bad_reqs, I64, len(bad_reqs)))
-            identity[poisoned] ^= hash_model.READ_POISON
+            identity[meta.batch_mask(bad_reqs)[batch]] ^= hash_model.READ_POISON
         positions = meta.positions[rows]
         writers = idx[batch]
         store = self.store

@@ -81,3 +81,23 @@ def test_lookahead_capped_at_max_model_len_and_off_by_default():
     assert capped.lookahead_slot_mapping.tolist() == [6, 34]
     none_left = build_metadata(_docstring_step(), 4, num_lookahead_tokens=3, max_model_len=10)
     assert none_left.lookahead_req.size == 0
+
+
+def test_spec_rows_are_each_drafting_requests_last_rows_within_its_chunk():
+    """A's 2 drafts: its last 3 rows; B none; C's 4 drafts in a chunk of 2: both its rows."""
+    import dataclasses
+
+    m = build_metadata(_docstring_step(), block_size=4)
+    assert m.spec_rows.size == 0  # no drafts in the step
+    drafted = dataclasses.replace(m, num_draft_tokens=np.array([2, 0, 4], dtype=np.int64))
+    assert drafted.spec_rows.tolist() == [0, 1, 2, 4, 5]
+    assert drafted.spec_rows.dtype == np.int64
+    one = dataclasses.replace(m, num_draft_tokens=np.array([1, 0, 0], dtype=np.int64))
+    assert one.spec_rows.tolist() == [1, 2]
+
+
+def test_batch_mask_marks_the_given_requests_and_through_row_req_their_rows():
+    m = build_metadata(_docstring_step(), block_size=4)
+    assert m.batch_mask({2, 0}).tolist() == [True, False, True]
+    assert m.batch_mask(set()).tolist() == [False, False, False]
+    assert m.batch_mask({1})[m.row_req].tolist() == [False, False, False, True, False, False]
