@@ -19,6 +19,8 @@ which also words the findings::
                      (each request once, each sampling after its last token, room in its
                      region: else nothing is done)
     grow_verified    verified lengths grown; the requests whose verified blocks grow
+    verify_own_chunks  the common read: each request reads exactly the chunk it just wrote
+                     (count_wrong of its rows, then grow_verified), or nothing is done
     add_verifiers    verifiers[b] += delta, each occurrence counted
     block_contents   each block's last identity and whether all its slots were written
                      (the pool check's view of a freshly cached block)
@@ -170,6 +172,26 @@ def grow_verified(verified_len, verified_blocks, who, highs, block_size):
             grown[num_grown], num_blocks[num_grown] = k, blocks
             num_grown += 1
     return grown[:num_grown], num_blocks[:num_grown]
+
+
+@njit(cache=True, nogil=True)
+def verify_own_chunks(
+    verified_len, verified_blocks, who, num_computed, seq_lens, shadow, slots, expected, block_size
+):
+    """The common read of a step, where each request's unverified keys are exactly the
+    chunk it just wrote (verified_len[who[i]] == num_computed[i] < seq_lens[i]) and each
+    row's slot lies in the cache: if every row's slot holds the identity expected there
+    (count_wrong is 0), grow_verified(..., who, seq_lens) and return (True, its result);
+    else (False, nothing) with nothing changed."""
+    none = np.empty(0, dtype=np.int64)
+    for i in range(who.size):  # bounded: the requests
+        low = verified_len[who[i]]
+        if low != num_computed[i] or seq_lens[i] <= low:
+            return False, none, none
+    if count_wrong(shadow, slots, expected):
+        return False, none, none
+    grown, num_blocks = grow_verified(verified_len, verified_blocks, who, seq_lens, block_size)
+    return True, grown, num_blocks
 
 
 @njit(cache=True, nogil=True)

@@ -142,6 +142,53 @@ def test_grow_verified_reads_the_state_before_and_the_last_repeat_wins():
     assert grown.tolist() == [0, 1] and num_blocks.tolist() == [2, 8]
 
 
+def _own_chunks_case():
+    """Requests 0 and 2 (store indices) verified [0, 4) and [0, 2), and now each reads the
+    rows of its chunk: 0 positions 4..5 (slots 8, 9), 2 positions 2..4 (slots 1, 2, 3)."""
+    verified_len = np.array([4, 7, 2], dtype=I64)
+    verified_blocks = np.array([1, 2, 1], dtype=I64)
+    who = np.array([0, 2], dtype=np.int32)
+    num_computed = np.array([4, 2], dtype=I64)
+    seq_lens = np.array([6, 5], dtype=I64)
+    slots = np.array([8, 9, 1, 2, 3], dtype=I64)
+    shadow = np.zeros(12, dtype=U64)
+    expected = np.array([11, 12, 21, 22, 23], dtype=U64)
+    shadow[slots] = expected
+    state = (verified_len, verified_blocks, who, num_computed, seq_lens, shadow, slots, expected)
+    return state
+
+
+def test_verify_own_chunks_grows_as_grow_verified_where_every_key_is_right():
+    state = _own_chunks_case()
+    common, grown, num_blocks = shadow_kernels.verify_own_chunks(*state, 4)
+    assert common and state[0].tolist() == [6, 7, 5]
+    assert grown.tolist() == [0, 1] and num_blocks.tolist() == [2, 2]  # ceil(6/4), ceil(5/4)
+
+
+@pytest.mark.parametrize("change", ["wrong-key", "unwritten-key", "read-before", "empty-chunk"])
+def test_verify_own_chunks_declines_without_changing_anything(change):
+    """A wrong key, a key past the known tokens (expected 0), a request whose unverified
+    keys start before its chunk, or a chunk of no rows: the general path takes the step."""
+    verified_len, verified_blocks, who, num_computed, seq_lens, shadow, slots, expected = (
+        _own_chunks_case()
+    )
+    if change == "wrong-key":
+        shadow[2] ^= U64(1)
+    elif change == "unwritten-key":
+        expected[4] = shadow[3] = 0
+    elif change == "read-before":
+        verified_len[2] = 1
+    else:
+        seq_lens[1] = num_computed[1]
+    before = (verified_len.copy(), verified_blocks.copy())
+    common, grown, num_blocks = shadow_kernels.verify_own_chunks(
+        verified_len, verified_blocks, who, num_computed, seq_lens, shadow, slots, expected, 4
+    )
+    assert not common and grown.size == num_blocks.size == 0
+    assert verified_len.tolist() == before[0].tolist()
+    assert verified_blocks.tolist() == before[1].tolist()
+
+
 def test_add_verifiers_counts_each_occurrence():
     verifiers = np.zeros(4, dtype=np.int32)
     shadow_kernels.add_verifiers(verifiers, np.array([1, 3, 1], dtype=I64), 1)
