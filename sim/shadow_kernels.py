@@ -11,7 +11,8 @@ which also words the findings::
                      first row whose input token is not the request's token there
     store_writes     old = shadow[slots]; then shadow, writer_req, writer_pos, writer_step
                      written; counts the writes over KV some live request verified (other
-                     than the writer's own keys before its position: the slow path's cue)
+                     than the writer's own keys before its position: the slow path's cue);
+                     a slot outside the cache: nothing written (the caller reports it)
     count_wrong      reads whose slot holds another identity, or whose key is past the
                      request's known tokens (expected 0)
     count_misaligned rows that do not attend exactly keys 0..position
@@ -74,34 +75,38 @@ def store_writes(
     verified_blocks,
     slots,
     positions,
-    writers,
+    batch,
+    store_indices,
     identities,
     step,
     block_size,
     slots_of_positions,
 ):
-    """Write identities[w] into slots[w] (all in the cache), for position positions[w] of
-    store index writers[w]; returns (the identities the slots held before the step's
-    writes, how many writes changed KV that a live request other than the writer's own
-    keys verified). The last write of a slot written twice wins."""
+    """Write identities[w] into slots[w], for position positions[w] of the request of
+    batch index batch[w] (store index store_indices[batch[w]]); returns (True, the
+    identities the slots held before the step's writes, how many writes changed KV that a
+    live request other than the writer's own keys verified). The last write of a slot
+    written twice wins. A slot outside the cache (negative ones too): (False, nothing, 0)
+    with nothing written."""
     n = slots.size
     old = np.empty(n, dtype=np.uint64)
     for w in range(n):  # bounded: the writes
-        assert 0 <= slots[w] < shadow.size, "the caller keeps the writes in the cache"
+        if slots[w] < 0 or slots[w] >= shadow.size:
+            return False, old[:0], 0
         old[w] = shadow[slots[w]]
     num_verified_overwrites = 0
     for w in range(n):  # bounded: the writes
-        slot = slots[w]
+        slot, writer = slots[w], store_indices[batch[w]]
         shadow[slot] = identities[w]
-        writer_req[slot] = writers[w]
+        writer_req[slot] = writer
         writer_pos[slot] = positions[w]
         writer_step[slot] = step
         if old[w] != 0:
             held = verifiers[slot // block_size]
-            own = slots_of_positions and positions[w] // block_size < verified_blocks[writers[w]]
+            own = slots_of_positions and positions[w] // block_size < verified_blocks[writer]
             if held > (1 if own else 0):
                 num_verified_overwrites += 1
-    return old, num_verified_overwrites
+    return True, old, num_verified_overwrites
 
 
 @njit(cache=True, nogil=True)

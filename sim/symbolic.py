@@ -270,32 +270,26 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
         table (False under a runner mutant that derives slots otherwise)."""
         if slots.size == 0:
             return
-        if self._outside(slots):  # rare
-            valid = self._report_out_of_bounds(step, slots, positions, batch, identities, idx)
-            slots, positions, batch = slots[valid], positions[valid], batch[valid]
-            identities = identities[valid]
-        self._in_cache = slots  # this step's read through these slots checks none again
-        writers = idx[batch]
         # every write over KV already there, equal identities included: a kernel does not
         # rewrite bit-identical floats, so a recompute into a block another live request
         # verified is a write into shared KV too (block-pool.write-into-shared-block)
-        old, num_verified_overwrites = self._kernels.store_writes(
-            self.shadow,
-            self.writer_req,
-            self.writer_pos,
-            self.writer_step,
-            self.verifiers,
-            self.store.verified_blocks,
-            slots,
-            positions,
-            writers,
-            identities,
-            step,
-            self.block_size,
-            slots_of_positions,
+        state = (self.shadow, self.writer_req, self.writer_pos, self.writer_step)
+        verified = (self.verifiers, self.store.verified_blocks)
+        ways = (step, self.block_size, slots_of_positions)
+        written, old, num_verified_overwrites = self._kernels.store_writes(
+            *state, *verified, slots, positions, batch, idx, identities, *ways
         )
+        if not written:  # rare: a slot outside the cache, written nowhere
+            valid = self._report_out_of_bounds(step, slots, positions, batch, identities, idx)
+            slots, positions, batch = slots[valid], positions[valid], batch[valid]
+            identities = identities[valid]
+            written, old, num_verified_overwrites = self._kernels.store_writes(
+                *state, *verified, slots, positions, batch, idx, identities, *ways
+            )
+            assert written, "the writes left are all in the cache"
+        self._in_cache = slots  # this step's read through these slots checks none again
         if num_verified_overwrites:
-            self._invalidate_overwritten(step, slots, writers, old)
+            self._invalidate_overwritten(step, slots, idx[batch], old)
 
     def _outside(self, slots: np.ndarray) -> bool:
         """Does any slot lie outside the cache? (negative ones too, read as unsigned)"""

@@ -63,7 +63,9 @@ def test_store_writes_reads_every_old_value_first_and_the_last_write_wins(seed):
     n = 20
     slots = rng.integers(0, num_slots, n)  # repeats: a slot written twice in one step
     positions = rng.integers(0, 16, n)
-    writers = rng.integers(0, 5, n).astype(np.int32)
+    store_indices = rng.permutation(5).astype(np.int32)  # batch index -> store index
+    batch = rng.integers(0, 5, n)
+    writers = store_indices[batch]
     identities = rng.integers(1, 1 << 63, n).astype(U64)
     want = [a.copy() for a in (shadow, writer_req, writer_pos, writer_step)]
     want_old = want[0][slots]
@@ -72,13 +74,29 @@ def test_store_writes_reads_every_old_value_first_and_the_last_write_wins(seed):
     held = verifiers[slots // block_size]
     own = positions // block_size < verified_blocks[writers]
     want_count = int(np.count_nonzero((want_old != 0) & (held > own)))
-    old, count = shadow_kernels.store_writes(
+    written, old, count = shadow_kernels.store_writes(
         shadow, writer_req, writer_pos, writer_step, verifiers, verified_blocks,
-        slots, positions, writers, identities, 7, block_size, True,
+        slots, positions, batch, store_indices, identities, 7, block_size, True,
     )  # fmt: skip
-    assert old.tolist() == want_old.tolist() and count == want_count
+    assert written and old.tolist() == want_old.tolist() and count == want_count
     for got, expected in zip((shadow, writer_req, writer_pos, writer_step), want, strict=True):
         assert got.tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("slot", [-1, 16])
+def test_store_writes_declines_a_slot_outside_the_cache_and_writes_nothing(slot):
+    shadow = np.arange(16, dtype=U64)
+    state = [shadow, np.full(16, -1, np.int32), np.full(16, -1, I64), np.full(16, -1, I64)]
+    before = [a.copy() for a in state]
+    slots = np.array([3, slot, 5], dtype=I64)
+    zeros = np.zeros(3, dtype=I64)
+    written, old, count = shadow_kernels.store_writes(
+        *state, np.ones(4, np.int32), np.zeros(1, I64),
+        slots, zeros, zeros, np.zeros(1, np.int32), np.full(3, 9, U64), 7, 4, True,
+    )  # fmt: skip
+    assert not written and old.size == 0 and count == 0
+    for got, want in zip(state, before, strict=True):
+        assert got.tolist() == want.tolist()
 
 
 def test_count_wrong_and_count_misaligned():
