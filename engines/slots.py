@@ -74,7 +74,7 @@ def gather_slots(
     num_touched = (starts_arr + counts_arr - 1) // block_size + 1 - first_blocks
     offsets = np.zeros(num_reqs, dtype=np.int64)
     np.cumsum(num_touched[:-1], out=offsets[1:])
-    flat = _touched_entries(block_tables, first_blocks.tolist(), num_touched.tolist())
+    flat = touched_entries(block_tables, first_blocks.tolist(), num_touched.tolist())
     # every slot of every touched block, in order; each request's rows are one run of it
     block_slots = (flat[:, None] * block_size + np.arange(block_size, dtype=np.int64)).ravel()
     if flat.size and flat.min() < 0:  # past the end of a table: -1 for its whole block
@@ -134,7 +134,7 @@ def _slots_one_by_one(
     return out
 
 
-def _touched_entries(
+def touched_entries(
     block_tables: Sequence[tuple[int, ...]], first: list[int], num: list[int]
 ) -> IntArray:
     """Entries [first[i], first[i] + num[i]) of each table, concatenated; -1 past its end."""

@@ -13,6 +13,8 @@ which also words the findings::
                      written; counts the writes over KV some live request verified (other
                      than the writer's own keys before its position: the slow path's cue);
                      a slot outside the cache: nothing written (the caller reports it)
+    gather_keys      the keys of ranges of positions: each key's request, slot (through the
+                     block-table entries the ranges touch) and expected identity
     count_wrong      reads whose slot holds another identity, or whose key is past the
                      request's known tokens (expected 0)
     count_misaligned rows that do not attend exactly keys 0..position
@@ -107,6 +109,36 @@ def store_writes(
             if held > (1 if own else 0):
                 num_verified_overwrites += 1
     return True, old, num_verified_overwrites
+
+
+@njit(cache=True, nogil=True)
+def gather_keys(base, num_tokens, arena_ids, todo, who, lows, highs, entries, block_size):
+    """(request, key, slot, expected identity) of keys [lows[k], highs[k]) of batch index
+    todo[k] (store index who[k]), each request's in turn. `entries`: for each k in turn,
+    its table's entries lows[k] // block_size .. (highs[k] - 1) // block_size (-1 past the
+    table's end); slot -1 through a negative entry. Expected identity: the arena's, its
+    entry 0 (0) past the request's known tokens. Every range holds a key."""
+    num_keys = 0
+    for k in range(todo.size):  # bounded: the requests
+        assert highs[k] > lows[k] >= 0, "a range of keys"
+        num_keys += highs[k] - lows[k]
+    key_req = np.empty(num_keys, dtype=np.int64)
+    keys = np.empty(num_keys, dtype=np.int64)
+    slots = np.empty(num_keys, dtype=np.int64)
+    expected = np.empty(num_keys, dtype=np.uint64)
+    row, entry = 0, 0
+    for k in range(todo.size):  # bounded: the requests
+        w, first_block = who[k], lows[k] // block_size
+        for key in range(lows[k], highs[k]):  # bounded: its keys
+            block = entries[entry + key // block_size - first_block]
+            key_req[row], keys[row] = todo[k], key
+            slots[row] = block * block_size + key % block_size if block >= 0 else -1
+            at = base[w] + key if key < num_tokens[w] else 0
+            expected[row] = arena_ids[at]
+            row += 1
+        entry += (highs[k] - 1) // block_size + 1 - first_block
+    assert entry == entries.size, "the entries the ranges touch, each once"
+    return key_req, keys, slots, expected
 
 
 @njit(cache=True, nogil=True)

@@ -68,8 +68,9 @@ from typing import cast
 
 import numpy as np
 
-from schedcheck.engines.metadata import RunnerMetadata, gather_slots
+from schedcheck.engines.metadata import RunnerMetadata
 from schedcheck.engines.protocol import KVCacheGroup
+from schedcheck.engines.slots import touched_entries
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.violation import Violation
 from schedcheck.sim.draft_acceptance import DraftAcceptance
@@ -453,18 +454,20 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
         highs: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(request, key, slot, expected identity) of keys [lows[i], highs[i]) of each i
-        (expected 0 past the request's known tokens)."""
-        counts = (highs - lows)[todo]
-        key_index = np.repeat(np.arange(todo.size), counts)
-        row_start = np.zeros(todo.size, dtype=I64)
-        np.cumsum(counts[:-1], out=row_start[1:])
-        keys = lows[todo][key_index] + (np.arange(key_index.size) - row_start[key_index])
-        slots = gather_slots(
-            [tables[i] for i in todo], lows[todo].tolist(), counts.tolist(), self.block_size
-        )
-        key_req = todo[key_index]
-        expected, _ = self.store.truth(idx[key_req], keys)
-        return key_req, keys, slots, expected
+        (expected 0 past the request's known tokens), through the table entries they touch."""
+        lo, hi = lows[todo], highs[todo]
+        first = lo // self.block_size
+        num_touched = (hi - 1) // self.block_size + 1 - first
+        picked = [tables[i] for i in todo.tolist()]
+        entries = touched_entries(picked, first.tolist(), num_touched.tolist())
+        store = self.store
+        return cast(
+            tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+            self._kernels.gather_keys(
+                store.base, store.num_tokens, store.ids, todo, idx[todo], lo, hi, entries,
+                self.block_size,
+            ),
+        )  # fmt: skip
 
     def _sample(
         self,

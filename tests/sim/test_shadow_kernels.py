@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from schedcheck.engines import slots as slots_module
 from schedcheck.invariants import hash_model
 from schedcheck.sim import shadow_kernels
 from schedcheck.sim.token_store import TokenStore, sample_and_terms
@@ -48,6 +49,34 @@ def test_truth_of_rows_is_truth_of_each_position_and_finds_the_first_wrong_token
     assert ids.tolist() == want_ids.tolist() and tokens.tolist() == want_tokens.tolist()
     wrong = np.flatnonzero(want_tokens != inputs)
     assert first_wrong == (int(wrong[0]) if wrong.size else -1)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_gather_keys_is_gather_slots_and_truth_of_each_key(seed):
+    """Ranges within and past the known tokens, through tables that end early (slot -1
+    past their end) or hold a negative entry: as gather_slots and TokenStore.truth say."""
+    rng = np.random.default_rng(seed)
+    store, block_size = _store(rng, 6), 4
+    todo = np.sort(rng.permutation(6)[:4])  # batch indices; their store indices:
+    who = rng.permutation(6)[: todo.size].astype(np.int32)
+    lows = rng.integers(0, 30, todo.size)
+    highs = lows + rng.integers(1, 14, todo.size)
+    tables = [tuple(rng.integers(-1, 9, int(rng.integers(2, 12))).tolist()) for _ in todo]
+    first = lows // block_size
+    num = (highs - 1) // block_size + 1 - first
+    entries = slots_module.touched_entries(tables, first.tolist(), num.tolist())
+    key_req, keys, slots, expected = shadow_kernels.gather_keys(
+        store.base, store.num_tokens, store.ids, todo, who, lows, highs, entries, block_size
+    )
+    counts = highs - lows
+    assert key_req.tolist() == np.repeat(todo, counts).tolist()
+    ranges = [np.arange(a, b) for a, b in zip(lows, highs, strict=True)]
+    assert keys.tolist() == np.concatenate(ranges).tolist()
+    want_slots = slots_module.gather_slots(tables, lows.tolist(), counts.tolist(), block_size)
+    assert slots.tolist() == want_slots.tolist()
+    want_ids, _ = store.truth(np.repeat(who, counts), keys)
+    assert expected.tolist() == want_ids.tolist()
+    assert -1 in want_slots.tolist() and 0 in want_ids.tolist()  # both rare cases drawn
 
 
 @pytest.mark.parametrize("seed", range(8))
