@@ -426,22 +426,19 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
         highs = np.maximum(meta.seq_lens, lows)
         chunk_only = lows == meta.num_computed_tokens
         chunk_only &= highs == meta.seq_lens
-        if meta.as_documented and np.count_nonzero(chunk_only) == chunk_only.size:
-            # every request reads its chunk only: the rows written, through slot_mapping
-            reads = (meta.row_req, meta.positions, meta.slot_mapping, true_ids)
-        else:
-            if not meta.as_documented:
-                chunk_only[:] = False
-            rows = np.flatnonzero(chunk_only[meta.row_req])
-            parts = [
-                (meta.row_req[rows], meta.positions[rows], meta.slot_mapping[rows], true_ids[rows])
-            ]
-            other = np.flatnonzero(~chunk_only & (highs > lows))
-            if other.size:
-                parts.append(self._gather_keys(idx, tables, other, lows, highs))
-            key_req, keys, slots, expected = (np.concatenate(p) for p in zip(*parts, strict=True))
-            reads = (key_req, keys, slots, expected)
-        bad = self._compare(meta, reqs, reads)
+        if not meta.as_documented:
+            chunk_only[:] = False
+        # the requests that read their chunk only: the rows written, through slot_mapping;
+        # then each other request's keys, gathered (compared in that order, as one read)
+        rows = np.flatnonzero(chunk_only[meta.row_req])
+        bad = self._compare(
+            meta,
+            reqs,
+            (meta.row_req[rows], meta.positions[rows], meta.slot_mapping[rows], true_ids[rows]),
+        )
+        other = np.flatnonzero(~chunk_only & (highs > lows))
+        if other.size:
+            bad |= self._compare(meta, reqs, self._gather_keys(idx, tables, other, lows, highs))
         self._verify(reqs, idx, tables, highs > lows, highs, bad)
         return bad
 
