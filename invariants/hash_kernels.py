@@ -16,6 +16,9 @@ its int64 bits (numpy's astype(uint64))::
     sample_tokens(identity, span, salt)
                              mix64(identity ^ salt) % span + FIRST_TOKEN_ID
                              (salt: hash_model.SAMPLE_SALT)
+    draft_chain(identity, start_pos, right, offsets, span, salt)
+                             the drafter's tokens: each the sample after the chain so far
+                             (right) or that token moved by an offset, chained by its term
 
 Imported by `hash_model` with the first call (numba loads with the first simulation, not
 with the command line).
@@ -81,4 +84,20 @@ def sample_tokens(identity, span, salt):
     out = np.empty(identity.size, np.int64)
     for k in range(identity.size):  # bounded: the identities
         out[k] = np.int64(sample_token(identity[k], span, salt))
+    return out
+
+
+@njit(cache=True, nogil=True)
+def draft_chain(identity, start_pos, right, offsets, span, salt):
+    """Draft j: the token sampled after `identity` extended by drafts 0..j-1 (their terms
+    at positions start_pos, start_pos + 1, ...) where right[j], else that token moved by
+    offsets[j] (in [1, span)) within the span of ids after the special ones."""
+    out = np.empty(right.size, np.int64)
+    last = identity
+    for j in range(right.size):  # bounded: K drafts
+        token = sample_token(last, span, salt)
+        if not right[j]:
+            token = (token - _FIRST_TOKEN + np.uint64(offsets[j])) % span + _FIRST_TOKEN
+        out[j] = np.int64(token)
+        last += term(np.uint64(start_pos + j), token)
     return out

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -97,6 +97,20 @@ def sample_tokens(identity: U64, vocab_size: int = DEFAULT_VOCAB_SIZE) -> I64:
     if isinstance(identity, np.ndarray) and identity.ndim == 1 and identity.dtype == np.uint64:
         return _kernels().sample_tokens(np.ascontiguousarray(identity), span, SAMPLE_SALT)
     return (mix64(identity ^ SAMPLE_SALT) % span).astype(np.int64) + FIRST_TOKEN_ID
+
+
+def draft_chain(
+    identity: int, start_pos: int, right: np.ndarray, offsets: np.ndarray, vocab_size: int
+) -> list[int]:
+    """A drafter's tokens after the position before `start_pos`, whose identity is given:
+    draft j is the token sampled after the sequence drafted so far where right[j], else
+    that token moved by offsets[j] (in [1, vocab_size - FIRST_TOKEN_ID)) among the ids
+    after the special ones; each draft's term extends the sequence (compiled loop)."""
+    span = np.uint64(vocab_size - FIRST_TOKEN_ID)
+    tokens = _kernels().draft_chain(
+        np.uint64(identity), np.int64(start_pos), right, _as_int64(offsets), span, SAMPLE_SALT
+    )
+    return cast(list[int], tokens.tolist())
 
 
 def _as_int64(values: np.ndarray) -> I64:

@@ -61,16 +61,4 @@ class Drafter:
         k = self.num_speculative_tokens
         right = self.rng.random(k) < self.acceptance
         offsets = self.rng.integers(1, self.vocab_size - FIRST_TOKEN_ID, size=k)
-        span = self.vocab_size - FIRST_TOKEN_ID
-        last = np.asarray([identity], dtype=np.uint64)
-        drafts: list[int] = []
-        for j in range(k):  # bounded: K
-            true = int(hash_model.sample_tokens(last, self.vocab_size)[0])
-            token = true if right[j] else (true - FIRST_TOKEN_ID + int(offsets[j])) % span
-            token += 0 if right[j] else FIRST_TOKEN_ID
-            drafts.append(token)
-            with np.errstate(over="ignore"):
-                last = last + hash_model.terms(
-                    np.asarray([n + j], np.int64), np.asarray([token], np.int64)
-                )
-        return tuple(drafts)
+        return tuple(hash_model.draft_chain(identity, n, right, offsets, self.vocab_size))

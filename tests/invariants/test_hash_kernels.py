@@ -58,3 +58,32 @@ def test_inputs_that_are_not_1d_integer_arrays_take_the_numpy_path():
     assert hash_model.sample_tokens(identity).shape == (2, 2)
     one = np.uint64(12345)  # a scalar identity: a scalar sample, as before
     assert int(hash_model.sample_tokens(one)) == int(numpy_samples(np.array([one]), 32_000)[0])
+
+
+def _draft_chain_numpy(identity, start_pos, right, offsets, vocab_size):
+    """The drafter's chain one draft at a time, by hash_model's numpy formulation."""
+    span = vocab_size - FIRST_TOKEN_ID
+    last = np.asarray([identity], dtype=np.uint64)
+    drafts = []
+    for j in range(right.size):
+        true = int(hash_model.sample_tokens(last, vocab_size)[0])
+        token = (
+            true if right[j] else (true - FIRST_TOKEN_ID + int(offsets[j])) % span + FIRST_TOKEN_ID
+        )
+        drafts.append(token)
+        with np.errstate(over="ignore"):
+            last = last + hash_model.terms(np.array([start_pos + j]), np.array([token]))
+    return drafts
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_draft_chain_is_the_drafters_chain_one_draft_at_a_time(seed):
+    rng = np.random.default_rng(seed)
+    vocab_size = int(rng.integers(FIRST_TOKEN_ID + 2, 50_000))
+    k = int(rng.integers(1, 8))
+    right = rng.random(k) < 0.5
+    offsets = rng.integers(1, vocab_size - FIRST_TOKEN_ID, size=k)
+    identity, start_pos = int(rng.integers(0, 2**64, dtype=np.uint64)), int(rng.integers(0, 9000))
+    want = _draft_chain_numpy(identity, start_pos, right, offsets, vocab_size)
+    assert hash_model.draft_chain(identity, start_pos, right, offsets, vocab_size) == want
+    assert all(FIRST_TOKEN_ID <= t < vocab_size for t in want)
