@@ -19,7 +19,6 @@ Not a test: numbers to read beside each other, with the load average.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -116,9 +115,7 @@ def main() -> int:
     args = parser.parse_args()
     report = measure(args.examples, args.seed)
     if args.json:
-        json.dump(report, sys.stdout, indent=1)
-        print()
-        return 0
+        return replay_phases.print_json(report)
     print(
         f"{report['examples']} examples ({report['steps']} steps), {report['cpu_s']:.2f} s CPU, "
         f"{1e6 * report['cpu_s'] / report['examples']:.0f} us an example"
@@ -127,8 +124,7 @@ def main() -> int:
         per_step = report["us_per_step"].get(name)
         step = f"{per_step:7.1f} us/step" if per_step is not None else ""
         print(f"  {name:58s} {us:7.0f} us/example {step}")
-    load = ", ".join(f"{x:.2f}" for x in report["load_average"])
-    print(f"load average {load}")
+    print(replay_phases.load_average_line(report["load_average"]))
     return 0
 
 

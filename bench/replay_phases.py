@@ -118,18 +118,27 @@ def main() -> int:
     args = parser.parse_args()
     report = measure(args)
     if args.json:
-        json.dump(report, sys.stdout, indent=1)
-        print()
-        return 0
+        return print_json(report)
     print(
         f"{report['requests']} requests, {report['steps']} steps, "
         f"{report['sim_time_s']:.0f} s simulated, {report['cpu_time_s']:.1f} s CPU"
     )
     for name, us in report["us_per_step"].items():
         print(f"  {name:40s} {us:8.1f} us/step")
-    load = ", ".join(f"{x:.2f}" for x in report["load_average"])
-    print(f"load average {load}")
+    print(load_average_line(report["load_average"]))
     return 0
+
+
+def print_json(report: dict[str, Any]) -> int:
+    """The report as indented JSON on stdout (`--json`); the exit status."""
+    json.dump(report, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+def load_average_line(load: tuple[float, ...]) -> str:
+    """The load average beside a table of CPU times (this machine's noise is in both)."""
+    return "load average " + ", ".join(f"{x:.2f}" for x in load)
 
 
 if __name__ == "__main__":
