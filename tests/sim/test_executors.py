@@ -28,6 +28,31 @@ def test_the_bare_executor_offers_only_hash_model_tokens():
     assert contents.tolist() == [0, 0, 0] and complete.tolist() == [True, True, True]
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: SymbolicExecutor(8, 4),
+        lambda: SymbolicExecutor(1, 1, vocab_size=300),
+        lambda: HashModelExecutor(),
+        lambda: HashModelExecutor(300),
+    ],
+)
+def test_a_built_in_executors_parts_are_its_classs_as_each_instance_checks(make):
+    """The parts of a built-in executor are found once per class: any instance, whatever
+    its arguments, meets the same protocols as that answer says."""
+    from schedcheck.sim import executors
+
+    def offered(parts):
+        return [p is not None for p in (parts.shadow, parts.drafts, parts.pool)]
+
+    executor = make()
+    first, second = ExecutorParts.of(executor), ExecutorParts.of(make())  # second: remembered
+    assert offered(first) == offered(second) and first.run is executor
+    assert first.hash_model_tokens == second.hash_model_tokens
+    assert executors._BUILT_IN_PARTS[type(executor)] == executors._parts(executor)
+    assert executors._parts(make()) == executors._parts(executor)
+
+
 def test_an_object_that_cannot_execute_is_no_executor():
     with pytest.raises(TypeError, match="object is no executor"):
         ExecutorParts.of(object())
