@@ -16,6 +16,9 @@ its int64 bits (numpy's astype(uint64))::
     sample_tokens(identity, span, salt)
                              mix64(identity ^ salt) % span + FIRST_TOKEN_ID
                              (salt: hash_model.SAMPLE_SALT)
+    first_unchunked_mismatch(prompt, outputs, start_identity, span, salt)
+                             the first output that is not the sample after the identity
+                             before it (the request run alone), or -1
     draft_chain(identity, start_pos, right, offsets, span, salt)
                              the drafter's tokens: each the sample after the chain so far
                              (right) or that token moved by an offset, chained by its term
@@ -101,3 +104,18 @@ def draft_chain(identity, start_pos, right, offsets, span, salt):
         out[j] = np.int64(token)
         last += term(np.uint64(start_pos + j), token)
     return out
+
+
+@njit(cache=True, nogil=True)
+def first_unchunked_mismatch(prompt, outputs, start_identity, span, salt):
+    """The first k where outputs[k] is not sample_token of the identity of position
+    prompt.size + k - 1 of the sequence prompt + outputs (identities from start_identity),
+    or -1: the request's outputs as it would run alone, unchunked, checked in one pass."""
+    identity = start_identity
+    for k in range(prompt.size):  # bounded: the prompt
+        identity += term(np.uint64(k), np.uint64(prompt[k]))
+    for k in range(outputs.size):  # bounded: the outputs
+        if np.int64(sample_token(identity, span, salt)) != outputs[k]:
+            return k
+        identity += term(np.uint64(prompt.size + k), np.uint64(outputs[k]))
+    return -1

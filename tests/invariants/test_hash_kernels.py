@@ -87,3 +87,27 @@ def test_draft_chain_is_the_drafters_chain_one_draft_at_a_time(seed):
     want = _draft_chain_numpy(identity, start_pos, right, offsets, vocab_size)
     assert hash_model.draft_chain(identity, start_pos, right, offsets, vocab_size) == want
     assert all(FIRST_TOKEN_ID <= t < vocab_size for t in want)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_outputs_consistent_is_the_first_output_the_unchunked_run_would_not_give(seed):
+    """The compiled pass against the vectorized formulation: outputs of the request run
+    alone, each left as it is or changed at one random output (then that output is the
+    first mismatch, whichever way the later ones go)."""
+    rng = np.random.default_rng(seed)
+    vocab_size, salt = int(rng.integers(300, 50_000)), int(rng.integers(0, 2**63))
+    prompt = rng.integers(FIRST_TOKEN_ID, vocab_size, int(rng.integers(1, 60)))
+    outputs = hash_model.unchunked_outputs(prompt, int(rng.integers(1, 30)), vocab_size, salt)
+    bad = int(rng.integers(0, outputs.size)) if seed % 2 else -1  # -1: none changed
+    if bad >= 0:
+        outputs[bad] = FIRST_TOKEN_ID + (outputs[bad] + 1 - FIRST_TOKEN_ID) % (
+            vocab_size - FIRST_TOKEN_ID
+        )
+    ids = hash_model.identities(np.concatenate([prompt, outputs[:-1]]), salt)
+    mismatch = np.flatnonzero(
+        hash_model.sample_tokens(ids[prompt.size - 1 :], vocab_size) != outputs
+    )
+    want = int(mismatch[0]) if mismatch.size else -1
+    assert want == bad
+    assert hash_model.outputs_consistent(prompt, outputs, vocab_size, salt) == want
+    assert hash_model.outputs_consistent(prompt, outputs[:0], vocab_size, salt) == -1
