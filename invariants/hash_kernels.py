@@ -16,12 +16,13 @@ its int64 bits (numpy's astype(uint64))::
     sample_tokens(identity, span, salt)
                              mix64(identity ^ salt) % span + FIRST_TOKEN_ID
                              (salt: hash_model.SAMPLE_SALT)
-    first_unchunked_mismatch(prompt, outputs, start_identity, span, salt)
-                             the first output that is not the sample after the identity
-                             before it (the request run alone), or -1
-    draft_chain(identity, start_pos, right, offsets, span, salt)
-                             the drafter's tokens: each the sample after the chain so far
-                             (right) or that token moved by an offset, chained by its term
+    sample_chain(identity, start_pos, right, offsets, span, salt)
+                             tokens sampled one after another, each chained by its term:
+                             the request run alone (all right), or the drafter's tokens
+                             (a wrong one moved by an offset)
+    unchunked_chain(prompt, num_outputs, start_identity, span, salt)
+                             the outputs of a request run alone: sample_chain, all right,
+                             after its prompt's identities
 
 Imported by `hash_model` with the first call (numba loads with the first simulation, not
 with the command line).
@@ -91,13 +92,13 @@ def sample_tokens(identity, span, salt):
 
 
 @njit(cache=True, nogil=True)
-def draft_chain(identity, start_pos, right, offsets, span, salt):
-    """Draft j: the token sampled after `identity` extended by drafts 0..j-1 (their terms
+def sample_chain(identity, start_pos, right, offsets, span, salt):
+    """Token j: the token sampled after `identity` extended by tokens 0..j-1 (their terms
     at positions start_pos, start_pos + 1, ...) where right[j], else that token moved by
     offsets[j] (in [1, span)) within the span of ids after the special ones."""
     out = np.empty(right.size, np.int64)
     last = identity
-    for j in range(right.size):  # bounded: K drafts
+    for j in range(right.size):  # bounded: the tokens asked for
         token = sample_token(last, span, salt)
         if not right[j]:
             token = (token - _FIRST_TOKEN + np.uint64(offsets[j])) % span + _FIRST_TOKEN
@@ -107,15 +108,9 @@ def draft_chain(identity, start_pos, right, offsets, span, salt):
 
 
 @njit(cache=True, nogil=True)
-def first_unchunked_mismatch(prompt, outputs, start_identity, span, salt):
-    """The first k where outputs[k] is not sample_token of the identity of position
-    prompt.size + k - 1 of the sequence prompt + outputs (identities from start_identity),
-    or -1: the request's outputs as it would run alone, unchunked, checked in one pass."""
-    identity = start_identity
-    for k in range(prompt.size):  # bounded: the prompt
-        identity += term(np.uint64(k), np.uint64(prompt[k]))
-    for k in range(outputs.size):  # bounded: the outputs
-        if np.int64(sample_token(identity, span, salt)) != outputs[k]:
-            return k
-        identity += term(np.uint64(prompt.size + k), np.uint64(outputs[k]))
-    return -1
+def unchunked_chain(prompt, num_outputs, start_identity, span, salt):
+    """The first `num_outputs` outputs of `prompt` run alone: the sample chain, every
+    token right, after the identity of the prompt's last position."""
+    last = identities(prompt, start_identity, np.int64(0))[-1]
+    every = np.ones(num_outputs, dtype=np.int64)
+    return sample_chain(last, prompt.size, every != 0, every, span, salt)

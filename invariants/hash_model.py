@@ -99,18 +99,21 @@ def sample_tokens(identity: U64, vocab_size: int = DEFAULT_VOCAB_SIZE) -> I64:
     return (mix64(identity ^ SAMPLE_SALT) % span).astype(np.int64) + FIRST_TOKEN_ID
 
 
-def draft_chain(
+def sample_chain(
     identity: int, start_pos: int, right: np.ndarray, offsets: np.ndarray, vocab_size: int
-) -> list[int]:
-    """A drafter's tokens after the position before `start_pos`, whose identity is given:
-    draft j is the token sampled after the sequence drafted so far where right[j], else
+) -> I64:
+    """Tokens sampled one after another after the position before `start_pos`, whose
+    identity is given: token j is the sample after the sequence so far where right[j], else
     that token moved by offsets[j] (in [1, vocab_size - FIRST_TOKEN_ID)) among the ids
-    after the special ones; each draft's term extends the sequence (compiled loop)."""
+    after the special ones; each token's term extends the sequence (compiled loop). All
+    right: the request run alone; else a drafter's drafts."""
     span = np.uint64(vocab_size - FIRST_TOKEN_ID)
-    tokens = _kernels().draft_chain(
-        np.uint64(identity), np.int64(start_pos), right, _as_int64(offsets), span, SAMPLE_SALT
+    return cast(
+        I64,
+        _kernels().sample_chain(
+            np.uint64(identity), np.int64(start_pos), right, _as_int64(offsets), span, SAMPLE_SALT
+        ),
     )
-    return cast(list[int], tokens.tolist())
 
 
 def _as_int64(values: np.ndarray) -> I64:
@@ -123,14 +126,9 @@ def unchunked_outputs(
 ) -> I64:
     """The outputs of the request run alone: whole prompt in one forward, no cache."""
     assert prompt.size >= 1 and num_outputs >= 0
-    out = np.zeros(num_outputs, dtype=np.int64)
-    last = identities(prompt, salt)[-1:]
-    for k in range(num_outputs):  # bounded: num_outputs
-        out[k] = sample_tokens(last, vocab_size)[0]
-        pos = np.array([prompt.size + k], dtype=np.int64)
-        with np.errstate(over="ignore"):
-            last = last + terms(pos, out[k : k + 1])
-    return out
+    span = np.uint64(vocab_size - FIRST_TOKEN_ID)
+    chain = _kernels().unchunked_chain
+    return cast(I64, chain(_as_int64(prompt), num_outputs, np.uint64(salt), span, SAMPLE_SALT))
 
 
 def outputs_consistent(
@@ -138,19 +136,12 @@ def outputs_consistent(
 ) -> int:
     """Index of the first output that differs from the unchunked run, or -1 if none.
 
-    Vectorized: output k must be the sample after identity(len(prompt) + k - 1) of the
-    sequence prompt + outputs, which holds iff it equals the unchunked output k given that
-    every earlier output matched.
+    Output k must be the sample after identity(len(prompt) + k - 1) of the sequence prompt
+    + outputs, which holds iff it equals the unchunked output k given that every earlier
+    output matched: the first difference from `unchunked_outputs` is the answer.
     """
     if outputs.size == 0:
         return -1
-    assert prompt.size >= 1, "a request has a prompt"
-    if _int_vectors(prompt, outputs):  # the compiled pass: the same first mismatch
-        span = np.uint64(vocab_size - FIRST_TOKEN_ID)
-        salted = np.uint64(salt)
-        kernel = _kernels().first_unchunked_mismatch
-        return int(kernel(_as_int64(prompt), _as_int64(outputs), salted, span, SAMPLE_SALT))
-    ids = identities(np.concatenate([prompt, outputs[:-1]]), salt)
-    expected = sample_tokens(ids[prompt.size - 1 :], vocab_size)
+    expected = unchunked_outputs(prompt, int(outputs.size), vocab_size, salt)
     bad = np.flatnonzero(expected != outputs)
     return int(bad[0]) if bad.size else -1

@@ -61,4 +61,4 @@ class Drafter:
         k = self.num_speculative_tokens
         right = self.rng.random(k) < self.acceptance
         offsets = self.rng.integers(1, self.vocab_size - FIRST_TOKEN_ID, size=k)
-        return tuple(hash_model.draft_chain(identity, n, right, offsets, self.vocab_size))
+        return tuple(hash_model.sample_chain(identity, n, right, offsets, self.vocab_size).tolist())

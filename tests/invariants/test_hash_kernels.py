@@ -60,8 +60,8 @@ def test_inputs_that_are_not_1d_integer_arrays_take_the_numpy_path():
     assert int(hash_model.sample_tokens(one)) == int(numpy_samples(np.array([one]), 32_000)[0])
 
 
-def _draft_chain_numpy(identity, start_pos, right, offsets, vocab_size):
-    """The drafter's chain one draft at a time, by hash_model's numpy formulation."""
+def _sample_chain_numpy(identity, start_pos, right, offsets, vocab_size):
+    """The chain one token at a time, by hash_model's numpy formulation."""
     span = vocab_size - FIRST_TOKEN_ID
     last = np.asarray([identity], dtype=np.uint64)
     drafts = []
@@ -77,23 +77,25 @@ def _draft_chain_numpy(identity, start_pos, right, offsets, vocab_size):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_draft_chain_is_the_drafters_chain_one_draft_at_a_time(seed):
+def test_sample_chain_is_the_chain_one_token_at_a_time(seed):
     rng = np.random.default_rng(seed)
     vocab_size = int(rng.integers(FIRST_TOKEN_ID + 2, 50_000))
     k = int(rng.integers(1, 8))
     right = rng.random(k) < 0.5
     offsets = rng.integers(1, vocab_size - FIRST_TOKEN_ID, size=k)
     identity, start_pos = int(rng.integers(0, 2**64, dtype=np.uint64)), int(rng.integers(0, 9000))
-    want = _draft_chain_numpy(identity, start_pos, right, offsets, vocab_size)
-    assert hash_model.draft_chain(identity, start_pos, right, offsets, vocab_size) == want
+    want = _sample_chain_numpy(identity, start_pos, right, offsets, vocab_size)
+    got = hash_model.sample_chain(identity, start_pos, right, offsets, vocab_size)
+    assert got.tolist() == want
     assert all(FIRST_TOKEN_ID <= t < vocab_size for t in want)
 
 
 @pytest.mark.parametrize("seed", range(8))
 def test_outputs_consistent_is_the_first_output_the_unchunked_run_would_not_give(seed):
-    """The compiled pass against the vectorized formulation: outputs of the request run
-    alone, each left as it is or changed at one random output (then that output is the
-    first mismatch, whichever way the later ones go)."""
+    """Against the vectorized formulation (each output the sample after the identity
+    before it in prompt + outputs): outputs of the request run alone (`unchunked_outputs`,
+    the compiled chain), left as they are or changed at one random output (then that output
+    is the first mismatch, whichever way the later ones go)."""
     rng = np.random.default_rng(seed)
     vocab_size, salt = int(rng.integers(300, 50_000)), int(rng.integers(0, 2**63))
     prompt = rng.integers(FIRST_TOKEN_ID, vocab_size, int(rng.integers(1, 60)))
