@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.fuzz.draws import keep_draws_local_free
+from schedcheck.fuzz.draws import LeafDraw, keep_draws_local_free
 from schedcheck.fuzz.strategies import BOOLEANS, draw_plans, integers, materialize
 from schedcheck.fuzz.swarm import (
     SwarmSpec,
@@ -131,6 +131,7 @@ def scenarios(spec: SwarmSpec) -> st.SearchStrategy[Scenario]:
 @st.composite
 def _scenarios(draw: st.DrawFn, spec: SwarmSpec) -> Scenario:
     """A scenario for `spec`: the config knobs first, then a trace that fits them."""
+    draw = LeafDraw(draw)  # the same draws, cheaper (fuzz/draws.py)
     knob = draw_knobs(draw, spec)
     features = draw_features_for(draw, knob, spec)
     plans = draw_plans(draw, knob.block_size, knob.max_num_batched_tokens, features)

@@ -2,10 +2,15 @@
 
 import importlib
 import sys
+from random import Random
 
 from hypothesis import given, seed
+from hypothesis.internal.conjecture.data import ConjectureData
 
+import schedcheck.fuzz.scenario as scenario_module
+from schedcheck.fuzz import draws
 from schedcheck.fuzz.scenario import scenarios
+from schedcheck.fuzz.strategies import BOOLEANS
 from schedcheck.fuzz.swarm import SwarmSpec
 from schedcheck.fuzz.worker import WorkerJob, round_settings
 
@@ -37,3 +42,48 @@ def test_a_seed_draws_the_same_examples_after_a_module_with_new_literals_loads(t
         sys.path.remove(str(tmp_path))
         sys.modules.pop("many_literals", None)
     assert len(before) == 12 * 32 and after == before  # 48 of 384 differed without it
+
+
+def test_leaf_draws_draw_what_draw_draws(monkeypatch):
+    """LeafDraw takes the same choices and spans as `draw`: Hypothesis' mutations, which
+    splice spans, then make the same examples, so every round draws the same scenarios."""
+    draws._UNWRAPPED.clear()
+    fast = _drawn(6)
+    assert draws._UNWRAPPED, "the leaf draws took their own path"
+    monkeypatch.setattr(scenario_module, "LeafDraw", lambda draw: draw)
+    draws._UNWRAPPED.clear()
+    plain = _drawn(6)
+    assert not draws._UNWRAPPED
+    assert len(fast) == 6 * 32 and fast == plain
+
+
+def test_a_leaf_draw_at_a_value_hole_goes_through_draw():
+    calls = []
+
+    class Data:
+        depth, frozen, index, prefix = 1, False, 0, (draws.ValueHole(3),)
+
+        def draw(self, strategy, label=None):
+            calls.append(strategy)
+            return 3
+
+    data = Data()
+    data._ConjectureData__span_record = object()  # what LeafDraw looks for
+    assert draws.LeafDraw(data.draw)(BOOLEANS) == 3 and calls == [BOOLEANS]
+
+
+def _spans_and_value(strategy, data):
+    value = data.draw(strategy)
+    data.freeze()
+    return [(s.label, s.start, s.end) for s in data.spans], data.choices, value.dumps()
+
+
+def test_leaf_draws_make_the_spans_draw_makes(monkeypatch):
+    """The shrinker and the mutator work on spans: LeafDraw's are `draw`'s, label for label."""
+    strategy = scenarios(SwarmSpec(engine="reference"))
+    for seed_value in range(4):
+        fast = _spans_and_value(strategy, ConjectureData(random=Random(seed_value)))
+        with monkeypatch.context() as patch:
+            patch.setattr(scenario_module, "LeafDraw", lambda draw: draw)
+            plain = _spans_and_value(strategy, ConjectureData.for_choices(fast[1]))
+        assert len(fast[0]) > 20 and fast == plain
