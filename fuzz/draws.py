@@ -36,10 +36,20 @@ except ImportError:  # Hypothesis before value holes: none can be at the next ch
 Ex = TypeVar("Ex")
 
 
+_NO_LOCAL_CONSTANTS = providers.Constants()  # what Hypothesis starts its local constants from
+
+
+def _no_local_constants() -> providers.Constants:
+    return _NO_LOCAL_CONSTANTS
+
+
 def keep_draws_local_free() -> None:
-    """From now on, no constant of a loaded module is drawn (idempotent)."""
-    empty = providers.Constants()  # what Hypothesis starts its local constants from
-    providers._get_local_constants = lambda: empty
+    """From now on, no constant of a loaded module is drawn (idempotent: each campaign
+    round calls it, and only the first call empties Hypothesis' pools of constants, which
+    every later round would otherwise build again, some 250 constants checked an example)."""
+    if providers._get_local_constants is _no_local_constants:
+        return
+    providers._get_local_constants = _no_local_constants
     providers.CONSTANTS_CACHE.cache.clear()  # pools built with local constants before
 
 

@@ -87,3 +87,13 @@ def test_leaf_draws_make_the_spans_draw_makes(monkeypatch):
             patch.setattr(scenario_module, "LeafDraw", lambda draw: draw)
             plain = _spans_and_value(strategy, ConjectureData.for_choices(fast[1]))
         assert len(fast[0]) > 20 and fast == plain
+
+
+def test_only_the_first_call_empties_the_pools_of_constants():
+    from hypothesis.internal.conjecture import providers
+
+    draws.keep_draws_local_free()
+    providers.CONSTANTS_CACHE[("integer", "sentinel")] = ((7,), ())
+    draws.keep_draws_local_free()  # each round calls it: the pools built since are kept
+    assert providers.CONSTANTS_CACHE[("integer", "sentinel")] == ((7,), ())
+    assert not providers._get_local_constants().set_for_type("integer")
