@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
+
 from schedcheck.engines.metadata import RunnerMetadata
 
 
@@ -34,7 +36,8 @@ class StepCostModel:
     def step_time_us(self, meta: RunnerMetadata) -> float:
         num_sampling = int(meta.logits_indices.size)
         num_prefill = meta.num_tokens - num_sampling
-        num_context = int(meta.seq_lens.sum())
+        # the KV read: summed only where it costs time (not under `unit`, the fuzzer's)
+        num_context = int(np.add.reduce(meta.seq_lens)) if self.context_token_us else 0
         return (
             self.fixed_us
             + self.prefill_token_us * num_prefill
