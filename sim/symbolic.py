@@ -62,6 +62,7 @@ block, and where a comparison failed (to word the violation).
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 from collections.abc import Callable, Sequence
 from typing import cast
@@ -409,9 +410,9 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
         """
         tables = meta.block_tables
         if not all(map(operator.is_, tables, map(_SEEN, reqs))):  # some table changed
-            for req, table in zip(reqs, tables, strict=True):
-                if table is not req.seen_table:
-                    self._revalidate(req, table)
+            changed = map(operator.is_not, tables, map(_SEEN, reqs))
+            for i in itertools.compress(range(len(reqs)), changed):  # bounded: the batch
+                self._revalidate(reqs[i], tables[i])
         if meta.as_documented and meta.slot_mapping is self._in_cache:
             store = self.store  # the common step in one kernel call, else nothing done
             common, grown, new_blocks = self._kernels.verify_own_chunks(
