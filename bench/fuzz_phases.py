@@ -5,6 +5,8 @@ simulation wrapped with `process_time` as `replay_phases.py` wraps them.
 
     python bench/fuzz_phases.py --examples 640
     python bench/fuzz_phases.py --examples 640 --json
+    .tox/vllm-v1/bin/python bench/fuzz_phases.py --engine vllm-v1 --examples 320 \
+        --ignore engine-crash --ignore liveness --ignore block-pool.cached-unwritten
 
 Phases, in us per example and per step: the simulation's construction (engine, executor,
 checks), the engine's schedule() / update_from_output() / add_request(), the shadow KV,
@@ -30,7 +32,9 @@ import replay_phases
 import schedcheck.sim.loop as loop_module
 
 
-def measure(examples: int, seed: int) -> dict[str, Any]:
+def measure(
+    examples: int, seed: int, engine: str = "reference", ignore: tuple[str, ...] = ()
+) -> dict[str, Any]:
     phases = replay_phases.Phases()
     totals = {"runs": 0, "steps": 0, "run_cpu_s": 0.0}
     sim_class = loop_module.Simulation
@@ -45,13 +49,13 @@ def measure(examples: int, seed: int) -> dict[str, Any]:
         totals["steps"] += result.steps
         return result
 
-    fuzz_speed.measure(60.0, seed, 1)  # the one-time setup, not counted
+    fuzz_speed.measure(60.0, seed, 1, engine, ignore)  # the one-time setup, not counted
     loop_module.step_metadata = phases.wrap("runner metadata", original[0])
     sim_class.__init__ = phases.wrap("construction", original[1])  # type: ignore[method-assign]
     sim_class.run = run  # type: ignore[method-assign]
     try:
         cpu0 = time.process_time()
-        report = fuzz_speed.measure(60.0, seed, examples)
+        report = fuzz_speed.measure(60.0, seed, examples, engine, ignore)
         cpu_s = time.process_time() - cpu0
     finally:
         loop_module.step_metadata, sim_class.__init__, sim_class.run = original
@@ -111,9 +115,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--examples", type=int, default=640)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--engine", default="reference", help="as fuzz_speed.py's --engine")
+    parser.add_argument("--ignore", action="append", default=[], help="as fuzz_speed.py's")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    report = measure(args.examples, args.seed)
+    report = measure(args.examples, args.seed, args.engine, tuple(args.ignore))
     if args.json:
         return replay_phases.print_json(report)
     print(
