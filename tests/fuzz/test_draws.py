@@ -97,3 +97,17 @@ def test_only_the_first_call_empties_the_pools_of_constants():
     draws.keep_draws_local_free()  # each round calls it: the pools built since are kept
     assert providers.CONSTANTS_CACHE[("integer", "sentinel")] == ((7,), ())
     assert not providers._get_local_constants().set_for_type("integer")
+
+
+def test_leaf_draws_remember_a_bounded_number_of_strategies(monkeypatch):
+    """A strategy built afresh for every draw would grow the memory: past the bound, `draw`."""
+    monkeypatch.setattr(draws, "UNWRAPPED_MAX", 0)
+    draws._UNWRAPPED.clear()
+    assert _drawn(1) == _drawn_plain(1, monkeypatch)
+    assert not draws._UNWRAPPED
+
+
+def _drawn_plain(rounds, monkeypatch):
+    with monkeypatch.context() as patch:
+        patch.setattr(scenario_module, "LeafDraw", lambda draw: draw)
+        return _drawn(rounds)
