@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+import hypothesis.version
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture import providers
 from hypothesis.internal.conjecture.data import MAX_DEPTH
@@ -56,6 +57,9 @@ def keep_draws_local_free() -> None:
 # -- a scenario's leaf draws, without ConjectureData.draw's per-call work ------------------
 
 _SPAN_RECORD = "_ConjectureData__span_record"  # ConjectureData's private span record
+# the Hypothesis whose ConjectureData.draw LeafDraw repeats (older ones: `draw` itself)
+LEAF_DRAWS_SINCE = (6, 170)
+_LEAF_DRAWS = tuple(hypothesis.version.__version_info__[:2]) >= LEAF_DRAWS_SINCE
 
 
 class LeafDraw:
@@ -66,7 +70,8 @@ class LeafDraw:
 
     A strategy is validated and unwrapped once, at its first draw. Any draw that is not a
     plain nested draw (a ValueHole to invert at this position, the depth bound, a
-    Hypothesis without the span record) goes through `draw` itself. Private API, like
+    Hypothesis before LEAF_DRAWS_SINCE or without the span record) goes through `draw`
+    itself. Private API, like
     `keep_draws_local_free`: tests/fuzz/test_draws.py checks that a round draws the same
     examples through this as through `draw`."""
 
@@ -74,7 +79,7 @@ class LeafDraw:
 
     def __init__(self, draw: st.DrawFn) -> None:
         self._draw = draw
-        data = getattr(draw, "__self__", None)
+        data = getattr(draw, "__self__", None) if _LEAF_DRAWS else None
         self._record: Any = getattr(data, _SPAN_RECORD, None)
         self._data: Any = data if self._record is not None else None
 

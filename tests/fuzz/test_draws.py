@@ -4,6 +4,7 @@ import importlib
 import sys
 from random import Random
 
+import pytest
 from hypothesis import given, seed
 from hypothesis.internal.conjecture.data import ConjectureData
 
@@ -99,9 +100,16 @@ def test_only_the_first_call_empties_the_pools_of_constants():
     assert not providers._get_local_constants().set_for_type("integer")
 
 
-def test_leaf_draws_remember_a_bounded_number_of_strategies(monkeypatch):
-    """A strategy built afresh for every draw would grow the memory: past the bound, `draw`."""
-    monkeypatch.setattr(draws, "UNWRAPPED_MAX", 0)
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("UNWRAPPED_MAX", 0),  # a strategy built afresh each draw would grow the memory
+        ("_LEAF_DRAWS", False),  # a Hypothesis older than the draw LeafDraw repeats
+    ],
+)
+def test_leaf_draws_fall_back_to_draw(monkeypatch, name, value):
+    """Past the bound of strategies, or on an older Hypothesis: `draw` itself, the same."""
+    monkeypatch.setattr(draws, name, value)
     draws._UNWRAPPED.clear()
     assert _drawn(1) == _drawn_plain(1, monkeypatch)
     assert not draws._UNWRAPPED
