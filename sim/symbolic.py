@@ -409,8 +409,8 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
         and no second gather is needed. Every other request takes the general path.
         """
         tables = meta.block_tables
-        if not all(map(operator.is_, tables, map(_SEEN, reqs))):  # some table changed
-            changed = map(operator.is_not, tables, map(_SEEN, reqs))
+        changed = list(map(operator.is_not, tables, map(_SEEN, reqs)))
+        if any(changed):  # some table changed: only those are looked at again
             for i in itertools.compress(range(len(reqs)), changed):  # bounded: the batch
                 self._revalidate(reqs[i], tables[i])
         if meta.as_documented and meta.slot_mapping is self._in_cache:
