@@ -51,9 +51,8 @@ def test_leaf_draws_draw_what_draw_draws(monkeypatch):
     draws._UNWRAPPED.clear()
     fast = _drawn(6)
     assert draws._UNWRAPPED, "the leaf draws took their own path"
-    monkeypatch.setattr(scenario_module, "LeafDraw", lambda draw: draw)
     draws._UNWRAPPED.clear()
-    plain = _drawn(6)
+    plain = _drawn_plain(6, monkeypatch)
     assert not draws._UNWRAPPED
     assert len(fast) == 6 * 32 and fast == plain
 
