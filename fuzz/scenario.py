@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from schedcheck.engines.protocol import EngineConfig
+from schedcheck.fuzz import mutator_groups
 from schedcheck.fuzz.draws import LeafDraw, keep_draws_local_free
 from schedcheck.fuzz.strategies import BOOLEANS, draw_plans, integers, materialize
 from schedcheck.fuzz.swarm import (
@@ -123,8 +124,10 @@ class Scenario:
 
 
 def scenarios(spec: SwarmSpec) -> st.SearchStrategy[Scenario]:
-    """Scenarios for `spec`, drawn alike in every process (fuzz/draws.py)."""
+    """Scenarios for `spec`, drawn alike in every process (fuzz/draws.py); Hypothesis'
+    mutations of them found in one pass (fuzz/mutator_groups.py)."""
     keep_draws_local_free()
+    mutator_groups.install()
     return _scenarios(spec)
 
 
