@@ -5,6 +5,7 @@ from random import Random
 
 import pytest
 from hypothesis import strategies as st
+from hypothesis.control import BuildContext
 from hypothesis.errors import StopTest
 from hypothesis.internal.conjecture import data as conjecture_data
 from hypothesis.internal.conjecture.data import ConjectureData
@@ -21,8 +22,8 @@ pytestmark = pytest.mark.skipif(
 
 def _spans(strategy, seed_value):
     data = ConjectureData(random=Random(seed_value))
-    with contextlib.suppress(StopTest):  # an overrun still leaves spans to mutate
-        data.draw(strategy)
+    with BuildContext(data, wrapped_test=_spans), contextlib.suppress(StopTest):
+        data.draw(strategy)  # an overrun still leaves spans to mutate
     data.freeze()
     return data.spans
 
