@@ -37,6 +37,7 @@ DRAFT = np.uint64(0xD2AF_7D2A_F7D2_AF7D)  # a drafter's KV entry: tokens not kno
 GROUP_SALT = np.uint64(0x6B76_6772_6F75_7000)  # "kvgroup": tags a KV-cache group's entries
 
 
+@functools.cache  # a few groups; each step reads its groups' tags (about 8 us to mix one)
 def group_tag(group: int) -> np.uint64:
     """xor-ed into the identities group `group` writes: each KV-cache group has its own
     layers, so the KV of one position differs per group (group 0's tag is 0: a one-group

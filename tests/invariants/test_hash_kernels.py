@@ -113,3 +113,14 @@ def test_outputs_consistent_is_the_first_output_the_unchunked_run_would_not_give
     assert want == bad
     assert hash_model.outputs_consistent(prompt, outputs, vocab_size, salt) == want
     assert hash_model.outputs_consistent(prompt, outputs[:0], vocab_size, salt) == -1
+
+
+def test_group_tags_are_the_mixed_group_salt_remembered():
+    """Group 0 writes plain identities; group g's tag is mix64(GROUP_SALT + g), the same
+    value (and type) at every call."""
+    assert hash_model.group_tag(0) == 0
+    for group in (1, 2, 3):
+        want = mix64(np.asarray([hash_model.GROUP_SALT + np.uint64(group)], dtype=np.uint64))[0]
+        first, again = hash_model.group_tag(group), hash_model.group_tag(group)
+        assert first == want and again == want and isinstance(again, np.uint64)
+    assert len({int(hash_model.group_tag(g)) for g in range(8)}) == 8
