@@ -267,10 +267,9 @@ def _lookahead(
     starts = [start for _, start in drafts]
     counts = [min(num_lookahead_tokens, cap - start) for start in starts]
     slots = gather_slots([reqs[i].block_table for i in batch_index], starts, counts, block_size)
-    batch = np.repeat(np.asarray(batch_index, np.int64), counts)
-    row_start = np.repeat(np.cumsum([0, *counts[:-1]]), counts)
-    first = np.repeat(np.asarray(starts, np.int64), counts)
-    positions = first + np.arange(batch.size, dtype=np.int64) - row_start
+    # draft d's rows are its positions start .. start + count - 1, as a chunk's rows are
+    positions, rows = rows_of(starts, counts, list(itertools.accumulate(counts, initial=0)))
+    batch = np.array(batch_index, dtype=np.int64)[rows]
     return positions, slots, batch
 
 

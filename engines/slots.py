@@ -33,6 +33,9 @@ def rows_of(computed: list[int], counts: list[int], starts: list[int]) -> tuple[
     num_reqs, num_rows = len(counts), starts[-1]
     if num_rows == num_reqs:  # one row each
         return np.array(computed, dtype=np.int64), np.arange(num_reqs, dtype=np.int64)
+    if num_reqs == 1:  # one chunk
+        first = computed[0]
+        return np.arange(first, first + num_rows, dtype=np.int64), np.zeros(num_rows, np.int64)
     if num_rows <= SMALL_ROWS:
         ends = map(operator.add, computed, counts)
         position_iter = itertools.chain.from_iterable(map(range, computed, ends))
@@ -67,7 +70,7 @@ def gather_slots(
     assert len(starts) == len(counts) == num_reqs
     assert min(starts, default=0) >= 0 and min(counts, default=1) >= 1
     if sum(counts) <= SMALL_ROWS:
-        return np.array(_slots_listed(block_tables, starts, counts, block_size), dtype=np.int64)
+        return np.asarray(_slots_listed(block_tables, starts, counts, block_size), np.int64)
     starts_arr = np.asarray(starts, dtype=np.int64)
     counts_arr = np.asarray(counts, dtype=np.int64)
     first_blocks = starts_arr // block_size
@@ -92,29 +95,35 @@ def _slots_listed(
     starts: Sequence[int],
     counts: Sequence[int],
     block_size: int,
-) -> list[int]:
-    """gather_slots of a small step as lists, each pass in C (map): the rows' positions and
-    tables, each row's block, its slot. A position past its table, or a negative entry,
-    is rare (an out-of-bounds access): then position by position."""
-    if len(counts) == sum(counts):  # one row each (decodes)
-        positions, row_tables = list(starts), block_tables
-    else:
-        ends = map(operator.add, starts, counts)
-        positions = list(itertools.chain.from_iterable(map(range, starts, ends)))
-        row_tables = list(
-            itertools.chain.from_iterable(map(itertools.repeat, block_tables, counts))
-        )
+) -> list[int] | IntArray:
+    """gather_slots of a small step from lists: one row each (decodes) in C (map), else
+    one run of consecutive slots per block a request touches (a chunk of 16 rows is one
+    or two ranges, not 16 positions). A position past its table, or a negative entry, is
+    rare (an out-of-bounds access): then position by position."""
     size = itertools.repeat(block_size)
-    try:
-        blocks: list[int] = list(
-            map(operator.getitem, row_tables, map(operator.floordiv, positions, size))
-        )
-    except IndexError:
-        blocks = []
-    if len(blocks) != len(positions) or min(blocks, default=0) < 0:
-        return _slots_one_by_one(block_tables, starts, counts, block_size)
-    offsets = map(operator.mod, positions, size)
-    return list(map(operator.add, map(operator.mul, blocks, size), offsets))
+    if len(counts) == sum(counts):  # one row each (decodes)
+        try:
+            blocks = list(map(operator.getitem, block_tables, map(operator.floordiv, starts, size)))
+        except IndexError:
+            return _slots_one_by_one(block_tables, starts, counts, block_size)
+        if min(blocks, default=0) < 0:
+            return _slots_one_by_one(block_tables, starts, counts, block_size)
+        offsets = map(operator.mod, starts, size)
+        return list(map(operator.add, map(operator.mul, blocks, size), offsets))
+    runs: list[range] = []
+    for table, start, count in zip(block_tables, starts, counts, strict=True):  # bounded: B
+        end = start + count
+        first, last = start // block_size, (end - 1) // block_size
+        entries = table[first : last + 1]
+        if len(entries) <= last - first or min(entries) < 0:
+            return _slots_one_by_one(block_tables, starts, counts, block_size)
+        lo = start
+        for k, block in enumerate(entries, first):  # bounded: the blocks it touches
+            hi = min(end, (k + 1) * block_size)
+            shift = (block - k) * block_size  # position p of logical block k -> p + shift
+            runs.append(range(lo + shift, hi + shift))
+            lo = hi
+    return np.fromiter(itertools.chain.from_iterable(runs), np.int64, sum(counts))
 
 
 def _slots_one_by_one(

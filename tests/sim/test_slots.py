@@ -26,6 +26,10 @@ def test_rows_of_decodes_a_small_step_and_a_long_chunk():
     # one row each (decodes)
     positions, row_req = rows_of([4, 9], [1, 1], [0, 1, 2])
     assert (positions.tolist(), row_req.tolist()) == ([4, 9], [0, 1])
+    # one chunk
+    positions, row_req = rows_of([5], [3], [0, 3])
+    assert (positions.tolist(), row_req.tolist()) == ([5, 6, 7], [0, 0, 0])
+    assert positions.dtype == row_req.dtype == np.int64
     # a small step: the docstring layout of engines/metadata.py
     positions, row_req = rows_of([4, 9, 8], [3, 1, 2], [0, 3, 4, 6])
     assert positions.tolist() == [4, 5, 6, 9, 8, 9]
@@ -61,7 +65,7 @@ def test_lists_and_arrays_agree_at_every_size_around_the_threshold(monkeypatch):
         want = _slots_one_by_one(tables, starts, counts, block_size)
         assert gather_slots(tables, starts, counts, block_size).tolist() == want
         listed = slots._slots_listed(tables, starts, counts, block_size)
-        assert listed == want
+        assert np.asarray(listed).tolist() == want
         monkeypatch.setattr(slots, "SMALL_ROWS", 0)  # every step by array operations
         assert gather_slots(tables, starts, counts, block_size).tolist() == want
         monkeypatch.setattr(slots, "SMALL_ROWS", SMALL_ROWS)
