@@ -146,6 +146,8 @@ class RunResult:
     ) -> bool:
         """Keep the violations not ignored, each with the time and its request's recent
         steps (`context`); True if any was kept."""
+        if not violations:  # most steps
+            return False
         violations = self.unignored(violations)
         self.violations.extend(
             dataclasses.replace(v, sim_time_s=sim_time_s, context=context(v.request_id))

@@ -154,3 +154,13 @@ def test_radix_decode_pages_join_the_tree_at_finish():
     manager.free(a)
     assert sorted(manager.kv_snapshot().cached_blocks()) == [0, 1]
     assert list(manager.kv_snapshot().free_block_ids()) == [3, 4, 5, 6, 7, 2]
+
+
+@pytest.mark.parametrize("num_pages", [3, 40])  # read one by one, and gathered
+def test_the_radix_manager_refuses_to_free_a_page_a_request_holds(num_pages):
+    manager = RadixKVManager(num_blocks=64, page_size=4, enable_caching=True)
+    pages = list(range(10, 10 + num_pages))
+    manager._check_unheld(pages, "held")  # none held: no complaint
+    manager.ref_cnt[pages[-1]] = 1
+    with pytest.raises(AssertionError, match="held"):
+        manager._check_unheld(pages, "held")
