@@ -17,6 +17,9 @@ which also words the findings::
                      block-table entries the ranges touch) and expected identity
     count_wrong      reads whose slot holds another identity, or whose key is past the
                      request's known tokens (expected 0)
+    count_range_wrong  gather_keys then count_wrong in one pass (identities tagged as a
+                     KV-cache group tags them; a slot outside the cache counts as wrong),
+                     no array built: a sliding-window group's reads
     count_misaligned rows that do not attend exactly keys 0..position
     sample_append    each sampling row's token from its identity; appended to its request
                      (each request once, each sampling after its last token, room in its
@@ -150,6 +153,33 @@ def count_wrong(shadow, slots, expected):
         if expected[k] == 0 or shadow[slots[k]] != expected[k]:
             wrong += 1
     return wrong
+
+
+@njit(cache=True, nogil=True)
+def count_range_wrong(
+    base, num_tokens, arena_ids, who, lows, highs, entries, block_size, shadow, tag
+):
+    """(keys wrong, keys read) of the reads gather_keys lists for these ranges (`who`:
+    each range's store index), each expected identity xor `tag` where it is not 0: a key
+    is wrong where its slot is outside the cache (or -1), holds another identity, or the
+    key is past the request's known tokens (expected 0). Nothing is written."""
+    num_slots = shadow.size
+    wrong, num_keys, entry = 0, 0, 0
+    for k in range(who.size):  # bounded: the ranges
+        assert highs[k] > lows[k] >= 0, "a range of keys"
+        w, first_block = who[k], lows[k] // block_size
+        for key in range(lows[k], highs[k]):  # bounded: its keys
+            block = entries[entry + key // block_size - first_block]
+            slot = block * block_size + key % block_size if block >= 0 else -1
+            expected = arena_ids[base[w] + key] if key < num_tokens[w] else np.uint64(0)
+            if expected != 0:
+                expected ^= tag
+            if expected == 0 or slot < 0 or slot >= num_slots or shadow[slot] != expected:
+                wrong += 1
+        num_keys += highs[k] - lows[k]
+        entry += (highs[k] - 1) // block_size + 1 - first_block
+    assert entry == entries.size, "the entries the ranges touch, each once"
+    return wrong, num_keys
 
 
 @njit(cache=True, nogil=True)

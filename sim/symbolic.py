@@ -454,10 +454,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
         """(request, key, slot, expected identity) of keys [lows[i], highs[i]) of each i
         (expected 0 past the request's known tokens), through the table entries they touch."""
         lo, hi = lows[todo], highs[todo]
-        first = lo // self.block_size
-        num_touched = (hi - 1) // self.block_size + 1 - first
-        picked = [tables[i] for i in todo.tolist()]
-        entries = touched_entries(picked, first.tolist(), num_touched.tolist())
+        entries = self._range_entries(tables, todo.tolist(), lo.tolist(), hi.tolist())
         store = self.store
         return cast(
             tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
@@ -466,6 +463,16 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
                 self.block_size,
             ),
         )  # fmt: skip
+
+    def _range_entries(
+        self, tables: Sequence[tuple[int, ...]], todo: list[int], lo: list[int], hi: list[int]
+    ) -> np.ndarray:
+        """The block-table entries that keys [lo[k], hi[k]) of request todo[k] touch, each
+        request's in turn (-1 past its table's end)."""
+        size = self.block_size
+        first = [a // size for a in lo]
+        num = [(b - 1) // size + 1 - f for b, f in zip(hi, first, strict=True)]
+        return touched_entries([tables[i] for i in todo], first, num)
 
     def _sample(
         self,
@@ -536,18 +543,31 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
 
         window of the row at position p:  keys [max(0, p - W + 1), p]
         keys read for request i:          [first row's window start, seq_lens[i])
-        """
+
+        The ranges are counted in one kernel pass; only a step with a wrong key gathers
+        them again as arrays to say which (`_compare`)."""
         kv_group = meta.kv_groups[group]
         assert kv_group.kind == "sliding", f"group {group}: only sliding groups follow group 0"
-        first_pos = meta.positions[meta.query_start_loc[:-1]]
-        highs = meta.seq_lens.astype(I64)
-        lows = np.minimum(np.maximum(first_pos - kv_group.sliding_window + 1, 0), highs)
-        todo = np.flatnonzero(highs > lows)
-        if todo.size == 0:
+        window = kv_group.sliding_window
+        firsts = meta.positions[meta.query_start_loc[:-1]].tolist()
+        highs = meta.seq_lens.tolist()
+        lows = [min(max(p - window + 1, 0), h) for p, h in zip(firsts, highs, strict=True)]
+        todo = [i for i, (lo, hi) in enumerate(zip(lows, highs, strict=True)) if hi > lo]
+        if not todo:
             return set()
         tables = meta.tables_of_group(group)
-        key_req, keys, slots, expected = self._gather_keys(idx, tables, todo, lows, highs)
-        tag = hash_model.group_tag(group)
+        lo, hi = [lows[i] for i in todo], [highs[i] for i in todo]
+        entries = self._range_entries(tables, todo, lo, hi)
+        store, tag = self.store, hash_model.group_tag(group)
+        wrong, num_keys = self._kernels.count_range_wrong(
+            store.base, store.num_tokens, store.ids, idx[todo], np.array(lo, I64),
+            np.array(hi, I64), entries, self.block_size, self.shadow, tag,
+        )  # fmt: skip
+        if not wrong:
+            self.num_keys_checked += int(num_keys)
+            return set()
+        ranges = np.array(todo, I64), np.array(lows, I64), np.array(highs, I64)
+        key_req, keys, slots, expected = self._gather_keys(idx, tables, *ranges)
         expected = np.where(expected != 0, expected ^ tag, expected)
         return self._compare(meta, reqs, (key_req, keys, slots, expected), kv_group)
 

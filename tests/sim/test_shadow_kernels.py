@@ -271,3 +271,39 @@ def test_numba_loads_with_the_first_executor_not_with_the_cli():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_count_range_wrong_is_gather_keys_then_count_wrong_of_the_tagged_identities():
+    """The same ranges as gather_keys (tables that end early, negative entries, keys past
+    the known tokens, blocks outside the cache), identities tagged as a KV-cache group's:
+    the count is that of the gathered arrays compared, before and after some slots change."""
+    some_right = some_changed = 0
+    for seed in range(16):  # bounded: random cases
+        rng = np.random.default_rng(seed)
+        store, block_size, tag = _store(rng, 6), 4, hash_model.group_tag(1)
+        who = rng.permutation(6)[:4].astype(np.int32)
+        lows = rng.integers(0, 30, who.size)
+        highs = lows + rng.integers(1, 14, who.size)
+        tables = [tuple(rng.integers(-1, 12, int(rng.integers(2, 12))).tolist()) for _ in who]
+        first = lows // block_size
+        num = (highs - 1) // block_size + 1 - first
+        entries = slots_module.touched_entries(tables, first.tolist(), num.tolist())
+        ranges = (store.base, store.num_tokens, store.ids, who, lows, highs, entries, block_size)
+        _, keys, slots, expected = shadow_kernels.gather_keys(
+            *ranges[:3], np.arange(who.size), *ranges[3:]
+        )
+        expected = np.where(expected != 0, expected ^ tag, expected)
+        shadow = np.zeros(10 * block_size, U64)  # blocks 10 and 11: outside the cache
+        inside = (slots >= 0) & (slots < shadow.size)
+        shadow[slots[inside]] = expected[inside]
+        counts = []
+        for _ in range(2):  # the keys as written, then every third one's slot changed
+            found = np.where(inside, shadow[np.where(inside, slots, 0)], U64(0))
+            want = int(np.count_nonzero(~inside | (found != expected) | (expected == 0)))
+            got = shadow_kernels.count_range_wrong(*ranges, shadow, tag)
+            assert got == (want, keys.size)
+            counts.append(want)
+            shadow[slots[inside][::3]] ^= U64(1)
+        some_right += counts[0] < keys.size
+        some_changed += counts[1] > counts[0]
+    assert some_right >= 8 and some_changed >= 8  # both cases drawn often
