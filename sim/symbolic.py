@@ -699,7 +699,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
             return []
         rids, positions, groups = zip(*wheres, strict=True)
         found = list(map(self.requests.get, rids))
-        if None in found or len(set(groups)) > 1:  # rare: unknown requests, several groups
+        if None in found:  # rare: unknown requests
             return [self.identity_at(*where) for where in wheres]
         reqs = cast(list[ShadowRequest], found)  # no None in it
         idx = np.fromiter(map(_INDEX, reqs), I64, len(reqs))
@@ -709,8 +709,11 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
         at = np.array(positions, I64)
         known = (at >= 0) & (at < self.store.num_tokens[idx])
         identities, _ = self.store.truth(idx, np.where(known, at, 0))
-        identities = np.where(known, identities ^ hash_model.group_tag(groups[0]), U64(0))
-        return identities.tolist()
+        if len(set(groups)) == 1:
+            tags: np.ndarray | np.uint64 = hash_model.group_tag(groups[0])
+        else:  # a hybrid engine's blocks of several groups
+            tags = np.array([hash_model.group_tag(g) for g in groups], U64)
+        return np.where(known, identities ^ tags, U64(0)).tolist()
 
     def block_contents(self, block_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(identity at each block's last slot, whether all its slots were written)."""

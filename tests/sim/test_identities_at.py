@@ -29,6 +29,7 @@ def test_identities_at_of_a_later_group_unknown_request_or_mixed_groups():
         [("a", 3, 1), ("b", 2, 1)],
         [("a", 3, 0), ("gone", 2, 0)],
         [("a", 3, 0), ("b", 2, 1)],
+        [("a", 3, 0), ("b", 2, 1), ("a", 12, 2), ("b", 5, 2)],  # three groups, one past known
     ):
         assert shadow.identities_at(wheres) == [_shadow().identity_at(*w) for w in wheres]
     assert shadow.identities_at([]) == []
