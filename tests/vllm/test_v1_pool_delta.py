@@ -78,7 +78,7 @@ def test_a_block_appended_twice_to_vllms_free_list_is_found_at_its_step():
 
 
 @pytest.mark.parametrize("num_speculative_tokens", [0, 3])
-def test_sliding_window_groups_are_followed_incrementally(num_speculative_tokens):
+def test_sliding_window_groups_are_followed_incrementally(num_speculative_tokens, monkeypatch):
     """Full + sliding-window groups: each request's table is its groups concatenated, named
     rewritten every step, so the check stays in step without a full sweep between the first
     step's and the end's, and agrees with the full sweep every step."""
@@ -89,6 +89,16 @@ def test_sliding_window_groups_are_followed_incrementally(num_speculative_tokens
         num_speculative_tokens=num_speculative_tokens,
     )  # fmt: skip
     options = SimOptions(seed=3, draft_acceptance=0.5)
+    from schedcheck.engines.vllm.v1.snapshot import V1KVSnapshot
+
+    take, named = V1KVSnapshot.take_rewritten_req_ids, []
+
+    def take_and_compare(snapshot):  # every request holding blocks, as the tables name them
+        taken = take(snapshot)
+        named.append((list(taken) == list(snapshot._hybrid_block_tables()), len(taken)))
+        return taken
+
+    monkeypatch.setattr(V1KVSnapshot, "take_rewritten_req_ids", take_and_compare)
     incremental = Simulation(_trace(), "vllm-v1", config, options, profile("unit"))
     result = incremental.run()
     every_step = dataclasses.replace(options, pool_check_interval_steps=1)
@@ -97,3 +107,5 @@ def test_sliding_window_groups_are_followed_incrementally(num_speculative_tokens
     assert result.fingerprint == full.fingerprint and full.violations == []
     assert (incremental.pool.num_sweeps, incremental.pool.num_unconfirmed) == (2, 0)
     assert result.coverage["sliding-window-block-freed"] > 0
+    assert all(same for same, _ in named)  # each step named every request holding blocks
+    assert sum(n > 1 for _, n in named) > 5  # several at once, often

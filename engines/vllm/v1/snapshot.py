@@ -169,8 +169,9 @@ class V1KVSnapshot:
         """Tables to compare whole. Several groups: all of them, since a concatenated
         table does not grow at its end (group 0 grows in its middle, and a sliding-window
         group drops blocks before its window)."""
-        if len(self._managers) > 1:
-            return list(self._hybrid_block_tables())
+        if len(self._managers) > 1:  # the keys of _hybrid_block_tables(), no table built
+            held = (m.req_to_blocks.items() for m in self._managers)
+            return list(dict.fromkeys(rid for items in held for rid, blocks in items if blocks))
         return ()
 
     def cached_blocks(self) -> Mapping[int, bytes]:
