@@ -103,7 +103,9 @@ def _slots_listed(
     size = itertools.repeat(block_size)
     if len(counts) == sum(counts):  # one row each (decodes)
         try:
-            blocks = list(map(operator.getitem, block_tables, map(operator.floordiv, starts, size)))
+            blocks: list[int] = list(
+                map(operator.getitem, block_tables, map(operator.floordiv, starts, size))
+            )
         except IndexError:
             return _slots_one_by_one(block_tables, starts, counts, block_size)
         if min(blocks, default=0) < 0:
