@@ -30,6 +30,19 @@ def _store(rng: np.random.Generator, num_requests: int) -> TokenStore:
     return store
 
 
+def _ranges(rng: np.random.Generator, n: int, block_size: int, max_block: int):
+    """n ranges of keys (lows, highs), a random table each (entries -1 .. max_block - 1,
+    ending early at times), and the entries the ranges touch."""
+    lows = rng.integers(0, 30, n)
+    highs = lows + rng.integers(1, 14, n)
+    tables = [
+        tuple(rng.integers(-1, max_block, int(rng.integers(2, 12))).tolist()) for _ in range(n)
+    ]
+    first = lows // block_size
+    num = (highs - 1) // block_size + 1 - first
+    return lows, highs, tables, slots_module.touched_entries(tables, first.tolist(), num.tolist())
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_truth_of_rows_is_truth_of_each_position_and_finds_the_first_wrong_token(seed):
     rng = np.random.default_rng(seed)
@@ -59,12 +72,7 @@ def test_gather_keys_is_gather_slots_and_truth_of_each_key(seed):
     store, block_size = _store(rng, 6), 4
     todo = np.sort(rng.permutation(6)[:4])  # batch indices; their store indices:
     who = rng.permutation(6)[: todo.size].astype(np.int32)
-    lows = rng.integers(0, 30, todo.size)
-    highs = lows + rng.integers(1, 14, todo.size)
-    tables = [tuple(rng.integers(-1, 9, int(rng.integers(2, 12))).tolist()) for _ in todo]
-    first = lows // block_size
-    num = (highs - 1) // block_size + 1 - first
-    entries = slots_module.touched_entries(tables, first.tolist(), num.tolist())
+    lows, highs, tables, entries = _ranges(rng, todo.size, block_size, max_block=9)
     key_req, keys, slots, expected = shadow_kernels.gather_keys(
         store.base, store.num_tokens, store.ids, todo, who, lows, highs, entries, block_size
     )
@@ -282,12 +290,7 @@ def test_count_range_wrong_is_gather_keys_then_count_wrong_of_the_tagged_identit
         rng = np.random.default_rng(seed)
         store, block_size, tag = _store(rng, 6), 4, hash_model.group_tag(1)
         who = rng.permutation(6)[:4].astype(np.int32)
-        lows = rng.integers(0, 30, who.size)
-        highs = lows + rng.integers(1, 14, who.size)
-        tables = [tuple(rng.integers(-1, 12, int(rng.integers(2, 12))).tolist()) for _ in who]
-        first = lows // block_size
-        num = (highs - 1) // block_size + 1 - first
-        entries = slots_module.touched_entries(tables, first.tolist(), num.tolist())
+        lows, highs, _, entries = _ranges(rng, who.size, block_size, max_block=12)
         ranges = (store.base, store.num_tokens, store.ids, who, lows, highs, entries, block_size)
         _, keys, slots, expected = shadow_kernels.gather_keys(
             *ranges[:3], np.arange(who.size), *ranges[3:]
