@@ -46,6 +46,7 @@ from schedcheck.sim.faults import FaultInjectable, FaultInjector
 from schedcheck.sim.intake import Intake
 from schedcheck.sim.ledger import Ledger
 from schedcheck.sim.liveness import Liveness
+from schedcheck.sim.meets import meets
 from schedcheck.sim.pipelined import Executed, Pipeline, Process, pipeline_depth
 from schedcheck.sim.result import (  # re-exported: the loop's API
     EXIT_CLEAN,
@@ -133,7 +134,7 @@ class Simulation:
             self.checks.forget,
             self.coverage.forget,
         ]
-        injectable = self.engine if isinstance(self.engine, FaultInjectable) else None
+        injectable = self.engine if meets(self.engine, FaultInjectable) else None
         faults = FaultInjector(self.options.faults, self.rng, injectable, call_engine)
         parts = (self.arrivals, self.ledger, self.engine, self.executor, spec, self.coverage)
         self.intake = Intake(*parts, faults, lambda: float(self.env.now))
@@ -173,7 +174,7 @@ class Simulation:
             res.outputs.setdefault(rid, list(self.ledger.sampled.get(rid, ())))
         res.requests = len(self.arrivals.released)
         self.checks.fill(res)
-        if isinstance(self.engine, RarePathCounter):
+        if meets(self.engine, RarePathCounter):
             self.coverage.observe_engine_paths(self.engine.rare_path_counts())
         res.coverage = dict(self.coverage.counts)
         return res

@@ -32,6 +32,7 @@ from schedcheck.invariants.violation import Violation
 from schedcheck.sim.async_runner import InFlight, as_run, has_placeholder
 from schedcheck.sim.coverage import Coverage
 from schedcheck.sim.ledger import Ledger
+from schedcheck.sim.meets import meets
 from schedcheck.sim.speculation import Drafts, Speculation
 
 Process = Generator[simpy.Event, Any, None]
@@ -71,7 +72,7 @@ def pipeline_depth(name: str, engine: object, config: EngineConfig) -> int:
     ValueError otherwise: the CLI's exit 2)."""
     if not is_async_scheduling(config):
         return 1
-    if not (isinstance(engine, AsyncSchedulingEngine) and engine.supports_async_scheduling):
+    if not (meets(engine, AsyncSchedulingEngine) and engine.supports_async_scheduling):
         raise ValueError(
             f"engine {name!r} does not model async scheduling (--async-scheduling): "
             "use --engine vllm-v1"

@@ -36,6 +36,7 @@ from schedcheck.invariants.accounting import AccountingChecker
 from schedcheck.sim.coverage import Coverage
 from schedcheck.sim.drafter import Drafter
 from schedcheck.sim.executors import ExecutorParts
+from schedcheck.sim.meets import meets
 from schedcheck.sim.result import SimOptions, call_engine
 
 Drafts = dict[str, tuple[int, ...]]  # request id -> draft (or accepted) token ids
@@ -107,7 +108,7 @@ def make_speculation(
     k = config.num_speculative_tokens
     if k == 0:
         return None
-    if not isinstance(engine, SpecDecodeEngine):
+    if not meets(engine, SpecDecodeEngine):
         raise ValueError(
             f"num_speculative_tokens={k}: engine {engine.name!r} does not schedule "
             "draft tokens (no update_draft_token_ids)"
