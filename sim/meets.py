@@ -11,17 +11,23 @@ isinstance checks it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeGuard, TypeVar, cast
+
+P = TypeVar("P")
 _OWN_MODULES = "schedcheck.engines."  # the engines whose answers are their class's
 _ANSWERS: dict[tuple[type, type], bool] = {}  # (engine class, protocol) -> meets it
 
 
-def meets(engine: object, protocol: type) -> bool:
-    """isinstance(engine, protocol), for a runtime-checkable protocol."""
+def meets(engine: object, protocol: Callable[..., P]) -> TypeGuard[P]:
+    """isinstance(engine, protocol), for a runtime-checkable protocol (typed as a callable:
+    mypy takes no protocol class where a concrete type[P] is expected)."""
+    checked = cast(type, protocol)
     kind = type(engine)
     if not kind.__module__.startswith(_OWN_MODULES):
-        return isinstance(engine, protocol)
-    key = (kind, protocol)
+        return isinstance(engine, checked)
+    key = (kind, checked)
     answer = _ANSWERS.get(key)
     if answer is None:
-        answer = _ANSWERS[key] = isinstance(engine, protocol)
+        answer = _ANSWERS[key] = isinstance(engine, checked)
     return answer
