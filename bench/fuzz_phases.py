@@ -12,9 +12,10 @@ Phases, in us per example and per step: the simulation's construction (engine, e
 checks), the engine's schedule() / update_from_output() / add_request(), the shadow KV,
 the block-pool check, the runner metadata, the fingerprint, the accounting and protocol
 checks, the ledger, coverage; the rest of a simulation (SimPy, arrivals, the loop, the
-drafter, the checks at a request's finish and the run's end); and outside the simulations
-(Hypothesis drawing and running the examples, the campaign). The one-time setup (a
-campaign of one example: imports, compiled kernels) is not counted.
+drafter, the checks at a request's finish and the run's end); drawing the scenarios (the
+scenario strategy's draws, Hypothesis' per-draw work included); and the rest outside the
+simulations (Hypothesis generating, mutating and running the examples, the campaign).
+The one-time setup (a campaign of one example: imports, compiled kernels) is not counted.
 Not a test: numbers to read beside each other, with the load average.
 """
 
@@ -28,8 +29,12 @@ from typing import Any
 
 import fuzz_speed
 import replay_phases
+from hypothesis.strategies._internal.core import CompositeStrategy
 
 import schedcheck.sim.loop as loop_module
+
+DRAWING = "drawing the scenarios (their strategy's draws)"
+OUTSIDE = {"construction", DRAWING}  # phases outside a simulation's run
 
 
 def measure(
@@ -39,6 +44,7 @@ def measure(
     totals = {"runs": 0, "steps": 0, "run_cpu_s": 0.0}
     sim_class = loop_module.Simulation
     original = loop_module.step_metadata, sim_class.__init__, sim_class.run
+    composite_draw = CompositeStrategy.do_draw  # a scenario is one composite (nested: once)
 
     def run(sim: loop_module.Simulation) -> Any:
         _wrap_parts(phases, sim)
@@ -53,12 +59,14 @@ def measure(
     loop_module.step_metadata = phases.wrap("runner metadata", original[0])
     sim_class.__init__ = phases.wrap("construction", original[1])  # type: ignore[method-assign]
     sim_class.run = run  # type: ignore[method-assign]
+    CompositeStrategy.do_draw = phases.wrap(DRAWING, composite_draw)  # type: ignore[method-assign]
     try:
         cpu0 = time.process_time()
         report = fuzz_speed.measure(60.0, seed, examples, engine, ignore)
         cpu_s = time.process_time() - cpu0
     finally:
         loop_module.step_metadata, sim_class.__init__, sim_class.run = original
+        CompositeStrategy.do_draw = composite_draw  # type: ignore[method-assign]
     assert report["examples"] <= totals["runs"], "one simulation an example"
     return _table(phases.cpu_s, totals, cpu_s)
 
@@ -92,14 +100,15 @@ def _table(cpu_s: dict[str, float], totals: dict[str, Any], all_cpu_s: float) ->
     """Per example (one simulation each: `fuzz_speed.measure`'s own first round of setup
     included, on both sides of a comparison alike) and per step."""
     examples, steps = max(totals["runs"], 1), max(totals["steps"], 1)
-    inside = {name: s for name, s in cpu_s.items() if name != "construction"}
+    inside = {name: s for name, s in cpu_s.items() if name not in OUTSIDE}
     rows = dict(inside)
     rows["the rest of a simulation (SimPy, arrivals, the loop, ...)"] = totals["run_cpu_s"] - sum(
         inside.values()
     )
-    rows["construction"] = cpu_s.get("construction", 0.0)
-    rows["outside the simulations (Hypothesis, the campaign)"] = (
-        all_cpu_s - totals["run_cpu_s"] - rows["construction"]
+    outside = {name: cpu_s.get(name, 0.0) for name in sorted(OUTSIDE)}
+    rows.update(outside)
+    rows["the rest outside the simulations (Hypothesis' engine, the campaign)"] = (
+        all_cpu_s - totals["run_cpu_s"] - sum(outside.values())
     )
     return {
         "examples": examples,

@@ -1,5 +1,6 @@
 """bench/fuzz_phases.py on a few examples: every phase is counted once (none negative),
-the phases add up to the campaign's CPU time, and the checks ran on every step."""
+the phases add up to the campaign's CPU time, the checks ran on every step, and the
+scenarios' draws are told apart from the rest of Hypothesis' work."""
 
 from __future__ import annotations
 
@@ -30,3 +31,5 @@ def test_the_phases_of_a_few_examples_add_up_to_their_cpu_time(fuzz_phases):
     assert total_us == pytest.approx(1e6 * report["cpu_s"], rel=1e-9)
     for name in ("symbolic executor (shadow KV)", "block-pool check (incremental)", "protocol"):
         assert report["us_per_step"][name] > 0, name
+    assert per_example[fuzz_phases.DRAWING] > 0  # the scenario draws, apart from Hypothesis'
+    assert fuzz_phases.DRAWING not in report["us_per_step"]  # outside the simulations
