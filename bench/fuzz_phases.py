@@ -33,7 +33,7 @@ from hypothesis.strategies._internal.core import CompositeStrategy
 
 import schedcheck.sim.loop as loop_module
 
-DRAWING = "drawing the scenarios (their strategy's draws)"
+DRAWING = "drawing the scenarios (Hypothesis' draws included)"
 OUTSIDE = {"construction", DRAWING}  # phases outside a simulation's run
 
 
@@ -107,7 +107,7 @@ def _table(cpu_s: dict[str, float], totals: dict[str, Any], all_cpu_s: float) ->
     )
     outside = {name: cpu_s.get(name, 0.0) for name in sorted(OUTSIDE)}
     rows.update(outside)
-    rows["the rest outside the simulations (Hypothesis' engine, the campaign)"] = (
+    rows["outside: Hypothesis' engine, the campaign"] = (
         all_cpu_s - totals["run_cpu_s"] - sum(outside.values())
     )
     return {
