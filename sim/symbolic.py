@@ -241,10 +241,12 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
             idx,
             slots_of_positions=meta.slot_mapping_from_block_table,
         )
+        in_cache = self._in_cache  # group 0's slots: the cue of _read's common path
         for group in range(1, len(meta.kv_groups)):
             tagged = np.where(written != 0, written ^ hash_model.group_tag(group), written)
             slots = meta.slots_of_group(group)
             self._store(step, slots, meta.positions, row_req, tagged, idx, False)
+        self._in_cache = in_cache  # (a later group's store does not make group 0's uncommon)
         return written, true_ids
 
     def _write_drafts(self, meta: RunnerMetadata, idx: np.ndarray) -> None:

@@ -220,3 +220,27 @@ def test_metadata_samples_every_row_of_a_request_with_drafts_and_maps_slots_per_
     assert meta.slot_mapping.tolist() == [20, 21, 22, 26, 27, 8]
     assert meta.slots_of_group(1).tolist() == [48, 49, 50, 38, 39, 16]
     assert meta.input_ids.tolist() == [100, 101, 102, 110, 7, 8]
+
+
+def test_a_hybrid_step_reads_group_0_by_the_common_path(monkeypatch):
+    """A later group's writes do not take group 0's chunk off the common read (one kernel
+    call): the prefill and the decode both verify through it, and read right."""
+    from schedcheck.sim import shadow_kernels
+
+    common = []
+    verify = shadow_kernels.verify_own_chunks
+
+    def counted(*args):
+        result = verify(*args)
+        common.append(bool(result[0]))
+        return result
+
+    monkeypatch.setattr(shadow_kernels, "verify_own_chunks", counted)
+    ex = SymbolicExecutor(num_blocks=16, block_size=BS)
+    ex.add_request("A", PROMPT_A)
+    groups = ([3, 1, 6], [9, 10, 11])
+    first = _step(ex, 1, _req("A", PROMPT_A, 0, 10, groups[0], groups=groups), kv_groups=HYBRID)
+    tokens = np.concatenate([PROMPT_A, [TRUE[0]]])
+    second = _step(ex, 2, _req("A", tokens, 10, 1, groups[0], groups=groups), kv_groups=HYBRID)
+    assert (first, second) == (({"A": TRUE[0]}, []), ({"A": TRUE[1]}, []))
+    assert common == [True, True] and ex.store.verified_len[0] == 11
