@@ -110,7 +110,8 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
         self.writer_pos = np.full(self.num_slots, -1, dtype=I64)
         self.writer_step = np.full(self.num_slots, -1, dtype=I64)
         self.verifiers = np.zeros(num_blocks, dtype=np.int32)  # live requests verifying a block
-        self._in_cache: np.ndarray | None = None  # slots written this step, all in the cache
+        # group 0's slots written this step, all in the cache (the common read's cue)
+        self._in_cache: np.ndarray | None = None
         self.req_names: list[str] = []
         self.requests: dict[str, ShadowRequest] = {}
         self.store = TokenStore()  # per request index: tokens, identities, verified counts
@@ -232,7 +233,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
                 f"{int(true_tokens[r])}",
                 position=int(meta.positions[r]),
             )
-        self._store(
+        self._in_cache = self._store(  # group 0's: this step's read checks none again
             step,
             meta.slot_mapping,
             meta.positions,
@@ -241,12 +242,10 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
             idx,
             slots_of_positions=meta.slot_mapping_from_block_table,
         )
-        in_cache = self._in_cache  # group 0's slots: the cue of _read's common path
         for group in range(1, len(meta.kv_groups)):
             tagged = np.where(written != 0, written ^ hash_model.group_tag(group), written)
             slots = meta.slots_of_group(group)
             self._store(step, slots, meta.positions, row_req, tagged, idx, False)
-        self._in_cache = in_cache  # (a later group's store does not make group 0's uncommon)
         return written, true_ids
 
     def _write_drafts(self, meta: RunnerMetadata, idx: np.ndarray) -> None:
@@ -265,15 +264,16 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
         identities: np.ndarray,
         idx: np.ndarray,
         slots_of_positions: bool = True,
-    ) -> None:
+    ) -> np.ndarray | None:
         """Write identities[w] into slots[w] for position positions[w] of request batch[w]
         (idx: the store index of each request of the batch); a slot outside the cache (or
         -1: past the block table) is an out-of-bounds write, reported at each request's
-        first one.
+        first one. Returns the slots written, all in the cache (`slots` itself unless some
+        were outside), or None where there was nothing to write.
         `slots_of_positions`: each slot is its position's slot through the request's block
         table (False under a runner mutant that derives slots otherwise)."""
         if slots.size == 0:
-            return
+            return None
         # every write over KV already there, equal identities included: a kernel does not
         # rewrite bit-identical floats, so a recompute into a block another live request
         # verified is a write into shared KV too (block-pool.write-into-shared-block)
@@ -291,9 +291,9 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
                 *state, *verified, slots, positions, batch, idx, identities, *ways
             )
             assert written, "the writes left are all in the cache"
-        self._in_cache = slots  # this step's read through these slots checks none again
         if num_verified_overwrites:
             self._invalidate_overwritten(step, slots, idx[batch], old)
+        return slots
 
     def _outside(self, slots: np.ndarray) -> bool:
         """Does any slot lie outside the cache? (negative ones too, read as unsigned)"""
@@ -711,10 +711,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
         at = np.array(positions, I64)
         known = (at >= 0) & (at < self.store.num_tokens[idx])
         identities, _ = self.store.truth(idx, np.where(known, at, 0))
-        if len(set(groups)) == 1:
-            tags: np.ndarray | np.uint64 = hash_model.group_tag(groups[0])
-        else:  # a hybrid engine's blocks of several groups
-            tags = np.array([hash_model.group_tag(g) for g in groups], U64)
+        tags = np.array(list(map(hash_model.group_tag, groups)), U64)  # (remembered per group)
         return np.where(known, identities ^ tags, U64(0)).tolist()
 
     def block_contents(self, block_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
