@@ -36,6 +36,7 @@ from schedcheck.engines.executor import Executor
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.invariants.violation import Violation
 from schedcheck.sim.hash_executor import HashModelExecutor
+from schedcheck.sim.meets import meets
 from schedcheck.sim.result import SimOptions
 from schedcheck.sim.symbolic import SymbolicExecutor
 
@@ -94,13 +95,9 @@ class ExecutorParts:
 
     @classmethod
     def of(cls, executor: object) -> ExecutorParts:
-        kind = type(executor)
-        if kind in _BUILT_IN:  # one answer per class, found once a process
-            parts = _BUILT_IN_PARTS.get(kind) or _BUILT_IN_PARTS.setdefault(kind, _parts(executor))
-        else:
-            parts = _parts(executor)
+        parts = _parts(executor)
         if not parts[0]:
-            raise TypeError(f"{kind.__name__} is no executor (engines/executor.py)")
+            raise TypeError(f"{type(executor).__name__} is no executor (engines/executor.py)")
         shadow, drafts, pool, sampler = parts[1:]
         return cls(
             cast(ReportingExecutor, executor),
@@ -118,17 +115,11 @@ class ExecutorParts:
 
 def _parts(executor: object) -> tuple[bool, bool, bool, bool, bool]:
     """Which protocols the executor meets: an executor, a shadow KV, a draft verifier, a
-    pool's contents, a sampler of the hash model (each a runtime protocol check: about
-    20 us on Python 3.11, which finds a protocol's members again every time)."""
+    pool's contents, a sampler of the hash model (sim/meets.py: once per class for this
+    package's executors)."""
     protocols = (ReportingExecutor, ShadowKV, DraftVerifier, PoolContents, HashModelSampler)
-    a, b, c, d, e = (isinstance(executor, p) for p in protocols)
+    a, b, c, d, e = (meets(executor, p) for p in protocols)
     return a, b, c, d, e
-
-
-# the executors of this package: every instance of one sets the same attributes in its
-# __init__, so the protocols it meets are its class's (tests/sim/test_executors.py)
-_BUILT_IN = (SymbolicExecutor, HashModelExecutor)
-_BUILT_IN_PARTS: dict[type, tuple[bool, bool, bool, bool, bool]] = {}
 
 
 def make_executor(options: SimOptions, config: EngineConfig) -> ExecutorParts:

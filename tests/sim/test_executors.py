@@ -4,12 +4,21 @@ import numpy as np
 import pytest
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.sim.executors import ExecutorParts, make_executor
+from schedcheck.sim.executors import (
+    DraftVerifier,
+    ExecutorParts,
+    HashModelSampler,
+    PoolContents,
+    ReportingExecutor,
+    ShadowKV,
+    make_executor,
+)
 from schedcheck.sim.hash_executor import HashModelExecutor
 from schedcheck.sim.result import SimOptions
 from schedcheck.sim.symbolic import SymbolicExecutor
 
 CFG = EngineConfig(block_size=4, num_gpu_blocks=8)
+PROTOCOLS = (ReportingExecutor, ShadowKV, DraftVerifier, PoolContents, HashModelSampler)
 
 
 def test_the_symbolic_executor_offers_every_part():
@@ -40,7 +49,7 @@ def test_the_bare_executor_offers_only_hash_model_tokens():
 def test_a_built_in_executors_parts_are_its_classs_as_each_instance_checks(make):
     """The parts of a built-in executor are found once per class: any instance, whatever
     its arguments, meets the same protocols as that answer says."""
-    from schedcheck.sim import executors
+    from schedcheck.sim import executors, meets
 
     def offered(parts):
         return [p is not None for p in (parts.shadow, parts.drafts, parts.pool)]
@@ -49,7 +58,8 @@ def test_a_built_in_executors_parts_are_its_classs_as_each_instance_checks(make)
     first, second = ExecutorParts.of(executor), ExecutorParts.of(make())  # second: remembered
     assert offered(first) == offered(second) and first.run is executor
     assert first.hash_model_tokens == second.hash_model_tokens
-    assert executors._BUILT_IN_PARTS[type(executor)] == executors._parts(executor)
+    remembered = [meets._ANSWERS[(type(executor), p)] for p in PROTOCOLS]
+    assert remembered == [isinstance(executor, p) for p in PROTOCOLS]
     assert executors._parts(make()) == executors._parts(executor)
 
 
