@@ -1,13 +1,14 @@
 """The vllm-v1 engine build reuses what does not change between fuzz examples (tox -e
 vllm-v1): the tiny model's ModelConfig is built once per max_model_len and process
-(engines/vllm/v1/build.py `_model_config`) and deep-copied into each VllmConfig. A config
-built from the copy must equal one built from scratch, the cached one must never change,
-and a Scheduler built from it must schedule exactly as a fresh one (same fingerprints)."""
+(engines/vllm/v1/build.py `_model_config_bytes`, pickled) and unpickled into each
+VllmConfig. A config built from the copy must equal one built from scratch, the cached one
+must never change, and a Scheduler built from it must schedule exactly as a fresh one (same
+fingerprints)."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import pickle
 from typing import Any
 
 import pytest
@@ -45,7 +46,7 @@ def _fresh_and_cached(config: EngineConfig) -> tuple[Any, Any]:
 
     n = config.max_model_len
     model_dir = write_tiny_model_dir(n)
-    build._model_config.cache_clear()
+    build._model_config_bytes.cache_clear()
     fresh = build.build_vllm_config(config, model_dir)
     for other in CONFIGS:  # the cached ModelConfig goes into other VllmConfigs between
         build.build_scheduler(fit_config_v1(dataclasses.replace(other, max_model_len=n)))
@@ -71,8 +72,8 @@ def test_the_cached_model_config_never_changes():
     from schedcheck.sim.loop import SimOptions, run
     from schedcheck.traces.schema import TraceRequest
 
-    template = build._model_config(write_tiny_model_dir(64), 64)
-    before = copy.deepcopy(template)
+    cached = build._model_config_bytes(write_tiny_model_dir(64), 64)
+    before = pickle.loads(cached)
     trace = [
         TraceRequest(request_id=f"r{i}", arrival_time_s=0.01 * i, output_length=3,
                      prompt_token_ids=tuple(range(1, 9 + i)))
@@ -82,7 +83,9 @@ def test_the_cached_model_config_never_changes():
         config = fit_config_v1(dataclasses.replace(config, max_model_len=64))
         result = run(trace, "vllm-v1", config, SimOptions(), profile("unit"))
         assert result.finished == 4
-    assert _state(template) == _state(before)
+    assert build._model_config_bytes(write_tiny_model_dir(64), 64) is cached
+    assert _state(pickle.loads(cached)) == _state(before)
+    assert _state(before) == _state(build._model_config(write_tiny_model_dir(64), 64))
 
 
 @seed(20261205)
@@ -98,7 +101,7 @@ def test_a_fuzz_example_schedules_the_same_from_a_fresh_build_and_a_cached_one(s
     """The first run builds the ModelConfig from scratch, the second from the cache."""
     from schedcheck.engines.vllm.v1 import build
 
-    build._model_config.cache_clear()
+    build._model_config_bytes.cache_clear()
     fresh = scenario.run()
     cached = scenario.run()
     assert fresh.fingerprint and cached.fingerprint == fresh.fingerprint

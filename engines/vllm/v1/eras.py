@@ -379,27 +379,38 @@ def block_copies(so: Any) -> tuple[tuple[int, int], ...]:
 def runner_output(output_cls: type, req_ids: list[str], sampled: list[list[int]]) -> Any:
     """A ModelRunnerOutput with our sampled tokens; fields an older release requires get
     what its own EMPTY_MODEL_RUNNER_OUTPUT holds (no logprobs, no pooler output)."""
-    fields = {f.name: f for f in dataclasses.fields(output_cls)}
-    as_arrays = "ndarray" in str(fields["sampled_token_ids"].type)  # 0.11.1
+    as_arrays, indexed, required = _runner_output_shape(output_cls)
     kwargs: dict[str, Any] = {
         "req_ids": req_ids,
         "sampled_token_ids": [np.asarray(s, dtype=np.int64) for s in sampled]
         if as_arrays
         else sampled,
     }
-    if "req_id_to_index" in fields:  # gone in 0.34.0: the scheduler indexes req_ids
+    if indexed:  # gone in 0.34.0: the scheduler indexes req_ids
         kwargs["req_id_to_index"] = {rid: i for i, rid in enumerate(req_ids)}
-    required: dict[str, Any] = {
-        "spec_token_ids": None,
-        "logprobs": None,
-        "prompt_logprobs_dict": {},
-        "pooler_output": [],  # a generate runner's: a non-empty list means pooling
-    }
-    for name, value in required.items():
-        field = fields.get(name)
-        if field is not None and _is_required(field):
-            kwargs[name] = value
+    for name in required:  # bounded: _RUNNER_OUTPUT_EMPTY
+        kwargs[name] = _RUNNER_OUTPUT_EMPTY[name]()  # a fresh container each step
     return output_cls(**kwargs)
+
+
+# ModelRunnerOutput's fields an older release requires, and how to make each one empty
+_RUNNER_OUTPUT_EMPTY: dict[str, Callable[[], Any]] = {
+    "spec_token_ids": lambda: None,
+    "logprobs": lambda: None,
+    "prompt_logprobs_dict": dict,
+    "pooler_output": list,  # a generate runner's: a non-empty list means pooling
+}
+
+
+@functools.cache
+def _runner_output_shape(output_cls: type) -> tuple[bool, bool, tuple[str, ...]]:
+    """(sampled tokens as arrays (0.11.1), a req_id_to_index field, the fields of
+    _RUNNER_OUTPUT_EMPTY it requires): read once per class, as runner_output runs every
+    step (dataclasses.fields and the annotations' text cost about 3 us a call)."""
+    fields = {f.name: f for f in dataclasses.fields(output_cls)}
+    as_arrays = "ndarray" in str(fields["sampled_token_ids"].type)
+    required = tuple(n for n in _RUNNER_OUTPUT_EMPTY if n in fields and _is_required(fields[n]))
+    return as_arrays, "req_id_to_index" in fields, required
 
 
 def _is_required(field: dataclasses.Field[Any]) -> bool:
@@ -410,7 +421,13 @@ def _is_required(field: dataclasses.Field[Any]) -> bool:
 def touch_takes_group_lists(pool: Any) -> bool:
     """True where BlockPool.touch takes one list of blocks per KV-cache group (before
     0.2x), read from the annotation of its `blocks` parameter; else one list."""
-    blocks = inspect.signature(type(pool).touch).parameters["blocks"]
+    return _touch_takes_group_lists(type(pool).touch)
+
+
+@functools.cache
+def _touch_takes_group_lists(touch: Callable[..., Any]) -> bool:
+    """Read once per method (inspect.signature costs about 7 us; every engine build asks)."""
+    blocks = inspect.signature(touch).parameters["blocks"]
     return str(blocks.annotation).startswith("tuple")
 
 

@@ -20,7 +20,9 @@ Imports vLLM: import this module only where vLLM is wanted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 OPTION_PREFIX = "vllm:"
@@ -42,15 +44,24 @@ _TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
 _FALSE_WORDS = frozenset({"false", "0", "no", "off"})
 
 
-def settable_fields() -> dict[str, str]:
+def settable_fields() -> Mapping[str, str]:
     """name -> type text of every SchedulerConfig field --vllm-option may set."""
     from vllm.config import SchedulerConfig
 
-    return {
-        f.name: f.type.__name__ if isinstance(f.type, type) else str(f.type)
-        for f in dataclasses.fields(SchedulerConfig)
-        if f.init and f.name not in OWNED_FIELDS and f.name not in FIXED_FIELDS
-    }
+    return _settable_fields(SchedulerConfig)
+
+
+@functools.cache
+def _settable_fields(scheduler_config_cls: type) -> Mapping[str, str]:
+    """Read once per class (every engine build asks, twice with fit.py's probe), handed
+    out read-only."""
+    return MappingProxyType(
+        {
+            f.name: f.type.__name__ if isinstance(f.type, type) else str(f.type)
+            for f in dataclasses.fields(scheduler_config_cls)
+            if f.init and f.name not in OWNED_FIELDS and f.name not in FIXED_FIELDS
+        }
+    )
 
 
 def parse_option(text: str) -> tuple[str, str]:

@@ -18,6 +18,7 @@ functions only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from typing import Any
 
@@ -45,8 +46,11 @@ READ_EVERYWHERE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )  # fmt: skip
 
 
+@functools.cache
 def _has_member(cls: type, name: str) -> bool:
-    """A dataclass field (with or without a default) or a class attribute or method."""
+    """A dataclass field (with or without a default) or a class attribute or method.
+    Remembered per class object (a release's classes do not change in a process; a test's
+    stand-in class is another object)."""
     if dataclasses.is_dataclass(cls) and any(f.name == name for f in dataclasses.fields(cls)):
         return True
     return hasattr(cls, name)
