@@ -181,7 +181,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
             return {}
         reqs = cast(list[ShadowRequest], found)  # no None in it
         idx = np.fromiter(map(_INDEX, reqs), np.int32, len(reqs))  # store indices (writer_req)
-        unbuilt = self.store.base[idx] < 0
+        unbuilt = self.store.base.take(idx) < 0  # take: int32 fancy indexing costs 0.9 us
         if np.count_nonzero(unbuilt):  # their first step: build their tokens and identities
             for i in unbuilt.nonzero()[0].tolist():
                 reqs[i].build()
