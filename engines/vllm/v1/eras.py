@@ -380,12 +380,8 @@ def runner_output(output_cls: type, req_ids: list[str], sampled: list[list[int]]
     """A ModelRunnerOutput with our sampled tokens; fields an older release requires get
     what its own EMPTY_MODEL_RUNNER_OUTPUT holds (no logprobs, no pooler output)."""
     as_arrays, indexed, required = _runner_output_shape(output_cls)
-    kwargs: dict[str, Any] = {
-        "req_ids": req_ids,
-        "sampled_token_ids": [np.asarray(s, dtype=np.int64) for s in sampled]
-        if as_arrays
-        else sampled,
-    }
+    arrays = [np.asarray(s, dtype=np.int64) for s in sampled] if as_arrays else sampled
+    kwargs: dict[str, Any] = {"req_ids": req_ids, "sampled_token_ids": arrays}
     if indexed:  # gone in 0.34.0: the scheduler indexes req_ids
         kwargs["req_id_to_index"] = {rid: i for i, rid in enumerate(req_ids)}
     for name in required:  # bounded: _RUNNER_OUTPUT_EMPTY
