@@ -144,3 +144,25 @@ def test_keys_with_one_tag_and_one_first_cell_stay_apart():
     assert found.tolist() == [1, 2] and values[:2].tolist() == [5, 7]
     tags = (table[table != 0] >> 4).tolist()  # above each cell's 4 row bits
     assert len(tags) == 2 and tags[0] == tags[1]
+
+
+def test_warm_reads_the_first_cells_and_writes_nothing():
+    """The kernels' read-ahead pass counts the keys found at their first cell (a's twin b
+    shares a's cell and tag, not its bytes; c is absent) and leaves every array as it was."""
+    from schedcheck.invariants import hash_probe as hp
+
+    a, b = _colliding_keys()
+    c = (int.from_bytes(a, "little") ^ 1).to_bytes(8, "little")
+    table = np.zeros(32, np.int32)
+    rows = np.zeros((9, 1), np.uint64)
+    lens, values = np.zeros(9, np.uint8), np.zeros(8, np.uint64)
+    query = np.frombuffer(a + b + c, np.uint64).reshape(3, 1).copy()
+    query_lens = np.array([9, 9, 9], np.int64)
+    hp.remember_walk(table, rows, lens, values, 0, 0, query[:1], query_lens[:1],
+                     np.array([5], np.uint64))  # fmt: skip
+    before = [x.copy() for x in (table, rows, lens, values)]
+    row_bits, cell_bits = hp.layout(table, rows)
+    assert hp.warm(table, rows, lens, query, query_lens, row_bits, cell_bits) == 1
+    assert hp.warm(table, rows, lens, query[1:], query_lens[1:], row_bits, cell_bits) == 0
+    for now, then in zip((table, rows, lens, values), before, strict=True):
+        assert np.array_equal(now, then)
