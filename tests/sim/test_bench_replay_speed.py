@@ -1,0 +1,60 @@
+"""bench/replay_speed.py on a window of three requests, in pairs: every pair replays the
+same schedule checked and bare, the ratio reported is the median of the pairs' ratios, the
+first pair's is kept apart, and a window shorter than --rss-at-requests reports no growth."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "replay_speed.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("replay_speed", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _args(bench, tmp_path: Path, pairs: int) -> argparse.Namespace:
+    return argparse.Namespace(
+        trace=str(bench.TRACE), max_requests=3, duration_s=None, time_scale=1.0,
+        block_size=16, block_manager="hashed", num_blocks=2048, progress=False,
+        invariants_only=False, curve=str(tmp_path / "curve.jsonl"), rss_at_requests=1000,
+        pairs=pairs,
+    )  # fmt: skip
+
+
+def test_three_pairs_report_their_ratios_and_the_median(tmp_path):
+    bench = _bench()
+    report = bench.run_pairs(_args(bench, tmp_path, pairs=3))
+    ratios = report["invariant_overhead_pairs"]
+    assert len(ratios) == 3 and min(ratios) > 0
+    assert report["invariant_overhead"] == statistics.median(ratios)
+    assert report["invariant_overhead_first"] == ratios[0]
+    full, bare = report["invariants"], report["bare"]
+    assert full["fingerprint"] == bare["fingerprint"] and full["requests"] == 3
+    assert full["finished"] == 3 and full["num_gpu_blocks"] == 2048
+    assert report["peak_rss_mb_at_1000_requests"] is None  # three requests seen, not 1,000
+    assert report["peak_rss_growth"] is None
+
+
+def test_only_the_first_checked_run_writes_the_curve(tmp_path, monkeypatch):
+    bench = _bench()
+    monkeypatch.setattr(bench.Curve, "SAMPLE_STEPS", 4)
+    paths = []
+    init = bench.Curve.__init__
+
+    def remember_path(self, sim, at_requests, path=None):
+        paths.append(path)
+        init(self, sim, at_requests, path)
+
+    monkeypatch.setattr(bench.Curve, "__init__", remember_path)
+    report = bench.run_pairs(_args(bench, tmp_path, pairs=2))
+    assert paths == [str(tmp_path / "curve.jsonl"), None]  # a later run would overwrite it
+    samples = (tmp_path / "curve.jsonl").read_text().splitlines()
+    assert len(samples) == report["invariants"]["steps"] // 4
