@@ -217,24 +217,18 @@ class PoolDeltaChecker:
     ) -> tuple[bool, list[int], list[int]]:
         """Bring `tables` up to date; the blocks that entered or left a table (in range).
 
-        Fast path (most steps): the same requests in the same order as last time, so only
-        the tables whose length or last block moved are looked at; lengths and last blocks
-        of all are read and compared in C (map)."""
+        Fast path (_diff_moved; every step without a preemption or an empty table, unless
+        the tables' order changed): lengths and last blocks of all are read and compared
+        in C (map), and only the tables dropped, new or moved are looked at."""
         tables = reads.tables(snapshot)
         rids, lens, lasts = reads.table_ends(snapshot, tables)
-        stale_owner = not all(map(live.__contains__, rids)) and any(
+        stale_owner = not reads.all_live(live, rids) and any(
             len(tables[rid]) for rid in rids if rid not in live
         )  # owners: only live requests hold blocks
-        if lasts is not None and not preempted and rids == self._rids:
-            if lens == self._lens and lasts == self._lasts:
-                removed: list[int] = []
-                added: list[int] = []
-            else:
-                grown = map(operator.ne, lens, self._lens)
-                moved = map(operator.or_, grown, map(operator.ne, lasts, self._lasts))
-                removed, added = self._diff_some(tables, list(compress(rids, moved)), ())
-        else:
-            removed, added = self._diff_all(tables, preempted)
+        diffed = None
+        if lasts is not None and not preempted and self._rids is not None:
+            diffed = self._diff_moved(tables, rids, lens, lasts)
+        removed, added = self._diff_all(tables, preempted) if diffed is None else diffed
         self._rids = rids if lasts is not None else None  # an empty table: diff all next
         self._lens, self._lasts = lens, lasts or []
         num_blocks = self.held.size
@@ -242,6 +236,36 @@ class PoolDeltaChecker:
             if ids and (min(ids) < 0 or max(ids) >= num_blocks):
                 ids[:] = [b for b in ids if 0 <= b < num_blocks]
         return stale_owner, removed, added
+
+    def _diff_moved(
+        self,
+        tables: Mapping[str, Sequence[int]],
+        rids: list[str],
+        lens: list[int],
+        lasts: list[int],
+    ) -> tuple[list[int], list[int]] | None:
+        """The fast path: the tables as last seen, less the dropped ones, in the same order,
+        and new ones after them (a dict's order: finished requests leave, admitted ones come
+        last). Only the dropped tables, the new ones and those whose length or last block
+        moved are looked at; the rest is compared in C (map). None where the order differs
+        otherwise (every table is then diffed)."""
+        old_rids, old_lens, old_lasts = cast(list[str], self._rids), self._lens, self._lasts
+        assert len(self.tables) == len(old_rids), "the kept tables are the last check's"
+        removed: list[int] = []
+        if rids != old_rids:  # each pass below over the tables, in C
+            kept = list(map(tables.__contains__, old_rids))
+            survivors = list(compress(old_rids, kept))
+            if rids[: len(survivors)] != survivors:
+                return None
+            for rid in compress(old_rids, map(operator.not_, kept)):  # bounded: the dropped
+                removed += self.tables.pop(rid)
+            old_lens, old_lasts = list(compress(old_lens, kept)), list(compress(old_lasts, kept))
+        elif lens == old_lens and lasts == old_lasts:  # most steps: no table moved
+            return removed, []
+        grown = map(operator.ne, lens, old_lens)  # the survivors (zip stops at the shorter)
+        moved = compress(rids, map(operator.or_, grown, map(operator.ne, lasts, old_lasts)))
+        more_removed, added = self._diff_some(tables, [*moved, *rids[len(old_lens) :]], ())
+        return removed + more_removed, added
 
     def _diff_all(
         self, tables: Mapping[str, Sequence[int]], preempted: Collection[str]

@@ -6,7 +6,7 @@ them). A full view costs O(pool) a step; an engine with a change log hands the l
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +37,15 @@ def table_ends(
     except IndexError:
         lasts = None
     return list(tables), list(map(len, tables.values())), lasts
+
+
+def all_live(live: Collection[str], request_ids: list[str]) -> bool:
+    """Is every one of `request_ids` live? In C where `live` can say so itself
+    (`holds_all`: a view of the live requests less this step's finished ones)."""
+    holds_all = getattr(live, "holds_all", None)
+    if holds_all is not None:
+        return bool(holds_all(request_ids))
+    return all(map(live.__contains__, request_ids))
 
 
 def ref_cnt_of(snapshot: KVSnapshot, ids: IntArray) -> IntArray:
