@@ -68,7 +68,9 @@ class BlockPool:
         # how many times each block's hash was evicted: a lookup's hit is still whole while
         # its blocks' counts are unchanged (hashed_manager.get_computed_blocks)
         self.evictions_of_block: npt.NDArray[np.int64] = np.zeros(num_blocks, dtype=np.int64)
-        self.change_log: set[int] | None = None  # block ids changed since the checker looked
+        # block ids changed since the checker looked, in the order logged (one may repeat:
+        # a list extends at a copy's cost, a set hashes every id)
+        self.change_log: list[int] | None = None
         # how many times each block's hash changed (cached, evicted): the pool check reads
         # the hashes of the changed blocks whose count moved since it looked, no others
         self.hash_changes_of_block: npt.NDArray[np.int64] = np.zeros(num_blocks, dtype=np.int64)
@@ -100,7 +102,7 @@ class BlockPool:
             assert self.ref_cnt[block_id] == 0, "a free block had holders"
             self.ref_cnt[block_id] = 1
             if self.change_log is not None:
-                self.change_log.add(block_id)
+                self.change_log.append(block_id)
             return [block_id]
         block_ids = [queue.popitem(last=False)[0] for _ in range(num_blocks)]
         if not self.cached_hash_of_block.keys().isdisjoint(block_ids):
@@ -111,7 +113,7 @@ class BlockPool:
             self.ref_cnt[ids] = 1
             self.in_free_queue[ids] = False
             if self.change_log is not None:
-                self.change_log.update(block_ids)
+                self.change_log.extend(block_ids)
         return block_ids
 
     def touch(self, block_ids: Sequence[int]) -> None:
@@ -125,7 +127,7 @@ class BlockPool:
         self.ref_cnt[ids] += 1
         self.in_free_queue[ids] = False
         if self.change_log is not None:
-            self.change_log.update(block_ids)
+            self.change_log.extend(block_ids)
 
     def free_blocks(self, ordered_block_ids: Sequence[int]) -> None:
         """Drop one reference on each block; blocks reaching 0 join the queue's tail in order.
@@ -140,7 +142,7 @@ class BlockPool:
         left = ref_cnt[ids]  # read once: each block's holders after this free
         assert (left >= 0).all(), "ref_cnt went negative: double free"
         if self.change_log is not None:
-            self.change_log.update(ordered_block_ids)
+            self.change_log.extend(ordered_block_ids)
         queue, freed = self.free_block_queue, ids[left == 0]
         for block_id in freed.tolist():  # bounded: the blocks freed
             assert block_id not in queue  # (a loop: OrderedDict.update is slower, measured)
@@ -162,7 +164,7 @@ class BlockPool:
         new_ids = block_ids[num_cached_blocks:num_full_blocks]
         new_hashes = block_hashes[num_cached_blocks:num_full_blocks]
         if self.change_log is not None:
-            self.change_log.update(new_ids)
+            self.change_log.extend(new_ids)
         if (
             cached_hash_of_block.keys().isdisjoint(new_ids)
             and cached.keys().isdisjoint(new_hashes)
@@ -203,7 +205,7 @@ class BlockPool:
         blocks evict hundreds of hashes at once."""
         hashes = list(map(self.cached_hash_of_block.pop, block_ids))
         if self.change_log is not None:
-            self.change_log.update(block_ids)
+            self.change_log.extend(block_ids)
         owners = list(map(self.cached_block_hash_to_block.pop, hashes))
         assert owners == block_ids, "each hash was cached for its block"
         ids = np.fromiter(block_ids, np.int64, len(block_ids))  # distinct: a fancy += is exact
@@ -215,7 +217,7 @@ class BlockPool:
     def _evict(self, block_id: int) -> None:
         block_hash = self.cached_hash_of_block.pop(block_id)
         if self.change_log is not None:
-            self.change_log.add(block_id)
+            self.change_log.append(block_id)
         assert self.cached_block_hash_to_block.get(block_hash) == block_id
         del self.cached_block_hash_to_block[block_hash]
         self.evictions_of_block[block_id] += 1

@@ -279,7 +279,7 @@ class HashedKVSnapshot(ManagerSnapshot):
         """Blocks whose ref_cnt, hash or free-queue position changed since the last call;
         None on the first (it turns the pool's change log on). See invariants/pool_delta.py."""
         pool = self._manager.block_pool
-        changed, pool.change_log = pool.change_log, set()
+        changed, pool.change_log = pool.change_log, []
         return changed
 
 

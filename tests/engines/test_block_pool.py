@@ -125,3 +125,19 @@ def test_in_free_queue_is_the_queue_as_an_array():
     pool.touch([1])  # a hit taken back from the queue
     pool.free_blocks([a[0], *b])
     assert mask() == [0, 2, 3, 4, 5] == sorted(pool.free_block_queue)
+
+
+def test_the_change_log_lists_every_change_in_order_once_turned_on():
+    """Off, nothing is logged; on, every block whose ref_cnt, hash or queue position
+    changed is listed as it changes (a block changed twice is listed twice)."""
+    pool = BlockPool(4)
+    pool.get_new_blocks(1)
+    assert pool.change_log is None
+    pool.change_log = []
+    blocks = pool.get_new_blocks(2)  # [1, 2]
+    pool.cache_full_blocks(blocks, [_h(1), _h(2)], 0, 2)
+    pool.touch([1])
+    pool.free_blocks([2, 1])
+    assert pool.get_new_blocks(1) == [3]
+    assert pool.get_new_blocks(1) == [2]  # evicts block 2's hash
+    assert pool.change_log == [1, 2, 1, 2, 1, 2, 1, 3, 2, 2]
