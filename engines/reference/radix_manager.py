@@ -60,7 +60,7 @@ class RadixKVManager:
         self.free_pool = CountedDeque(num_blocks)  # O(1) membership for the pool check
         # On once a checker takes them (RadixKVSnapshot): blocks whose ref_cnt, hash or
         # free-pool entries changed (the pool notes its own), tables rewritten in place.
-        self.change_log: set[int] | None = None
+        self.change_log: list[int] | None = None
         self.rewritten_req_ids: set[str] | None = None
         self.ref_cnt: npt.NDArray[np.int64] = np.zeros(num_blocks, dtype=np.int64)
         self._ref_cnt_view = readonly_view(self.ref_cnt)
@@ -219,8 +219,8 @@ class RadixKVManager:
         first = pages.num_tree_pages
         assert len(tree_block_ids) == num_full_pages - first
         if self.change_log is not None:  # hashed now (or swapped for the tree's page below)
-            self.change_log.update(block_ids[first:num_full_pages])
-            self.change_log.update(tree_block_ids)
+            self.change_log.extend(block_ids[first:num_full_pages])
+            self.change_log.extend(tree_block_ids)
         if tree_block_ids == block_ids[first:num_full_pages]:
             tree_block_ids = []  # the common case: the tree took the request's own pages
         for offset, tree_block_id in enumerate(tree_block_ids):
@@ -314,7 +314,7 @@ class RadixKVSnapshot(ManagerSnapshot):
         notes them. See invariants/pool_delta.py."""
         manager = self._manager
         changed = manager.change_log
-        manager.change_log = manager.free_pool.change_log = set()
+        manager.change_log = manager.free_pool.change_log = []
         return changed
 
     def take_rewritten_req_ids(self) -> Collection[str]:

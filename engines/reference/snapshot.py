@@ -84,7 +84,7 @@ class ManagerSnapshot:
 class CountedDeque(deque[int]):
     """A free pool of block ids (a deque) that counts each id's entries, so that `in` costs
     O(1) and an id queued twice shows, and notes the ids it gains or loses in `change_log`
-    (a set, when a checker turned it on) for the incremental block-pool check.
+    (a list, when a checker turned it on; an id may repeat) for the incremental block-pool check.
 
     Only the deque operations a block manager uses are counted (append, extend, popleft);
     the others raise rather than let the counts go stale.
@@ -95,13 +95,13 @@ class CountedDeque(deque[int]):
     def __init__(self, num_blocks: int) -> None:
         super().__init__(range(num_blocks))
         self.counts = [1] * num_blocks
-        self.change_log: set[int] | None = None
+        self.change_log: list[int] | None = None
 
     def append(self, block_id: int) -> None:
         super().append(block_id)
         self.counts[block_id] += 1
         if self.change_log is not None:
-            self.change_log.add(block_id)
+            self.change_log.append(block_id)
 
     def extend(self, block_ids: Iterable[int]) -> None:
         ids = list(block_ids)
@@ -110,13 +110,13 @@ class CountedDeque(deque[int]):
         for block_id in ids:  # bounded: the ids given
             counts[block_id] += 1
         if self.change_log is not None:
-            self.change_log.update(ids)
+            self.change_log.extend(ids)
 
     def popleft(self) -> int:
         block_id = super().popleft()
         self.counts[block_id] -= 1
         if self.change_log is not None:
-            self.change_log.add(block_id)
+            self.change_log.append(block_id)
         return block_id
 
     def __contains__(self, block_id: object) -> bool:
