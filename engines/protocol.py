@@ -180,6 +180,11 @@ class KVSnapshot(Protocol):
                                   (cached, evicted, cached again): the incremental check
                                   then reads the hashes of the blocks whose count moved
                                   only. Every change must count, or it goes unchecked.
+    pool_arrays()                 (ref_cnt, in the free queue, hash changes) of every block
+                                  id, as the engine's own arrays (read-only views): the
+                                  incremental check walks a step's changed blocks in one
+                                  compiled call. They must say what ref_cnt_of, is_free
+                                  and hash_changes_of say (the reference hashed manager).
     """
 
     @property

@@ -37,23 +37,24 @@ What the incremental path needs to be cheap (read through pool_reads.py):
 no table holds and no queue names that the engine keeps itself: SGLang's tree; such a
 snapshot's reserved blocks are among them, not left out) and `hash_changes_of(ids)`
 (each block's count of hash changes: most changed blocks only changed ref_cnt or queue
-position, and their hashes are then not read). A table is assumed
-to change by growing at its end or by being dropped; its first and last old entries are
-compared. Compared whole are the tables of requests preempted since the last check (one
-can be admitted again in the same step, in a table of equal length) and of those the
-engine says it rewrote in place (`take_rewritten_req_ids()`: the radix manager switching a
+position, and their hashes are then not read). The tables are diffed by pool_tables.py;
+compared whole are those of requests preempted since the last check and those the engine
+says it rewrote in place (`take_rewritten_req_ids()`: the radix manager switching a
 request to the tree's copy of a page).
 
 `held` and `free` are arrays: a step admitting or finishing a long prompt changes thousands
 of blocks, compared at once (ref_cnt != held, free and referenced, neither free nor
 referenced); up to SMALL_IDS changed blocks they are compared as lists, where numpy's
-per-call cost would dominate. Which block breaks a property is left to the full sweep.
+per-call cost would dominate. A snapshot that hands its pool as arrays (`pool_arrays()`:
+ref_cnt, in the free queue and hash changes per block id, all of it the engine's own)
+has all of this done in one compiled walk instead (pool_delta_kernels.py). Which block
+breaks a property is left to the full sweep.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection
 from itertools import compress, repeat
 from typing import cast
 
@@ -63,6 +64,7 @@ import numpy.typing as npt
 from schedcheck.engines.protocol import KVSnapshot
 from schedcheck.invariants import pool_reads as reads
 from schedcheck.invariants.block_pool import BlockContents, BlockPoolChecker, with_holder
+from schedcheck.invariants.pool_tables import KeptTables
 from schedcheck.invariants.violation import Violation
 
 IntArray = npt.NDArray[np.int64]
@@ -79,15 +81,11 @@ class PoolDeltaChecker:
 
     def __init__(self) -> None:
         self.full = BlockPoolChecker()  # also holds the hash -> content memory
-        self.tables: dict[str, list[int]] = {}  # each request's block table, as last seen
+        self.kept = KeptTables()  # each request's block table, as last seen
         self.held: IntArray = np.zeros(0, np.int64)  # how many tables hold each block id
         self.free = np.zeros(0, bool)  # the block was in the free queue when last checked
         self.num_free = 0  # blocks marked in `free`
         self.synced = False  # the state above mirrors the engine as of the last check
-        # the tables' request ids, lengths and last blocks as of the last check (fast path)
-        self._rids: list[str] | None = None  # None: the next check diffs every table
-        self._lens: list[int] = []
-        self._lasts: list[int] = []
         self.sweep_always = False  # after a violation
         self.num_blocks_checked = 0  # blocks checked by the last call (a full sweep: all)
         self.num_sweeps = 0  # full sweeps so far
@@ -96,6 +94,13 @@ class PoolDeltaChecker:
         # per block id, the engine's count of its hash changes when last looked at (engines
         # with `hash_changes_of`): a changed block whose count did not move kept its hash
         self.hash_changes: IntArray = _NONE
+        # the compiled walk (snapshots with `pool_arrays`): its scratch, one byte a block,
+        # and the blocks whose hash moved, found by the walk for _check_cached
+        self._marks = np.zeros(0, np.uint8)
+        self._rehashed_now: IntArray | None = None
+        from schedcheck.invariants import pool_delta_kernels  # numba: with the first check
+
+        self._kernels = pool_delta_kernels
 
     def check(
         self,
@@ -136,7 +141,7 @@ class PoolDeltaChecker:
         self.num_blocks_checked = snapshot.num_blocks
         self.num_sweeps += 1
         self.sweep_always |= bool(out)
-        self.changed = _NONE
+        self.changed, self._rehashed_now = _NONE, None
         return out
 
     # -- the incremental step -------------------------------------------------------------
@@ -150,7 +155,11 @@ class PoolDeltaChecker:
     ) -> bool:
         """Bring the kept state up to date; True if a changed block, or the free queue's
         count, breaks a property (the full sweep then says which)."""
-        suspect, removed, added = self._diff_tables(snapshot, live, preempted)
+        suspect, removed, added = self.kept.diff(snapshot, live, preempted, self.held.size)
+        pool_arrays = getattr(snapshot, "pool_arrays", None)
+        if pool_arrays is not None:  # one compiled walk (pool_delta_kernels.py)
+            suspect |= self._walk_changed(snapshot, pool_arrays(), removed, added, logged)
+            return suspect or reads.num_free_entries(snapshot) != self.num_free
         _count(self.held, removed, -1)
         _count(self.held, added, 1)
         ids = self._changed_ids(snapshot, removed, added, logged)
@@ -162,6 +171,31 @@ class PoolDeltaChecker:
                 snapshot, ids, reads.ref_cnt_of(snapshot, ids), reads.is_free(snapshot, ids)
             )
         return suspect or reads.num_free_entries(snapshot) != self.num_free
+
+    def _walk_changed(
+        self,
+        snapshot: KVSnapshot,
+        pool: tuple[IntArray, BoolArray, IntArray],
+        removed: list[int],
+        added: list[int],
+        logged: Collection[int],
+    ) -> bool:
+        """_count, _changed_ids, _few_suspect / _many_suspect and _rehashed in one compiled
+        walk over the step's blocks, on the snapshot's own arrays (ref_cnt, in the free
+        queue, hash changes per block id)."""
+        if self._marks.size != self.held.size:
+            self._marks = np.zeros(self.held.size, np.uint8)
+        reserved = _NONE  # kept blocks are checked (SGLang's tree), reserved ones are not
+        if not hasattr(snapshot, "is_kept"):
+            reserved = np.array(getattr(snapshot, "reserved_block_ids", ()), np.int64)
+        ids, suspect, num_free_delta, lost, rehashed = self._kernels.step_blocks(
+            self.held, self.free, self.hash_changes, self._marks, *pool,
+            _ids(removed), _ids(added), _ids(logged), reserved,
+        )  # fmt: skip
+        self.changed, self.num_blocks_checked = ids, ids.size
+        self.num_free += num_free_delta
+        self._rehashed_now = rehashed
+        return suspect or (lost.size > 0 and reads.any_lost(snapshot, lost))
 
     def _few_suspect(
         self, snapshot: KVSnapshot, ids: IntArray, ref_cnt: IntArray, is_free: BoolArray
@@ -212,95 +246,6 @@ class PoolDeltaChecker:
                 ids = ids[ids != b]
         return ids
 
-    def _diff_tables(
-        self, snapshot: KVSnapshot, live: Collection[str], preempted: Collection[str]
-    ) -> tuple[bool, list[int], list[int]]:
-        """Bring `tables` up to date; the blocks that entered or left a table (in range).
-
-        Fast path (_diff_moved; every step without a preemption or an empty table, unless
-        the tables' order changed): lengths and last blocks of all are read and compared
-        in C (map), and only the tables dropped, new or moved are looked at."""
-        tables = reads.tables(snapshot)
-        rids, lens, lasts = reads.table_ends(snapshot, tables)
-        stale_owner = not reads.all_live(live, rids) and any(
-            len(tables[rid]) for rid in rids if rid not in live
-        )  # owners: only live requests hold blocks
-        diffed = None
-        if lasts is not None and not preempted and self._rids is not None:
-            diffed = self._diff_moved(tables, rids, lens, lasts)
-        removed, added = self._diff_all(tables, preempted) if diffed is None else diffed
-        self._rids = rids if lasts is not None else None  # an empty table: diff all next
-        self._lens, self._lasts = lens, lasts or []
-        num_blocks = self.held.size
-        for ids in (removed, added):
-            if ids and (min(ids) < 0 or max(ids) >= num_blocks):
-                ids[:] = [b for b in ids if 0 <= b < num_blocks]
-        return stale_owner, removed, added
-
-    def _diff_moved(
-        self,
-        tables: Mapping[str, Sequence[int]],
-        rids: list[str],
-        lens: list[int],
-        lasts: list[int],
-    ) -> tuple[list[int], list[int]] | None:
-        """The fast path: the tables as last seen, less the dropped ones, in the same order,
-        and new ones after them (a dict's order: finished requests leave, admitted ones come
-        last). Only the dropped tables, the new ones and those whose length or last block
-        moved are looked at; the rest is compared in C (map). None where the order differs
-        otherwise (every table is then diffed)."""
-        old_rids, old_lens, old_lasts = cast(list[str], self._rids), self._lens, self._lasts
-        assert len(self.tables) == len(old_rids), "the kept tables are the last check's"
-        removed: list[int] = []
-        if rids != old_rids:  # each pass below over the tables, in C
-            kept = list(map(tables.__contains__, old_rids))
-            survivors = list(compress(old_rids, kept))
-            if rids[: len(survivors)] != survivors:
-                return None
-            for rid in compress(old_rids, map(operator.not_, kept)):  # bounded: the dropped
-                removed += self.tables.pop(rid)
-            old_lens, old_lasts = list(compress(old_lens, kept)), list(compress(old_lasts, kept))
-        elif lens == old_lens and lasts == old_lasts:  # most steps: no table moved
-            return removed, []
-        grown = map(operator.ne, lens, old_lens)  # the survivors (zip stops at the shorter)
-        moved = compress(rids, map(operator.or_, grown, map(operator.ne, lasts, old_lasts)))
-        more_removed, added = self._diff_some(tables, [*moved, *rids[len(old_lens) :]], ())
-        return removed + more_removed, added
-
-    def _diff_all(
-        self, tables: Mapping[str, Sequence[int]], preempted: Collection[str]
-    ) -> tuple[list[int], list[int]]:
-        """Every table against the kept copies: dropped, new, grown or rewritten."""
-        kept = self.tables
-        removed: list[int] = []
-        for rid in [rid for rid in kept if rid not in tables or not len(tables[rid])]:
-            removed.extend(kept.pop(rid))  # dropped (finished, aborted, preempted)
-        rids = [rid for rid, table in tables.items() if len(table)]
-        more_removed, added = self._diff_some(tables, rids, preempted)
-        return removed + more_removed, added
-
-    def _diff_some(
-        self, tables: Mapping[str, Sequence[int]], rids: list[str], preempted: Collection[str]
-    ) -> tuple[list[int], list[int]]:
-        kept = self.tables
-        removed: list[int] = []
-        added: list[int] = []
-        for rid in rids:  # bounded: the requests holding blocks
-            table = tables[rid]
-            n = len(table)
-            old = kept.get(rid)
-            if old is None:
-                added.extend(kept.setdefault(rid, list(table)))
-            elif not _grew_at_end(old, table, n, rid in preempted):
-                removed.extend(old)
-                kept[rid] = list(table)
-                added.extend(kept[rid])
-            elif n > len(old):
-                new = list(table[len(old) :])
-                old.extend(new)
-                added.extend(new)
-        return removed, added
-
     def _check_cached(
         self, step: int, snapshot: KVSnapshot, block_contents: BlockContents
     ) -> list[Violation]:
@@ -332,6 +277,9 @@ class PoolDeltaChecker:
         """Those of `ids` whose hash may have changed since they were last looked at, and
         whether each of them did: the engine counts its hash changes (else all of `ids`,
         which may not have)."""
+        if self._rehashed_now is not None:  # the compiled walk found them
+            rehashed, self._rehashed_now = self._rehashed_now, None
+            return rehashed, True
         count = getattr(snapshot, "hash_changes_of", None)
         if count is None or not ids.size:
             return ids, False
@@ -344,8 +292,7 @@ class PoolDeltaChecker:
         """Rebuild tables, held and free from the whole pool (after the full check, from
         the holder and free-queue counts it took)."""
         num_blocks = snapshot.num_blocks
-        self.tables = {rid: list(t) for rid, t in reads.tables(snapshot).items() if len(t)}
-        self._rids = None  # the next check diffs every table
+        self.kept.reset(reads.tables(snapshot))
         read, self.full.last_read = self.full.last_read, None
         assert read is not None, "a resync follows the full check that counted the pool"
         held, free_counts = read  # what the check just counted: the same tables and queue
@@ -358,6 +305,11 @@ class PoolDeltaChecker:
         self.synced = True
 
 
+def _ids(ids: Collection[int]) -> IntArray:
+    """Block ids as an int64 array (none: the shared empty one)."""
+    return np.fromiter(ids, np.int64, len(ids)) if len(ids) else _NONE
+
+
 def _count(held: IntArray, ids: list[int], delta: int) -> None:
     """held[b] += delta for each b in ids (an id may repeat: a block two tables shared)."""
     if len(ids) <= 4:
@@ -365,13 +317,3 @@ def _count(held: IntArray, ids: list[int], delta: int) -> None:
             held[b] += delta
     elif ids:
         np.add.at(held, np.array(ids, np.int64), delta)
-
-
-def _grew_at_end(old: list[int], table: Sequence[int], n: int, preempted: bool) -> bool:
-    """True if `table` is `old` with blocks appended (or unchanged)."""
-    m = len(old)
-    if n < m:
-        return False
-    if preempted:
-        return list(table[:m]) == old
-    return m == 0 or (table[0] == old[0] and table[m - 1] == old[m - 1])

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
 
 
-def readonly_view(array: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+G = TypeVar("G", bound=np.generic)
+
+
+def readonly_view(array: npt.NDArray[G]) -> npt.NDArray[G]:
     """A view of `array` that cannot be written through; it follows later writes to `array`."""
     view = array.view()
     view.flags.writeable = False

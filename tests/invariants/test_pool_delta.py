@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from schedcheck.engines.protocol import EngineConfig
+from schedcheck.engines.reference.hashed_manager import HashedKVSnapshot
 from schedcheck.fuzz.shrink import bundle_run
 from schedcheck.sim.cost_model import profile
 from schedcheck.sim.loop import SimOptions, Simulation, run
@@ -134,6 +135,34 @@ def test_incremental_and_full_agree_under_preemption_eviction_and_aborts(block_m
     assert incremental.violations == full.violations == []
     assert incremental.faults_fired == full.faults_fired and len(full.faults_fired) > 5
     assert (incremental_sim.pool.num_sweeps, incremental_sim.pool.num_unconfirmed) == (2, 0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_preemptions_evictions_and_aborts_read_the_same_walked(seed, monkeypatch):
+    """A faulty run's every step goes through the walk (the hashed manager's snapshot) and
+    reads as the generic path does: schedule, findings, sweeps."""
+    config = EngineConfig(block_size=4, num_gpu_blocks=48, max_num_batched_tokens=32,
+                          max_num_seqs=8, block_manager="hashed")  # fmt: skip
+    options = SimOptions(seed=seed, faults={"preempt": 0.1, "abort-mid-chunk": 0.05, "evict": 0.1})
+    walks = []
+    pool_arrays = HashedKVSnapshot.pool_arrays
+    monkeypatch.setattr(
+        HashedKVSnapshot, "pool_arrays", lambda self: walks.append(1) or pool_arrays(self)
+    )
+    sims = []
+    for walked in (True, False):
+        with monkeypatch.context() as m:
+            if not walked:
+                m.delattr(HashedKVSnapshot, "pool_arrays")
+            sim = Simulation(_family_trace(seed), "reference", config, options, profile("unit"))
+            sims.append((sim, sim.run()))
+    (walked_sim, walked_run), (generic_sim, generic_run) = sims
+    assert walked_run.fingerprint == generic_run.fingerprint
+    assert walked_run.violations == generic_run.violations
+    assert walked_run.violations == [] and len(walked_run.faults_fired) > 5
+    assert len(walks) == walked_run.steps - 1  # every step but the first (a sweep)
+    pools = [(s.pool.num_sweeps, s.pool.num_unconfirmed) for s in (walked_sim, generic_sim)]
+    assert pools == [(2, 0), (2, 0)]
 
 
 def test_the_radix_manager_names_the_tables_it_rewrites_in_place(monkeypatch):

@@ -80,8 +80,8 @@ def test_tables_dropped_and_admitted_in_one_step_are_followed_without_a_sweep():
     assert _check(checker, 0, pool, []) == []  # the sweep
     assert _check(checker, 1, pool, []) == []  # every table diffed once after it
     diffed_all = []
-    diff_all = checker._diff_all
-    checker._diff_all = lambda *args: diffed_all.append(True) or diff_all(*args)
+    diff_all = checker.kept._diff_all
+    checker.kept._diff_all = lambda *args: diffed_all.append(True) or diff_all(*args)
     pool.tables = {"b": [2, 5], "c": [3, 4]}  # a dropped, b grown, c new
     assert _check(checker, 2, pool, [0, 1, 3, 4, 5]) == []
     pool.tables = {"c": [3, 4]}  # b dropped, c unchanged
