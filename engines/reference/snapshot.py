@@ -9,7 +9,6 @@ from typing import Any, TypeVar, overload
 import numpy as np
 import numpy.typing as npt
 
-
 G = TypeVar("G", bound=np.generic)
 
 
