@@ -5,19 +5,14 @@ first pair's is kept apart, and a window shorter than --rss-at-requests reports 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "replay_speed.py"
+from bench_loader import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("replay_speed", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("replay_speed")
 
 
 def _args(bench, tmp_path: Path, pairs: int) -> argparse.Namespace:

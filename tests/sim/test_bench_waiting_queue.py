@@ -3,19 +3,13 @@ the steps are cut into ten tenths covering them all, and the queue drains across
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "waiting_queue.py"
+from bench_loader import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("waiting_queue", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("waiting_queue")
 
 
 def test_a_burst_drains_and_its_steps_are_cut_into_tenths():
