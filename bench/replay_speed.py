@@ -11,7 +11,8 @@ one after the other, so their ratio is measured under the same machine load. CPU
 `--pairs N` runs N such pairs, alternately, and reports each pair's ratio and their median:
 a single pair moves by 10-15 % between runs here. The first pair is cold (its checked run
 loads the compiled kernels, about 0.3 s: `invariant_overhead_first`); the later ones are
-not, so the median is nearer the per-step cost of a long replay.
+not, so the median is nearer the per-step cost of a long replay. The peak RSS is the first
+checked run's, before any other run.
 
     python bench/replay_speed.py                      # the whole trace (long)
     python bench/replay_speed.py --max-requests 1000  # a window
@@ -30,6 +31,7 @@ bench/plot_replay_curve.py). The block pool is checked every step (incrementally
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -98,12 +100,14 @@ def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
     the first pair, every pair's CPU-time ratio and their median."""
     pairs = []
     later = argparse.Namespace(**{**vars(args), "curve": None})  # the curve: the first run's
+    peak_mb = 0.0
     for i in range(args.pairs):  # bounded: --pairs
         full = measure(args if i == 0 else later, check_invariants=True)
+        peak_mb = peak_mb or peak_rss_mb()  # the first checked run's: the process's first
         bare = full if args.invariants_only else measure(args, check_invariants=False)
         assert bare["fingerprint"] == full["fingerprint"], "invariants must not change the schedule"
         pairs.append((full, bare))
-    peak_mb = peak_rss_mb()  # the process's: the checked runs' (one run's at a time)
+        gc.collect()  # a run's cycles (the curve holds its simulation) freed before the next
     full, bare = pairs[0]
     at = full.get(f"peak_rss_mb_at_{args.rss_at_requests}_requests")
     ratios = [f["cpu_time_s"] / b["cpu_time_s"] for f, b in pairs]  # CPU time ratios
