@@ -108,17 +108,8 @@ class BlockPoolChecker:
         assert len(hashes) == len(fresh), "one hash per block"
         block_ids = np.asarray(fresh, dtype=np.int64)
         identity, complete = block_contents(block_ids)
-        out: list[Violation] = []
-        if not complete.all():
-            b = int(block_ids[~complete][0])
-            out.append(
-                Violation(
-                    "block-pool.cached-unwritten",
-                    step,
-                    f"block {b} is in the prefix cache but not all of its slots were written",
-                    block=b,
-                )
-            )
+        out = _unwritten(step, block_ids, complete)
+        if out:
             block_ids, identity = block_ids[complete], identity[complete]
             hashes = list(compress(hashes, complete.tolist()))
         ids = block_ids.tolist()
@@ -133,6 +124,33 @@ class BlockPoolChecker:
         seen.forget_oldest(len(seen) + len(fresh) - HASH_MEMORY_MAX)  # bounded memory
         return out + self._remember(step, ids, identity, hashes)
 
+    def check_fresh_words(
+        self,
+        step: int,
+        fresh: np.ndarray,
+        words: np.ndarray,
+        block_contents: BlockContents,
+    ) -> list[Violation]:
+        """check_fresh of blocks (sorted ids) whose 32-byte hashes are rows of 4 words
+        (`words[k]`: block `fresh[k]`'s): the same checks and memory, no bytes object built
+        but for a finding. Where the engine says what its hashes mean, check_fresh."""
+        if self.expected_content is not None:  # the meanings are looked up by bytes
+            hashes = [row.tobytes() for row in words]
+            return self.check_fresh(step, fresh.tolist(), hashes, block_contents)
+        if not fresh.size:
+            return []
+        identity, complete = block_contents(fresh)
+        out = _unwritten(step, fresh, complete)
+        seen = self.content_of_hash
+        seen.forget_oldest(len(seen) + fresh.size - HASH_MEMORY_MAX)  # bounded memory
+        if out:
+            fresh, identity, words = fresh[complete], identity[complete], words[complete]
+        index, first = seen.remember_words(words, identity)
+        if index < 0:
+            return out
+        b, h = int(fresh[index]), words[index].tobytes()
+        return [*out, _other_content(step, b, h, first, int(identity[index]))]
+
     def _remember(
         self, step: int, ids: list[int], identity: np.ndarray, hashes: list[bytes]
     ) -> list[Violation]:
@@ -143,18 +161,7 @@ class BlockPoolChecker:
         index, first = self.content_of_hash.remember(hashes, identity)
         if index < 0:
             return []
-        b, h, ident = ids[index], hashes[index], int(identity[index])
-        return [
-            Violation(
-                "block-pool.hash-content",
-                step,
-                f"block {b}'s hash {h.hex()[:16]} named other content "
-                "before: equal hash, different tokens or parents",
-                block=b,
-                expected=f"identity {first:#x}",
-                found=f"identity {ident:#x}",
-            )
-        ]
+        return [_other_content(step, ids[index], hashes[index], first, int(identity[index]))]
 
     def _check_meaning(
         self, step: int, block_ids: list[int], hashes: list[bytes], identity: np.ndarray
@@ -181,6 +188,28 @@ class BlockPoolChecker:
                     )
                 )
         return out
+
+
+def _unwritten(step: int, block_ids: np.ndarray, complete: np.ndarray) -> list[Violation]:
+    """The first block cached with slots never written (cached-content), if any."""
+    if complete.all():
+        return []
+    b = int(block_ids[~complete][0])
+    message = f"block {b} is in the prefix cache but not all of its slots were written"
+    return [Violation("block-pool.cached-unwritten", step, message, block=b)]
+
+
+def _other_content(step: int, b: int, h: bytes, first: int, ident: int) -> Violation:
+    """Block b's hash h named identity `first` before; the block holds `ident`."""
+    return Violation(
+        "block-pool.hash-content",
+        step,
+        f"block {b}'s hash {h.hex()[:16]} named other content "
+        "before: equal hash, different tokens or parents",
+        block=b,
+        expected=f"identity {first:#x}",
+        found=f"identity {ident:#x}",
+    )
 
 
 def _tokens_of(want: tuple[int, str, int, int]) -> str:

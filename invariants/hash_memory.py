@@ -110,14 +110,39 @@ class HashMemory(Mapping[bytes, int]):
         every entry so far), a remembered one is compared. Stops at the first key that
         names another value than it did: returns (its index, the value it named), with the
         keys before it remembered and none after; (-1, 0) when every pair agrees."""
-        n = len(keys)
+        if len(keys) == 0:
+            return -1, 0
+        query, lens = self._pack(keys)
+        return self._remember_rows(query, lens, values)
+
+    def remember_words(
+        self, words: U64Array, values: npt.NDArray[np.unsignedinteger]
+    ) -> tuple[int, int]:
+        """remember() of keys given as rows of little-endian words, each key all of its
+        row's bytes (a 32-byte hash: 4 words): no bytes object is built."""
+        n, num_words = words.shape
         if n == 0:
             return -1, 0
+        if num_words > self._rows.shape[1]:
+            self._widen(num_words)
+        self._fit_length(8 * num_words + 1)
+        if num_words < self._rows.shape[1]:  # rows are wider: zero-padded, as _pack pads
+            words = np.pad(words, ((0, 0), (0, self._rows.shape[1] - num_words)))
+        lens = np.full(n, 8 * num_words + 1, dtype=np.int64)
+        return self._remember_rows(np.ascontiguousarray(words, dtype=U64), lens, values)
+
+    def _remember_rows(
+        self,
+        query: U64Array,
+        lens: I64Array,
+        values: Sequence[int] | npt.NDArray[np.unsignedinteger],
+    ) -> tuple[int, int]:
+        """remember() of keys already in rows (query) with their lengths + 1 (lens)."""
+        n = query.shape[0]
         if isinstance(values, np.ndarray):
             given = values.astype(U64, copy=False)
         else:  # not np.asarray: a list of ints past 2**63 and below would become floats
             given = np.array(values, dtype=U64)
-        query, lens = self._pack(keys)
         if self._size + n > self._capacity:
             self._grow(self._size + n)
         if 2 * (self._used + n) > self._table.size:

@@ -98,6 +98,12 @@ class PoolDeltaChecker:
         # and the blocks whose hash moved, found by the walk for _check_cached
         self._marks = np.zeros(0, np.uint8)
         self._rehashed_now: IntArray | None = None
+        # snapshots with `hash_words`: the hash each block was checked with, as 4 words,
+        # and whether it has one (the full check's `checked_hash_of_block` in arrays;
+        # `_dict_stale`: the dict is behind them)
+        self._checked_words: npt.NDArray[np.uint64] | None = None
+        self._checked_present: BoolArray | None = None
+        self._dict_stale = False
         from schedcheck.invariants import pool_delta_kernels  # numba: with the first check
 
         self._kernels = pool_delta_kernels
@@ -136,8 +142,10 @@ class PoolDeltaChecker:
         block_contents: BlockContents,
     ) -> list[Violation]:
         """The full check of block_pool.py, then this checker's state rebuilt from the pool."""
+        self._checked_as_dict()
         out = self.full.check(step, snapshot, live_request_ids, block_contents)
         self._sync(snapshot)
+        self._checked_as_words(snapshot)
         self.num_blocks_checked = snapshot.num_blocks
         self.num_sweeps += 1
         self.sweep_always |= bool(out)
@@ -256,6 +264,12 @@ class PoolDeltaChecker:
         ids, all_moved = self._rehashed(snapshot, self.changed)
         if not ids.size:
             return []
+        words = getattr(snapshot, "hash_words", None)
+        view = words() if words is not None and all_moved else None
+        if view is not None and self._checked_words is not None:
+            cached_now, words_now = view
+            return self._check_cached_words(step, ids, cached_now, words_now, block_contents)
+        self._checked_as_dict()  # the dict path from here on
         id_list = ids.tolist()
         hashes = reads.hash_of(snapshot, ids)
         checked = self.full.checked_hash_of_block
@@ -272,6 +286,58 @@ class PoolDeltaChecker:
         fresh_hashes = cast(list[bytes], list(compress(hashes, cached)))  # none is None
         checked.update(zip(fresh, fresh_hashes, strict=True))
         return self.full.check_fresh(step, fresh, fresh_hashes, block_contents)
+
+    def _check_cached_words(
+        self,
+        step: int,
+        ids: IntArray,
+        cached_now: BoolArray,
+        words: npt.NDArray[np.uint64],
+        block_contents: BlockContents,
+    ) -> list[Violation]:
+        """_check_cached on the snapshot's hash words (`hash_words()`): the blocks still
+        cached are checked with their hashes as rows of words, and the hash each was checked
+        with is kept in arrays (the full sweep's dict is rebuilt from them when it runs)."""
+        checked_words, checked_present = self._checked_words, self._checked_present
+        assert checked_words is not None and checked_present is not None
+        present = cached_now[ids]
+        checked_present[ids] = present  # evicted since: forgotten (maybe unchecked)
+        fresh = ids[present]
+        fresh_words = words[fresh]
+        checked_words[fresh] = fresh_words
+        self._dict_stale = True
+        return self.full.check_fresh_words(step, fresh, fresh_words, block_contents)
+
+    def _checked_as_dict(self) -> None:
+        """The hash each block was checked with back in the full check's dict (a sweep
+        reads it; the dict path keeps it), and the word arrays dropped: they are not kept
+        up to date from here on."""
+        if self._dict_stale:
+            assert self._checked_words is not None and self._checked_present is not None
+            present = np.flatnonzero(self._checked_present).tolist()
+            rows = self._checked_words[self._checked_present]
+            self.full.checked_hash_of_block = dict(zip(present, map(bytes, rows), strict=True))
+            self._dict_stale = False
+        self._checked_words = self._checked_present = None
+
+    def _checked_as_words(self, snapshot: KVSnapshot) -> None:
+        """After a full check: the dict it left as word arrays, where the snapshot hands
+        its hashes as words (every hash 32 bytes)."""
+        words = getattr(snapshot, "hash_words", None)
+        checked = self.full.checked_hash_of_block
+        if (
+            words is None
+            or words() is None
+            or not all(map((32).__eq__, map(len, checked.values())))
+        ):
+            return
+        self._checked_words = np.zeros((snapshot.num_blocks, 4), np.uint64)
+        self._checked_present = np.zeros(snapshot.num_blocks, bool)
+        if checked:
+            ids = np.fromiter(checked, np.int64, len(checked))
+            joined = b"".join(checked.values())
+            self._checked_words[ids] = np.frombuffer(joined, np.uint64).reshape(ids.size, 4)
+            self._checked_present[ids] = True
 
     def _rehashed(self, snapshot: KVSnapshot, ids: IntArray) -> tuple[IntArray, bool]:
         """Those of `ids` whose hash may have changed since they were last looked at, and

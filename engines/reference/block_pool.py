@@ -42,10 +42,12 @@ class BlockPool:
         "cache_version",
         "cached_block_hash_to_block",
         "cached_hash_of_block",
+        "cached_now",
         "change_log",
         "evictions_of_block",
         "free_block_queue",
         "hash_changes_of_block",
+        "hash_words",
         "in_free_queue",
         "num_blocks",
         "num_evicted_blocks",
@@ -74,6 +76,11 @@ class BlockPool:
         # how many times each block's hash changed (cached, evicted): the pool check reads
         # the hashes of the changed blocks whose count moved since it looked, no others
         self.hash_changes_of_block: npt.NDArray[np.int64] = np.zeros(num_blocks, dtype=np.int64)
+        # while the change log is on: each block's hash as 4 little-endian words and whether
+        # it is cached now, so that the pool check reads a step's new hashes as arrays (None
+        # off, and for good once a hash is not 32 bytes long)
+        self.hash_words: npt.NDArray[np.uint64] | None = None
+        self.cached_now: npt.NDArray[np.bool_] | None = None
 
     @property
     def num_free_blocks(self) -> int:
@@ -172,7 +179,10 @@ class BlockPool:
         ):  # the common case, in bulk: fresh blocks, content no one cached yet
             cached.update(zip(new_hashes, new_ids, strict=True))
             cached_hash_of_block.update(zip(new_ids, new_hashes, strict=True))
-            self.hash_changes_of_block[np.fromiter(new_ids, np.int64, len(new_ids))] += 1
+            ids = np.fromiter(new_ids, np.int64, len(new_ids))
+            self.hash_changes_of_block[ids] += 1
+            if self.cached_now is not None:
+                self._note_cached(ids, new_hashes)
             assert len(cached) == len(cached_hash_of_block), "one block per hash"
             self.cache_version += 1
             return
@@ -186,7 +196,28 @@ class BlockPool:
             cached[block_hash] = block_id
             cached_hash_of_block[block_id] = block_hash
             self.hash_changes_of_block[block_id] += 1
+            if self.cached_now is not None:
+                self._note_cached(np.array([block_id], np.int64), [block_hash])
             self.cache_version += 1
+
+    def start_change_log(self) -> None:
+        """Turn the change log on, and the hash words with it (from the cache as it is)."""
+        self.change_log = []
+        self.hash_words = np.zeros((self.num_blocks, 4), np.uint64)
+        self.cached_now = np.zeros(self.num_blocks, bool)
+        if self.cached_hash_of_block:
+            cached = self.cached_hash_of_block
+            self._note_cached(np.fromiter(cached, np.int64, len(cached)), list(cached.values()))
+
+    def _note_cached(self, ids: npt.NDArray[np.int64], hashes: Sequence[bytes]) -> None:
+        """The hash words of blocks just cached (all off if a hash is not 32 bytes)."""
+        assert self.hash_words is not None and self.cached_now is not None
+        if not all(map((32).__eq__, map(len, hashes))):  # in C
+            self.hash_words = self.cached_now = None
+            return
+        joined = b"".join(hashes)
+        self.hash_words[ids] = np.frombuffer(joined, np.uint64).reshape(len(hashes), 4)
+        self.cached_now[ids] = True
 
     def evict_cached_free(self, num_blocks_max: int) -> int:
         """Fault point: drop the hashes of up to `num_blocks_max` cached free blocks, head
@@ -211,6 +242,8 @@ class BlockPool:
         ids = np.fromiter(block_ids, np.int64, len(block_ids))  # distinct: a fancy += is exact
         self.evictions_of_block[ids] += 1
         self.hash_changes_of_block[ids] += 1
+        if self.cached_now is not None:
+            self.cached_now[ids] = False
         self.cache_version += len(block_ids)
         self.num_evicted_blocks += len(block_ids)
 
@@ -222,5 +255,7 @@ class BlockPool:
         del self.cached_block_hash_to_block[block_hash]
         self.evictions_of_block[block_id] += 1
         self.hash_changes_of_block[block_id] += 1
+        if self.cached_now is not None:
+            self.cached_now[block_id] = False
         self.cache_version += 1
         self.num_evicted_blocks += 1

@@ -292,8 +292,21 @@ class HashedKVSnapshot(ManagerSnapshot):
         """Blocks whose ref_cnt, hash or free-queue position changed since the last call;
         None on the first (it turns the pool's change log on). See invariants/pool_delta.py."""
         pool = self._manager.block_pool
-        changed, pool.change_log = pool.change_log, []
+        changed = pool.change_log
+        if changed is None:
+            pool.start_change_log()
+        else:
+            pool.change_log = []
         return changed
+
+    def hash_words(self) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]] | None:
+        """(cached now, the hash as 4 little-endian words) of every block id, read-only,
+        while the change log is on and every hash is 32 bytes (else None): the pool
+        check reads a step's new hashes as arrays, no bytes object built."""
+        pool = self._manager.block_pool
+        if pool.cached_now is None or pool.hash_words is None:
+            return None
+        return readonly_view(pool.cached_now), readonly_view(pool.hash_words)
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,3 +141,26 @@ def test_the_change_log_lists_every_change_in_order_once_turned_on():
     assert pool.get_new_blocks(1) == [3]
     assert pool.get_new_blocks(1) == [2]  # evicts block 2's hash
     assert pool.change_log == [1, 2, 1, 2, 1, 2, 1, 3, 2, 2]
+
+
+def test_hash_words_follow_the_cache_while_the_log_is_on():
+    """Turned on, the words hold every cached block's 32-byte hash (those cached before
+    included) and `cached_now` says which blocks are cached; an eviction clears it; a
+    hash of another length turns the words off for good."""
+    pool = BlockPool(4)
+    blocks = pool.get_new_blocks(2)
+    pool.cache_full_blocks(blocks, [_h(1), _h(2)], 0, 2)
+    assert pool.hash_words is None and pool.cached_now is None
+    pool.start_change_log()
+    assert pool.change_log == [] and pool.cached_now.tolist() == [True, True, False, False]
+    assert pool.hash_words[1].tobytes() == _h(2)
+    more = pool.get_new_blocks(2)  # [2, 3]
+    pool.cache_full_blocks(more, [_h(3), _h(4)], 0, 2)
+    assert [pool.hash_words[b].tobytes() for b in range(4)] == [_h(1), _h(2), _h(3), _h(4)]
+    pool.free_blocks(blocks[::-1])
+    assert pool.get_new_blocks(1) == [1]  # block 1's hash evicted
+    assert pool.cached_now.tolist() == [True, False, True, True]
+    pool.free_blocks([1])
+    pool.get_new_blocks(1)  # block 0: evicted too
+    pool.cache_full_blocks([0], [b"short"], 0, 1)
+    assert pool.hash_words is None and pool.cached_now is None

@@ -166,3 +166,31 @@ def test_warm_reads_the_first_cells_and_writes_nothing():
     assert hp.warm(table, rows, lens, query[1:], query_lens[1:], row_bits, cell_bits) == 0
     for now, then in zip((table, rows, lens, values), before, strict=True):
         assert np.array_equal(now, then)
+
+
+def test_keys_as_words_are_the_keys_as_bytes():
+    """remember_words of 32-byte keys as rows of 4 words walks, remembers and reports as
+    remember of the same keys as bytes, also after a longer key widened the rows."""
+    rng = random.Random(7)
+    keys = [rng.randbytes(32) for _ in range(40)]
+    values = np.arange(40, dtype=np.uint64)
+    for widen in (False, True):
+        by_bytes, by_words = HashMemory(), HashMemory()
+        if widen:  # rows of 6 words: the words are zero-padded as bytes would be
+            for memory in (by_bytes, by_words):
+                assert memory.remember([b"x" * 41], [9]) == (-1, 0)
+        words = np.frombuffer(b"".join(keys), np.uint64).reshape(40, 4)
+        assert (
+            by_words.remember_words(words[:30], values[:30])
+            == by_bytes.remember(keys[:30], values[:30])
+            == (-1, 0)
+        )
+        changed = values.copy()
+        changed[35] = 99  # key 35 is new: remembered; key 3 names other content
+        changed[3] = 77
+        assert by_words.remember_words(words[20:], changed[20:]) == (-1, 0)
+        assert by_bytes.remember(keys[20:], changed[20:]) == (-1, 0)
+        assert by_words.remember_words(words[:5], changed[:5]) == (3, 3)
+        assert by_bytes.remember(keys[:5], changed[:5]) == (3, 3)
+        assert list(by_words) == list(by_bytes) and len(by_words) == 40 + widen
+        assert [by_words[k] for k in keys] == [by_bytes[k] for k in keys]

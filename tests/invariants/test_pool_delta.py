@@ -137,13 +137,16 @@ def test_incremental_and_full_agree_under_preemption_eviction_and_aborts(block_m
     assert (incremental_sim.pool.num_sweeps, incremental_sim.pool.num_unconfirmed) == (2, 0)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_preemptions_evictions_and_aborts_read_the_same_walked(seed, monkeypatch):
-    """A faulty run's every step goes through the walk (the hashed manager's snapshot) and
-    reads as the generic path does: schedule, findings, sweeps."""
+@pytest.mark.parametrize(("seed", "sweep_every"), [(0, 0), (1, 0), (2, 0), (3, 7)])
+def test_preemptions_evictions_and_aborts_read_the_same_walked(seed, sweep_every, monkeypatch):
+    """A faulty run's every step goes through the walk and reads hashes as words (the
+    hashed manager's snapshot), and reads as the generic path does: schedule, findings,
+    sweeps; also with a full sweep every 7th step between them (the sweep's dict of
+    checked hashes rebuilt from the words)."""
     config = EngineConfig(block_size=4, num_gpu_blocks=48, max_num_batched_tokens=32,
                           max_num_seqs=8, block_manager="hashed")  # fmt: skip
-    options = SimOptions(seed=seed, faults={"preempt": 0.1, "abort-mid-chunk": 0.05, "evict": 0.1})
+    faults = {"preempt": 0.1, "abort-mid-chunk": 0.05, "evict": 0.1}
+    options = SimOptions(seed=seed, faults=faults, pool_check_interval_steps=sweep_every)
     walks = []
     pool_arrays = HashedKVSnapshot.pool_arrays
     monkeypatch.setattr(
@@ -154,15 +157,18 @@ def test_preemptions_evictions_and_aborts_read_the_same_walked(seed, monkeypatch
         with monkeypatch.context() as m:
             if not walked:
                 m.delattr(HashedKVSnapshot, "pool_arrays")
+                m.delattr(HashedKVSnapshot, "hash_words")
             sim = Simulation(_family_trace(seed), "reference", config, options, profile("unit"))
             sims.append((sim, sim.run()))
     (walked_sim, walked_run), (generic_sim, generic_run) = sims
     assert walked_run.fingerprint == generic_run.fingerprint
     assert walked_run.violations == generic_run.violations
     assert walked_run.violations == [] and len(walked_run.faults_fired) > 5
-    assert len(walks) == walked_run.steps - 1  # every step but the first (a sweep)
+    num_sweeps = walked_sim.pool.num_sweeps  # the first step's, the interval's, the end's
+    assert len(walks) == walked_run.steps - (num_sweeps - 1)  # every step not swept
+    assert (num_sweeps == 2) if sweep_every == 0 else (num_sweeps > 5)  # sweeps between walks
     pools = [(s.pool.num_sweeps, s.pool.num_unconfirmed) for s in (walked_sim, generic_sim)]
-    assert pools == [(2, 0), (2, 0)]
+    assert pools == [(num_sweeps, 0), (num_sweeps, 0)]
 
 
 def test_the_radix_manager_names_the_tables_it_rewrites_in_place(monkeypatch):

@@ -1,7 +1,7 @@
-"""The pool check's compiled walk (pool_delta_kernels.py): exact on hand-built pools, equal
-to the generic path's numpy on random ones, and a whole run (every regression bundle with
-its mutant and clean, faults on both block managers' traces) reads the same with it as
-without it (the snapshot's `pool_arrays` taken away)."""
+"""The pool check's compiled walk (pool_delta_kernels.py) and its hashes read as words:
+exact on hand-built pools, equal to the generic path's numpy on random ones, and a whole
+run (every regression bundle with its mutant and clean) reads the same with them as
+without them (the snapshot's `pool_arrays` and `hash_words` taken away)."""
 
 from __future__ import annotations
 
@@ -107,5 +107,6 @@ def test_a_run_reads_the_same_with_the_walk_as_without_it(bundle, monkeypatch):
         walked = run(requests, parts.engine, config, options, parts.cost)
         with monkeypatch.context() as m:
             m.delattr(HashedKVSnapshot, "pool_arrays")
+            m.delattr(HashedKVSnapshot, "hash_words")
             generic = run(requests, parts.engine, config, options, parts.cost)
         assert _outcome(walked) == _outcome(generic)
