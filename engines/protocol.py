@@ -185,6 +185,10 @@ class KVSnapshot(Protocol):
                                   incremental check walks a step's changed blocks in one
                                   compiled call. They must say what ref_cnt_of, is_free
                                   and hash_changes_of say (the reference hashed manager).
+    hash_words()                  (cached now, each block's hash as 4 little-endian words)
+                                  of every block id, or None (a hash not 32 bytes long):
+                                  with pool_arrays, the incremental check reads a step's new
+                                  hashes as arrays; they must say what hash_of says.
     """
 
     @property

@@ -47,8 +47,11 @@ of blocks, compared at once (ref_cnt != held, free and referenced, neither free 
 referenced); up to SMALL_IDS changed blocks they are compared as lists, where numpy's
 per-call cost would dominate. A snapshot that hands its pool as arrays (`pool_arrays()`:
 ref_cnt, in the free queue and hash changes per block id, all of it the engine's own)
-has all of this done in one compiled walk instead (pool_delta_kernels.py). Which block
-breaks a property is left to the full sweep.
+has all of this done in one compiled walk instead (pool_delta_kernels.py), and one that
+also hands its 32-byte hashes as words (`hash_words()`) has its new hashes checked as
+rows of words: the hash each block was checked with is then kept in arrays, and the full
+check's dict is rebuilt from them only when a sweep runs. Which block breaks a property is
+left to the full sweep.
 """
 
 from __future__ import annotations
