@@ -30,6 +30,7 @@ and always hits the first, which amounts to the same).
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -48,6 +49,7 @@ class BlockPool:
         "free_block_queue",
         "hash_changes_of_block",
         "hash_words",
+        "hash_words_pending",
         "in_free_queue",
         "num_blocks",
         "num_evicted_blocks",
@@ -81,6 +83,10 @@ class BlockPool:
         # off, and for good once a hash is not 32 bytes long)
         self.hash_words: npt.NDArray[np.uint64] | None = None
         self.cached_now: npt.NDArray[np.bool_] | None = None
+        # the blocks cached since the words were last brought up to date, with their
+        # hashes, in order: written at once when read (a decode step caches a block per
+        # request here and there; one write a step, not one each)
+        self.hash_words_pending: list[tuple[Sequence[int], Sequence[bytes]]] = []
 
     @property
     def num_free_blocks(self) -> int:
@@ -182,7 +188,8 @@ class BlockPool:
             ids = np.fromiter(new_ids, np.int64, len(new_ids))
             self.hash_changes_of_block[ids] += 1
             if self.cached_now is not None:
-                self._note_cached(ids, new_hashes)
+                self.cached_now[ids] = True
+                self.hash_words_pending.append((new_ids, new_hashes))
             assert len(cached) == len(cached_hash_of_block), "one block per hash"
             self.cache_version += 1
             return
@@ -197,7 +204,8 @@ class BlockPool:
             cached_hash_of_block[block_id] = block_hash
             self.hash_changes_of_block[block_id] += 1
             if self.cached_now is not None:
-                self._note_cached(np.array([block_id], np.int64), [block_hash])
+                self.cached_now[block_id] = True
+                self.hash_words_pending.append(((block_id,), (block_hash,)))
             self.cache_version += 1
 
     def start_change_log(self) -> None:
@@ -205,19 +213,27 @@ class BlockPool:
         self.change_log = []
         self.hash_words = np.zeros((self.num_blocks, 4), np.uint64)
         self.cached_now = np.zeros(self.num_blocks, bool)
-        if self.cached_hash_of_block:
-            cached = self.cached_hash_of_block
-            self._note_cached(np.fromiter(cached, np.int64, len(cached)), list(cached.values()))
+        cached = self.cached_hash_of_block
+        self.cached_now[np.fromiter(cached, np.int64, len(cached))] = True
+        self.hash_words_pending = [(list(cached), list(cached.values()))]
 
-    def _note_cached(self, ids: npt.NDArray[np.int64], hashes: Sequence[bytes]) -> None:
-        """The hash words of blocks just cached (all off if a hash is not 32 bytes)."""
-        assert self.hash_words is not None and self.cached_now is not None
+    def flush_hash_words(self) -> None:
+        """Write the pending hashes into `hash_words`, in the order they were cached (all
+        off, for good, if one is not 32 bytes long)."""
+        pending, self.hash_words_pending = self.hash_words_pending, []
+        if self.hash_words is None or not pending:
+            return
+        hashes = list(itertools.chain.from_iterable(h for _, h in pending))
         if not all(map((32).__eq__, map(len, hashes))):  # in C
             self.hash_words = self.cached_now = None
             return
-        joined = b"".join(hashes)
-        self.hash_words[ids] = np.frombuffer(joined, np.uint64).reshape(len(hashes), 4)
-        self.cached_now[ids] = True
+        ids = list(itertools.chain.from_iterable(i for i, _ in pending))
+        words = np.frombuffer(b"".join(hashes), np.uint64).reshape(len(hashes), 4)
+        if len(set(ids)) == len(ids):
+            self.hash_words[np.array(ids, np.int64)] = words
+            return
+        for k, block_id in enumerate(ids):  # bounded: the blocks cached; one cached twice
+            self.hash_words[block_id] = words[k]
 
     def evict_cached_free(self, num_blocks_max: int) -> int:
         """Fault point: drop the hashes of up to `num_blocks_max` cached free blocks, head

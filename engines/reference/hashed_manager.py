@@ -304,6 +304,7 @@ class HashedKVSnapshot(ManagerSnapshot):
         while the change log is on and every hash is 32 bytes (else None): the pool
         check reads a step's new hashes as arrays, no bytes object built."""
         pool = self._manager.block_pool
+        pool.flush_hash_words()
         if pool.cached_now is None or pool.hash_words is None:
             return None
         return readonly_view(pool.cached_now), readonly_view(pool.hash_words)

@@ -144,23 +144,35 @@ def test_the_change_log_lists_every_change_in_order_once_turned_on():
 
 
 def test_hash_words_follow_the_cache_while_the_log_is_on():
-    """Turned on, the words hold every cached block's 32-byte hash (those cached before
-    included) and `cached_now` says which blocks are cached; an eviction clears it; a
-    hash of another length turns the words off for good."""
+    """Turned on, the words hold every cached block's 32-byte hash once written (those
+    cached before included; pending until then, in order) and `cached_now` says which
+    blocks are cached; an eviction clears it; a hash of another length turns the words
+    off for good."""
     pool = BlockPool(4)
     blocks = pool.get_new_blocks(2)
     pool.cache_full_blocks(blocks, [_h(1), _h(2)], 0, 2)
     assert pool.hash_words is None and pool.cached_now is None
     pool.start_change_log()
+    pool.flush_hash_words()
     assert pool.change_log == [] and pool.cached_now.tolist() == [True, True, False, False]
     assert pool.hash_words[1].tobytes() == _h(2)
     more = pool.get_new_blocks(2)  # [2, 3]
     pool.cache_full_blocks(more, [_h(3), _h(4)], 0, 2)
+    assert pool.cached_now.tolist() == [True] * 4 and not pool.hash_words[2:].any()  # pending
+    pool.flush_hash_words()
     assert [pool.hash_words[b].tobytes() for b in range(4)] == [_h(1), _h(2), _h(3), _h(4)]
     pool.free_blocks(blocks[::-1])
     assert pool.get_new_blocks(1) == [1]  # block 1's hash evicted
     assert pool.cached_now.tolist() == [True, False, True, True]
+    pool.cache_full_blocks([1], [_h(5)], 0, 1)
     pool.free_blocks([1])
-    pool.get_new_blocks(1)  # block 0: evicted too
+    assert pool.get_new_blocks(1) == [0]  # evicts block 0
+    pool.free_blocks([0])
+    assert pool.get_new_blocks(2) == [1, 0]  # evicts block 1 (_h(5)) again
+    pool.cache_full_blocks([1], [_h(6)], 0, 1)  # block 1 cached twice since the last write
+    pool.flush_hash_words()
+    assert pool.hash_words[1].tobytes() == _h(6)  # the later hash
+    assert pool.cached_now.tolist() == [False, True, True, True]
     pool.cache_full_blocks([0], [b"short"], 0, 1)
+    pool.flush_hash_words()
     assert pool.hash_words is None and pool.cached_now is None
