@@ -148,7 +148,6 @@ class PoolDeltaChecker:
         self._checked_as_dict()
         out = self.full.check(step, snapshot, live_request_ids, block_contents)
         self._sync(snapshot)
-        self._checked_as_words(snapshot)
         self.num_blocks_checked = snapshot.num_blocks
         self.num_sweeps += 1
         self.sweep_always |= bool(out)
@@ -269,7 +268,7 @@ class PoolDeltaChecker:
             return []
         words = getattr(snapshot, "hash_words", None)
         view = words() if words is not None and all_moved else None
-        if view is not None and self._checked_words is not None:
+        if view is not None and (self._checked_words is not None or self._checked_as_words()):
             cached_now, words_now = view
             return self._check_cached_words(step, ids, cached_now, words_now, block_contents)
         self._checked_as_dict()  # the dict path from here on
@@ -323,24 +322,22 @@ class PoolDeltaChecker:
             self._dict_stale = False
         self._checked_words = self._checked_present = None
 
-    def _checked_as_words(self, snapshot: KVSnapshot) -> None:
-        """After a full check: the dict it left as word arrays, where the snapshot hands
-        its hashes as words (every hash 32 bytes)."""
-        words = getattr(snapshot, "hash_words", None)
+    def _checked_as_words(self) -> bool:
+        """The full check's dict of checked hashes as word arrays, when the words path
+        starts (the dict is up to date then: the arrays are dropped whenever it is used);
+        False where a hash in it is not 32 bytes (the dict path goes on)."""
         checked = self.full.checked_hash_of_block
-        if (
-            words is None
-            or words() is None
-            or not all(map((32).__eq__, map(len, checked.values())))
-        ):
-            return
-        self._checked_words = np.zeros((snapshot.num_blocks, 4), np.uint64)
-        self._checked_present = np.zeros(snapshot.num_blocks, bool)
+        if not all(map((32).__eq__, map(len, checked.values()))):  # in C
+            return False
+        num_blocks = self.held.size
+        self._checked_words = np.zeros((num_blocks, 4), np.uint64)
+        self._checked_present = np.zeros(num_blocks, bool)
         if checked:
             ids = np.fromiter(checked, np.int64, len(checked))
             joined = b"".join(checked.values())
             self._checked_words[ids] = np.frombuffer(joined, np.uint64).reshape(ids.size, 4)
             self._checked_present[ids] = True
+        return True
 
     def _rehashed(self, snapshot: KVSnapshot, ids: IntArray) -> tuple[IntArray, bool]:
         """Those of `ids` whose hash may have changed since they were last looked at, and

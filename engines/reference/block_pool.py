@@ -37,6 +37,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from schedcheck.engines.reference.snapshot import readonly_view
+
 
 class BlockPool:
     __slots__ = (
@@ -50,6 +52,7 @@ class BlockPool:
         "hash_changes_of_block",
         "hash_words",
         "hash_words_pending",
+        "hash_words_views",
         "in_free_queue",
         "num_blocks",
         "num_evicted_blocks",
@@ -87,6 +90,8 @@ class BlockPool:
         # hashes, in order: written at once when read (a decode step caches a block per
         # request here and there; one write a step, not one each)
         self.hash_words_pending: list[tuple[Sequence[int], Sequence[bytes]]] = []
+        # (cached_now, hash_words) read-only, made once: what the snapshot hands
+        self.hash_words_views: tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]] | None = None
 
     @property
     def num_free_blocks(self) -> int:
@@ -216,6 +221,7 @@ class BlockPool:
         cached = self.cached_hash_of_block
         self.cached_now[np.fromiter(cached, np.int64, len(cached))] = True
         self.hash_words_pending = [(list(cached), list(cached.values()))]
+        self.hash_words_views = (readonly_view(self.cached_now), readonly_view(self.hash_words))
 
     def flush_hash_words(self) -> None:
         """Write the pending hashes into `hash_words`, in the order they were cached (all
@@ -223,11 +229,14 @@ class BlockPool:
         pending, self.hash_words_pending = self.hash_words_pending, []
         if self.hash_words is None or not pending:
             return
-        hashes = list(itertools.chain.from_iterable(h for _, h in pending))
+        if len(pending) == 1:  # most steps: one request cached a block
+            ids, hashes = list(pending[0][0]), list(pending[0][1])
+        else:
+            ids = list(itertools.chain.from_iterable(i for i, _ in pending))
+            hashes = list(itertools.chain.from_iterable(h for _, h in pending))
         if not all(map((32).__eq__, map(len, hashes))):  # in C
-            self.hash_words = self.cached_now = None
+            self.hash_words = self.cached_now = self.hash_words_views = None
             return
-        ids = list(itertools.chain.from_iterable(i for i, _ in pending))
         words = np.frombuffer(b"".join(hashes), np.uint64).reshape(len(hashes), 4)
         if len(set(ids)) == len(ids):
             self.hash_words[np.array(ids, np.int64)] = words

@@ -305,9 +305,7 @@ class HashedKVSnapshot(ManagerSnapshot):
         check reads a step's new hashes as arrays, no bytes object built."""
         pool = self._manager.block_pool
         pool.flush_hash_words()
-        if pool.cached_now is None or pool.hash_words is None:
-            return None
-        return readonly_view(pool.cached_now), readonly_view(pool.hash_words)
+        return pool.hash_words_views
 
 
 @dataclass(frozen=True, slots=True)
