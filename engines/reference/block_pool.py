@@ -21,7 +21,10 @@ block: every block id is usable.
 
 `change_log` (off until a checker turns it on through the snapshot) collects the ids of the
 blocks whose ref_cnt, hash or free-queue position changed, so that the block-pool invariants
-check only those each step (invariants/pool_delta.py).
+check only those each step (invariants/pool_delta.py). With it, `hash_words` and
+`cached_now` hold each cached block's hash as 4 words and say which blocks are cached: the
+check reads a step's new hashes as arrays (written when it reads them, from
+`hash_words_pending`).
 
 When two requests compute the same block at the same time, the first to cache it owns the
 hash; the second one's copy stays an uncached private block (vLLM keeps both under one hash
