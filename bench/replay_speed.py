@@ -237,7 +237,8 @@ def main() -> int:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     growth = ""
     if at:  # None where the run saw fewer requests
-        growth = f" ({peak_mb / at:.2f}x the {at:.0f} MB after {args.rss_at_requests} requests)"
+        ratio = report["peak_rss_growth"]
+        growth = f" ({ratio:.2f}x the {at:.0f} MB after {args.rss_at_requests} requests)"
     print(
         f"invariant overhead {overhead:.2f}x (goal <= 1.3x), {full['sim_per_cpu']:.1f}x real "
         f"time per CPU second (goal >= 50x), peak RSS {peak_mb:.0f} MB"

@@ -102,11 +102,10 @@ class PoolDeltaChecker:
         self._marks = np.zeros(0, np.uint8)
         self._rehashed_now: IntArray | None = None
         # snapshots with `hash_words`: the hash each block was checked with, as 4 words,
-        # and whether it has one (the full check's `checked_hash_of_block` in arrays;
-        # `_dict_stale`: the dict is behind them)
+        # and whether it has one (the full check's `checked_hash_of_block` in arrays; while
+        # they exist they, not the dict, say what was checked)
         self._checked_words: npt.NDArray[np.uint64] | None = None
         self._checked_present: BoolArray | None = None
-        self._dict_stale = False
         from schedcheck.invariants import pool_delta_kernels  # numba: with the first check
 
         self._kernels = pool_delta_kernels
@@ -307,19 +306,17 @@ class PoolDeltaChecker:
         fresh = ids[present]
         fresh_words = words[fresh]
         checked_words[fresh] = fresh_words
-        self._dict_stale = True
         return self.full.check_fresh_words(step, fresh, fresh_words, block_contents)
 
     def _checked_as_dict(self) -> None:
         """The hash each block was checked with back in the full check's dict (a sweep
         reads it; the dict path keeps it), and the word arrays dropped: they are not kept
         up to date from here on."""
-        if self._dict_stale:
-            assert self._checked_words is not None and self._checked_present is not None
-            present = np.flatnonzero(self._checked_present).tolist()
-            rows = self._checked_words[self._checked_present]
-            self.full.checked_hash_of_block = dict(zip(present, map(bytes, rows), strict=True))
-            self._dict_stale = False
+        words, present = self._checked_words, self._checked_present
+        if words is not None and present is not None:
+            ids = np.flatnonzero(present).tolist()
+            rows = words[present]
+            self.full.checked_hash_of_block = dict(zip(ids, map(bytes, rows), strict=True))
         self._checked_words = self._checked_present = None
 
     def _checked_as_words(self) -> bool:

@@ -59,6 +59,7 @@ class BlockPool:
         "in_free_queue",
         "num_blocks",
         "num_evicted_blocks",
+        "pool_views",
         "ref_cnt",
     )
 
@@ -84,6 +85,13 @@ class BlockPool:
         # how many times each block's hash changed (cached, evicted): the pool check reads
         # the hashes of the changed blocks whose count moved since it looked, no others
         self.hash_changes_of_block: npt.NDArray[np.int64] = np.zeros(num_blocks, dtype=np.int64)
+        # (ref_cnt, in the free queue, hash changes) read-only, made once: the pool check's
+        # compiled walk reads them (the arrays are never replaced)
+        self.pool_views = (
+            readonly_view(self.ref_cnt),
+            readonly_view(self.in_free_queue),
+            readonly_view(self.hash_changes_of_block),
+        )
         # while the change log is on: each block's hash as 4 little-endian words and whether
         # it is cached now, so that the pool check reads a step's new hashes as arrays (None
         # off, and for good once a hash is not 32 bytes long)

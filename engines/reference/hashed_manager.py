@@ -276,12 +276,7 @@ class HashedKVSnapshot(ManagerSnapshot):
         """(ref_cnt, in the free queue, hash changes) of every block id, the pool's own
         arrays read-only: the pool check walks a step's changed blocks in one compiled
         call (invariants/pool_delta_kernels.py)."""
-        pool = self._manager.block_pool  # read each call: a test may swap the pool
-        return (
-            self._manager._ref_cnt_view,
-            readonly_view(pool.in_free_queue),
-            readonly_view(pool.hash_changes_of_block),
-        )
+        return self._manager.block_pool.pool_views  # the pool's own: a test may swap it
 
     def hash_changes_of(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """For each block id: how many times its hash changed so far (the pool check reads
