@@ -67,6 +67,7 @@ class HashMemory(Mapping[bytes, int]):
         self._size = 0
         self._table = np.zeros(4 * _MIN_CAPACITY, dtype=np.int32)
         self._used = 0  # cells written since the index was built
+        self._kept_lens: I64Array = np.zeros(0, np.int64)  # see _equal_lens
 
     # -- the mapping -------------------------------------------------------------------------
 
@@ -128,8 +129,17 @@ class HashMemory(Mapping[bytes, int]):
         self._fit_length(8 * num_words + 1)
         if num_words < self._rows.shape[1]:  # rows are wider: zero-padded, as _pack pads
             words = np.pad(words, ((0, 0), (0, self._rows.shape[1] - num_words)))
-        lens = np.full(n, 8 * num_words + 1, dtype=np.int64)
+        lens = self._equal_lens(n, 8 * num_words + 1)
         return self._remember_rows(np.ascontiguousarray(words, dtype=U64), lens, values)
+
+    def _equal_lens(self, n: int, length: int) -> I64Array:
+        """`n` copies of `length`: a view of an array kept for the next call, most of which
+        pass the same length (a step's hashes are all 32 bytes). The kernels only read it
+        (writeable all the same: a read-only array would be another compiled signature)."""
+        kept = self._kept_lens
+        if kept.size < n or kept[0] != length:  # (size 0: the first test is true)
+            kept = self._kept_lens = np.full(max(n, 2 * kept.size, 64), length, np.int64)
+        return kept[:n]
 
     def _remember_rows(
         self,
@@ -184,7 +194,7 @@ class HashMemory(Mapping[bytes, int]):
         width = 8 * num_words
         joined = b"".join(keys)
         if len(joined) == n * width:  # none longer than width, so each exactly width
-            lens = np.full(n, width + 1, dtype=np.int64)
+            lens = self._equal_lens(n, width + 1)
         else:
             joined = b"".join(k.ljust(width, b"\0") for k in keys)
             lens = np.fromiter(map(len, keys), np.int64, n) + 1

@@ -301,11 +301,9 @@ class PoolDeltaChecker:
         with is kept in arrays (the full sweep's dict is rebuilt from them when it runs)."""
         checked_words, checked_present = self._checked_words, self._checked_present
         assert checked_words is not None and checked_present is not None
-        present = cached_now[ids]
-        checked_present[ids] = present  # evicted since: forgotten (maybe unchecked)
-        fresh = ids[present]
-        fresh_words = words[fresh]
-        checked_words[fresh] = fresh_words
+        fresh, fresh_words = self._kernels.fresh_rows(  # evicted since: forgotten
+            ids, cached_now, words, checked_present, checked_words
+        )
         return self.full.check_fresh_words(step, fresh, fresh_words, block_contents)
 
     def _checked_as_dict(self) -> None:

@@ -112,3 +112,22 @@ def step_blocks(
         held, free, seen_hash_changes, ref_cnt, is_free, hash_changes, ids
     )
     return ids, suspect, num_free_delta, lost, rehashed
+
+
+@njit(cache=True, nogil=True)
+def fresh_rows(ids, cached_now, words, checked_present, checked_words):
+    """The blocks of `ids` (sorted) cached now, and their hashes' rows of `words`; what
+    each was checked with (`checked_present`, `checked_words`) updated: a block no longer
+    cached is forgotten (pool_delta.py's _check_cached_words)."""
+    fresh = np.empty(ids.size, np.int64)
+    fresh_words = np.empty((ids.size, words.shape[1]), words.dtype)
+    num_fresh = 0
+    for b in ids:  # bounded: the blocks whose hash moved
+        present = cached_now[b]
+        checked_present[b] = present
+        if present:
+            fresh[num_fresh] = b
+            fresh_words[num_fresh, :] = words[b]
+            checked_words[b, :] = words[b]
+            num_fresh += 1
+    return fresh[:num_fresh], fresh_words[:num_fresh]

@@ -176,3 +176,23 @@ def test_hash_words_follow_the_cache_while_the_log_is_on():
     pool.cache_full_blocks([0], [b"short"], 0, 1)
     pool.flush_hash_words()
     assert pool.hash_words is None and pool.cached_now is None
+
+
+@pytest.mark.parametrize("num_rows", [3, 4, 5, 9])
+def test_hash_words_flush_row_by_row_and_in_batch_alike(num_rows):
+    """A few pending hashes are written row by row, more in one batch: either way every
+    row lands, a block cached twice keeps the later hash, and a short hash among them turns
+    the words off."""
+    pool = BlockPool(16)
+    pool.start_change_log()
+    ids = [*range(1, num_rows), 1]  # block 1 twice: the later hash is its own
+    hashes = [_h(10 + k) for k in range(num_rows)]
+    pool.hash_words_pending = [(ids[:2], hashes[:2]), (ids[2:], hashes[2:])]
+    pool.flush_hash_words()
+    expected = {b: h for b, h in zip(ids, hashes, strict=True)}
+    assert {b: pool.hash_words[b].tobytes() for b in expected} == expected
+    assert expected[1] == _h(10 + num_rows - 1)
+    assert not pool.hash_words[num_rows:].any() and not pool.hash_words[0].any()
+    pool.hash_words_pending = [(ids, [*hashes[:-1], b"short"])]
+    pool.flush_hash_words()
+    assert pool.hash_words is None and pool.cached_now is None

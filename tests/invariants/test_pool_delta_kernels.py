@@ -54,6 +54,24 @@ def test_check_changed_reads_each_property_of_each_block():
     assert suspect is False
 
 
+def test_fresh_rows_are_the_blocks_cached_now_with_their_words():
+    """Of blocks 1, 2, 4 (their hash moved): 1 and 4 are cached now, 2 was evicted. The
+    rows of 1 and 4 come back and are kept as checked; 2 is forgotten; 3 is untouched."""
+    cached_now = np.array([False, True, False, True, True])
+    words = np.arange(20, dtype=np.uint64).reshape(5, 4)
+    checked_present = np.array([False, True, True, True, False])
+    checked_words = np.full((5, 4), 7, np.uint64)
+    fresh, fresh_words = k.fresh_rows(
+        _a(1, 2, 4), cached_now, words, checked_present, checked_words
+    )
+    assert fresh.tolist() == [1, 4]
+    assert fresh_words.tolist() == [[4, 5, 6, 7], [16, 17, 18, 19]]
+    assert checked_present.tolist() == [False, True, False, True, True]
+    assert checked_words.tolist() == [[7] * 4, [4, 5, 6, 7], [7] * 4, [7] * 4, [16, 17, 18, 19]]
+    none, no_words = k.fresh_rows(_a(), cached_now, words, checked_present, checked_words)
+    assert none.tolist() == [] and no_words.shape == (0, 4)
+
+
 def _numpy_walk(held, free, seen, ref_cnt, is_free, changes, removed, added, logged, n):
     """What pool_delta.py's generic path computes, in plain numpy."""
     np.add.at(held, removed, -1)
