@@ -38,11 +38,13 @@ Named = tuple[str, int]  # (request id, block index)
 
 class BlockHashIndex:
     """block hash (bytes, no group id) -> (request id, block index) of the request that
-    named it, or the list of them, oldest first, where several did (most hashes have one
-    naming: a tuple, made in bulk; a list only for the shared ones)."""
+    named it, or {request id: block index} of them, oldest first, where several did (most
+    hashes have one naming: a tuple, made in bulk; a dict only for the shared ones, so that
+    dropping one of many requests sharing a prefix costs O(1), not a pass over them all).
+    A request naming a hash twice is kept at its first block."""
 
     def __init__(self, block_hasher: Callable[[Any], list[Any]] | None = None) -> None:
-        self._where: dict[bytes, Named | list[Named]] = {}
+        self._where: dict[bytes, Named | dict[str, int]] = {}
         self._hashes_of: dict[str, list[bytes]] = {}  # request id -> its indexed hashes
         self._lists: dict[str, list[Any]] = {}  # request id -> the block_hashes indexed
         self._noted: dict[str, None] = {}  # requests hashed since the last update, in order
@@ -100,14 +102,15 @@ class BlockHashIndex:
         indexed.extend(new)
 
     def _name(self, h: bytes, named: Named) -> None:
-        """One more request names `h` (after those that did)."""
+        """One more request names `h` (after those that did; a request that named it
+        already keeps its first block)."""
         before = self._where.get(h)
         if before is None:
             self._where[h] = named
-        elif isinstance(before, list):
-            before.append(named)
-        else:
-            self._where[h] = [before, named]
+        elif isinstance(before, dict):
+            before.setdefault(*named)
+        elif before[0] != named[0]:
+            self._where[h] = dict((before, named))
 
     def _drop(self, request_id: str) -> None:
         self._lists.pop(request_id, None)
@@ -116,17 +119,13 @@ class BlockHashIndex:
             named = where.get(h)
             if named is None:  # gone already: a hash the request named twice
                 continue
-            if not isinstance(named, list):  # one request named it (most)
+            if not isinstance(named, dict):  # one request named it (most)
                 if named[0] == request_id:
                     del where[h]
                 continue
-            kept = [w for w in named if w[0] != request_id]
-            if len(kept) > 1:
-                where[h] = kept
-            elif kept:
-                where[h] = kept[0]
-            else:
-                del where[h]
+            named.pop(request_id, None)
+            if len(named) == 1:
+                where[h] = next(iter(named.items()))
 
     def positions(
         self, hashes: Sequence[bytes], block_size: int, grouped: bool
@@ -142,8 +141,10 @@ class BlockHashIndex:
             plain, group = (h, 0) if split is None else split(h)
             where = None if grouped and split is None else self._where.get(plain)
             named: Named | None
-            if where is None or isinstance(where, list):  # the first live one of several
-                named = next((w for w in where or () if w[0] in live), None)
+            if where is None:
+                named = None
+            elif isinstance(where, dict):  # the first live one of several
+                named = next((w for w in where.items() if w[0] in live), None)
             else:  # one request named it (most)
                 named = where if where[0] in live else None
             if named is None:
