@@ -22,6 +22,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Collection, Mapping
 from itertools import compress
+from typing import cast
 
 import numpy as np
 
@@ -30,11 +31,10 @@ from schedcheck.invariants.hash_memory import HashMemory
 from schedcheck.invariants.violation import Violation
 
 BlockContents = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
-# per block hash: (the identity the block must hold at its last slot, the request whose
-# tokens the hash names, those tokens in words), or None where the engine cannot say
-# per cached hash: (the identity its KV must hold, the request id, position and KV-cache
-# group naming it), or None where unknown
-ExpectedContent = Callable[[list[bytes]], list[tuple[int, str, int, int] | None]]
+Named = tuple[str, int, int]  # a hash's tokens: request id, last position, KV-cache group
+# for cached hashes: the identity each one's KV must hold (uint64, 0 where unknown), and
+# where its tokens are (None where no request names it)
+ExpectedContent = Callable[[list[bytes]], tuple[np.ndarray, list[Named | None]]]
 HASH_MEMORY_MAX = 1 << 20  # block hashes whose content is remembered (oldest forgotten first)
 
 
@@ -170,23 +170,23 @@ class BlockPoolChecker:
         written, but for other tokens (a chunk cached when scheduled that never ran)."""
         if self.expected_content is None or not block_ids:
             return []
-        expected = self.expected_content(hashes)
+        want, named = self.expected_content(hashes)
         out: list[Violation] = []
-        for b, found, want in zip(block_ids, identity.tolist(), expected, strict=True):
-            if want is not None and found != want[0]:
-                out.append(
-                    Violation(
-                        "block-pool.cached-unwritten",
-                        step,
-                        f"block {b} is in the prefix cache under the hash of "
-                        f"{_tokens_of(want)}, but its slots were written for other tokens "
-                        "(never for these)",
-                        block=b,
-                        request_id=want[1],
-                        expected=f"identity {want[0]:#x}",
-                        found=f"identity {found:#x}",
-                    )
+        for k in np.flatnonzero((want != 0) & (want != identity)).tolist():  # bounded: blocks
+            b, (request_id, _, _) = block_ids[k], cast(Named, named[k])  # known: want != 0
+            out.append(
+                Violation(
+                    "block-pool.cached-unwritten",
+                    step,
+                    f"block {b} is in the prefix cache under the hash of "
+                    f"{_tokens_of(cast(Named, named[k]))}, but its slots were written for "
+                    "other tokens (never for these)",
+                    block=b,
+                    request_id=request_id,
+                    expected=f"identity {int(want[k]):#x}",
+                    found=f"identity {int(identity[k]):#x}",
                 )
+            )
         return out
 
 
@@ -212,9 +212,9 @@ def _other_content(step: int, b: int, h: bytes, first: int, ident: int) -> Viola
     )
 
 
-def _tokens_of(want: tuple[int, str, int, int]) -> str:
+def _tokens_of(named: Named) -> str:
     """The tokens a hash names, in words (only when a finding quotes them)."""
-    _, request_id, position, group = want
+    request_id, position, group = named
     words = f"{request_id}'s tokens up to position {position}"
     return words + (f" (KV-cache group {group})" if group else "")
 

@@ -21,7 +21,9 @@ counts.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Collection, Iterator, Mapping
+from itertools import compress, repeat
 
 import numpy as np
 
@@ -29,7 +31,7 @@ from schedcheck.engines.metadata import RunnerMetadata, build_metadata
 from schedcheck.engines.protocol import EngineConfig, FinishedRequest, KVSnapshot, SchedulerOutput
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.accounting import AccountingChecker
-from schedcheck.invariants.block_pool import ExpectedContent
+from schedcheck.invariants.block_pool import ExpectedContent, Named
 from schedcheck.invariants.idle import check_idle
 from schedcheck.invariants.outputs import check_finished
 from schedcheck.invariants.pool_delta import PoolDeltaChecker
@@ -204,14 +206,12 @@ class StepChecks:
             return None
         identities_at = shadow.identities_at
 
-        def expected(hashes: list[bytes]) -> list[tuple[int, str, int, int] | None]:
-            wheres = positions(hashes)
-            identities = iter(identities_at([w for w in wheres if w is not None]))
-            out: list[tuple[int, str, int, int] | None] = []
-            for where in wheres:  # bounded: the blocks cached since the last check
-                identity = 0 if where is None else next(identities)
-                out.append((identity, *where) if where is not None and identity else None)
-            return out
+        def expected(hashes: list[bytes]) -> tuple[np.ndarray, list[Named | None]]:
+            named = positions(hashes)
+            known = np.fromiter(map(operator.is_not, named, repeat(None)), bool, len(named))
+            want = np.zeros(len(named), np.uint64)  # 0: unknown
+            want[known] = np.array(identities_at(list(compress(named, known))), np.uint64)
+            return want, named
 
         return expected
 

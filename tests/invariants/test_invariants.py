@@ -98,7 +98,12 @@ def test_a_cached_block_must_hold_the_kv_its_hash_names():
     previous holder's KV): caught when cached, where the engine says what the hash means."""
     pool = BlockPoolChecker()
     meaning = {b"h0": (1, "r1", 3, 0), b"h2": (3, "r2", 7, 1)}  # identity, request, position, group
-    pool.expected_content = lambda hashes: [meaning.get(h) for h in hashes]
+
+    def expected(hashes):
+        want = np.array([meaning[h][0] if h in meaning else 0 for h in hashes], np.uint64)
+        return want, [meaning[h][1:] if h in meaning else None for h in hashes]
+
+    pool.expected_content = expected
     # _contents: block 0 holds identity 1, block 2 holds 3, block 4 holds 2
     snap = _Snap([0] * 6, [0, 1, 2, 3, 4, 5], {0: b"h0", 2: b"h2", 4: b"h0", 5: b"?"}, {})
     out = pool.check(1, snap, set(), _contents)
