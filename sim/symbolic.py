@@ -705,14 +705,18 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
             return [self.identity_at(*where) for where in wheres]
         reqs = cast(list[ShadowRequest], found)  # no None in it
         idx = np.fromiter(map(_INDEX, reqs), I64, len(reqs))
-        for i in np.flatnonzero(self.store.base[idx] < 0).tolist():  # rare: never read yet
-            if self.store.base[reqs[i].index] < 0:  # (a request named twice: built once)
-                reqs[i].build()
+        store = self.store
+        if store.base[idx].min() < 0:  # rare: never read yet
+            for i in np.flatnonzero(store.base[idx] < 0).tolist():  # bounded: the wheres
+                if store.base[reqs[i].index] < 0:  # (a request named twice: built once)
+                    reqs[i].build()
         at = np.array(positions, I64)
-        known = (at >= 0) & (at < self.store.num_tokens[idx])
-        identities, _ = self.store.truth(idx, np.where(known, at, 0))
-        tags = np.array(list(map(hash_model.group_tag, groups)), U64)  # (remembered per group)
-        return np.where(known, identities ^ tags, U64(0)).tolist()
+        known = (at >= 0) & (at < store.num_tokens[idx])
+        identities, _ = store.truth(idx, np.where(known, at, 0))  # a gather: a new array
+        if any(groups):  # group 0's tag is 0
+            identities ^= np.array(list(map(hash_model.group_tag, groups)), U64)
+        identities[~known] = 0
+        return identities.tolist()
 
     def block_contents(self, block_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(identity at each block's last slot, whether all its slots were written)."""
