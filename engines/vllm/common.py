@@ -227,6 +227,11 @@ class TokenBuffer:
         return np.concatenate([self.chunk(start, known), placeholders])
 
 
+def is_required_field(field: dataclasses.Field[Any]) -> bool:
+    """A dataclass field with neither a default nor a default factory (vLLM's classes)."""
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
 def read_only_prompt(prompt: TokenArray) -> TokenArray:
     """The prompt as an int64 array that no one can write (a view when it already is)."""
     arr = np.asarray(prompt, dtype=np.int64)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig, EngineRequest
+from schedcheck.engines.vllm.common import is_required_field
 
 OLDEST, NEWEST = "0.10.1.1", "0.34.0"
 SUPPORTED_RANGE = f"{OLDEST} to {NEWEST}"
@@ -406,12 +407,10 @@ def _runner_output_shape(output_cls: type) -> tuple[bool, bool, tuple[str, ...]]
     step (dataclasses.fields and the annotations' text cost about 3 us a call)."""
     fields = {f.name: f for f in dataclasses.fields(output_cls)}
     as_arrays = "ndarray" in str(fields["sampled_token_ids"].type)
-    required = tuple(n for n in _RUNNER_OUTPUT_EMPTY if n in fields and _is_required(fields[n]))
+    required = tuple(
+        n for n in _RUNNER_OUTPUT_EMPTY if n in fields and is_required_field(fields[n])
+    )
     return as_arrays, "req_id_to_index" in fields, required
-
-
-def _is_required(field: dataclasses.Field[Any]) -> bool:
-    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
 # --------------------------------------------------------- pool and managers --

@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-from typing import Any
 
+from schedcheck.engines.vllm.common import is_required_field
 from schedcheck.engines.vllm.v1.eras import SUPPORTED_RANGE
 
 # What the adapter reads of vLLM's classes in every release it knows (module, class,
@@ -83,7 +83,7 @@ def _resumed_shape_problem() -> str | None:
         return None
     fields = {f.name: f for f in dataclasses.fields(new)} if dataclasses.is_dataclass(new) else {}
     prefill = fields.get("prefill_token_ids")
-    if prefill is not None and _is_required(prefill):
+    if prefill is not None and is_required_field(prefill):
         return None
     return (
         "CachedRequestData has neither resumed_req_ids (era resumed-req-ids, 0.11.1 to "
@@ -91,7 +91,3 @@ def _resumed_shape_problem() -> str | None:
         "NewRequestData.prefill_token_ids is not required (era resumed-as-new-request, "
         "0.34.0): the shim resumed_req_ids cannot tell which requests were resumed"
     )
-
-
-def _is_required(field: dataclasses.Field[Any]) -> bool:
-    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
