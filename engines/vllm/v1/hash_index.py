@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import compress, count, repeat
+from itertools import compress, repeat
 from typing import Any
 
 from schedcheck.engines.vllm.v1 import eras
@@ -116,13 +116,7 @@ class BlockHashIndex:
     def _drop(self, request_id: str) -> None:
         self._lists.pop(request_id, None)
         where = self._where
-        hashes = self._hashes_of.pop(request_id, [])
-        # most of its hashes it alone named, at their own block: those go in C (a pass of
-        # map); a hash it named twice is named at the first block only, so its second
-        # copy is not one of them (and is gone by the loop below)
-        alone = list(map(operator.eq, map(where.get, hashes), zip(repeat(request_id), count())))
-        list(map(where.__delitem__, compress(hashes, alone)))
-        for h in compress(hashes, map(operator.not_, alone)):  # bounded: the rest
+        for h in self._hashes_of.pop(request_id, ()):  # bounded: its indexed hashes
             named = where.get(h)
             if named is None:  # gone already: a hash the request named twice
                 continue
