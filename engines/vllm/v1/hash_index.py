@@ -25,7 +25,6 @@ answers.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress, repeat
 from typing import Any
@@ -92,7 +91,7 @@ class BlockHashIndex:
         pairs: Iterable[tuple[int, bytes]]
         if len(set(new)) == len(new):  # distinct (the common case): the unnamed in bulk
             named_before = list(map(where.__contains__, new))
-            unnamed = list(map(operator.not_, named_before))
+            unnamed = [not n for n in named_before]
             names = zip(repeat(request_id), compress(js, unnamed), strict=False)  # repeat: endless
             where.update(zip(compress(new, unnamed), names, strict=True))
             pairs = compress(zip(js, new, strict=True), named_before)
