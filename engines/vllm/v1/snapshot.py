@@ -49,7 +49,6 @@ NULL_BLOCK_REF_CNT = 1  # reported for vLLM's null block: held by the pool itsel
 _REF_CNT = operator.attrgetter("ref_cnt")
 _PREV_FREE = operator.attrgetter("prev_free_block")
 _BLOCK_ID = operator.attrgetter("block_id")
-_BLOCK_HASH = operator.attrgetter("block_hash")  # a field, or a property (older releases)
 _LAST = operator.itemgetter(-1)
 
 
@@ -135,7 +134,7 @@ class V1KVSnapshot:
 
     def hash_of(self, ids: npt.NDArray[np.int64]) -> list[bytes | None]:
         blocks = self._pool.blocks
-        hashes = list(map(_BLOCK_HASH, map(blocks.__getitem__, ids.tolist())))  # in C
+        hashes = [blocks[b].block_hash for b in ids.tolist()]
         keep_group = len(self._managers) > 1  # the group id stays, as in cached_blocks()
         return block_hashes_bytes(hashes, keep_group)
 
