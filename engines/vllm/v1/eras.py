@@ -24,7 +24,6 @@ import functools
 import importlib
 import importlib.metadata
 import inspect
-import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -464,21 +463,7 @@ def block_hashes_bytes(block_hashes: Sequence[Any], keep_group: bool) -> list[by
     if keep_group:
         return list(block_hashes)
     plain = _get_block_hash()
-    if None not in block_hashes:  # (in C) each cut in C where vLLM's cut is a slice
-        return list(map(_plain_as_slice() or plain, block_hashes))
     return [None if h is None else plain(h) for h in block_hashes]
-
-
-_GROUP_ID_BYTES = 4  # vLLM's BlockHashWithGroupId: the hash, then the group id (0.11.0 on)
-
-
-@functools.cache
-def _plain_as_slice() -> Callable[[bytes], bytes] | None:
-    """get_block_hash as a C slice of the bytes, where it is that on probes (0.11.0 on:
-    the group id is the last 4 bytes); None where it is not."""
-    plain, cut = _get_block_hash(), operator.itemgetter(slice(None, -_GROUP_ID_BYTES))
-    probes = [bytes(range(n)) for n in (5, 12, 36)]
-    return cut if all(plain(p) == cut(p) for p in probes) else None
 
 
 def request_hash_key(block_hash: Any) -> bytes:
