@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Collection
-from itertools import chain, compress, repeat
+from itertools import compress, repeat
 from typing import cast
 
 import numpy as np
@@ -196,13 +196,10 @@ class PoolDeltaChecker:
             self._marks = np.zeros(self.held.size, np.uint8)
         reserved = _NONE  # kept blocks are checked (SGLang's tree), reserved ones are not
         if not hasattr(snapshot, "is_kept"):
-            reserved = _ids(getattr(snapshot, "reserved_block_ids", ()))
-        num_removed, num_added = len(removed), len(added)
-        given = chain(removed, added, logged)  # one array: one conversion
-        ids_given = np.fromiter(given, np.int64, num_removed + num_added + len(logged))
+            reserved = np.array(getattr(snapshot, "reserved_block_ids", ()), np.int64)
         ids, suspect, num_free_delta, lost, rehashed = self._kernels.step_blocks(
             self.held, self.free, self.hash_changes, self._marks, *pool,
-            ids_given, num_removed, num_added, reserved,
+            _ids(removed), _ids(added), _ids(logged), reserved,
         )  # fmt: skip
         self.changed, self.num_blocks_checked = ids, ids.size
         self.num_free += num_free_delta

@@ -100,15 +100,11 @@ def check_changed(held, free, seen_hash_changes, ref_cnt, is_free, hash_changes,
 @njit(cache=True, nogil=True)
 def step_blocks(
     held, free, seen_hash_changes, marks, ref_cnt, is_free, hash_changes,
-    given, num_removed, num_added, reserved,
+    removed, added, logged, reserved,
 ):  # fmt: skip
     """One step's walk (module docstring): the holder counts, then the changed blocks and
-    their properties. `given` is removed, added and logged one after another (their
-    lengths: num_removed, num_added, the rest). Returns (changed, suspect, the change in
-    blocks marked free, lost, rehashed)."""
-    removed = given[:num_removed]
-    added = given[num_removed : num_removed + num_added]
-    logged = given[num_removed + num_added :]
+    their properties. Returns (changed, suspect, the change in blocks marked free, lost,
+    rehashed)."""
     count_holders(held, removed, -1)
     count_holders(held, added, 1)
     ids = changed_ids(marks, removed, added, logged, reserved, held.size)

@@ -101,9 +101,8 @@ def test_the_walk_equals_the_generic_path_on_random_pools(data):
     logged = np.array(data.draw(ids), I64)
     mine = [x.copy() for x in (held, free, seen)]
     want = _numpy_walk(*mine, ref_cnt, is_free, changes, removed, added, logged, n)
-    given = np.concatenate([removed, added, logged])  # one after another
     got = k.step_blocks(held, free, seen, np.zeros(n, np.uint8), ref_cnt, is_free, changes,
-                        given, removed.size, added.size, np.zeros(0, I64))  # fmt: skip
+                        removed, added, logged, np.zeros(0, I64))  # fmt: skip
     assert [x.tolist() if isinstance(x, np.ndarray) else x for x in got] == [
         x.tolist() if isinstance(x, np.ndarray) else x for x in want
     ]
