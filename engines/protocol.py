@@ -136,6 +136,14 @@ class FinishedRequest:
     reason: str  # "length", "abort" or "rejected: ..."
 
 
+def hash_words_of(hashes: Sequence[bytes]) -> npt.NDArray[np.uint64] | None:
+    """32-byte block hashes as rows of 4 little-endian words (`KVSnapshot.hash_words`'
+    layout), or None where one is not 32 bytes long (the check in C)."""
+    if not all(map((32).__eq__, map(len, hashes))):
+        return None
+    return np.frombuffer(b"".join(hashes), np.uint64).reshape(len(hashes), 4)
+
+
 @runtime_checkable
 class KVSnapshot(Protocol):
     """A read-only view of a block manager's state after a step, for the invariants.

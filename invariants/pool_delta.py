@@ -64,7 +64,7 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from schedcheck.engines.protocol import KVSnapshot
+from schedcheck.engines.protocol import KVSnapshot, hash_words_of
 from schedcheck.invariants import pool_reads as reads
 from schedcheck.invariants.block_pool import BlockContents, BlockPoolChecker, with_holder
 from schedcheck.invariants.pool_tables import KeptTables
@@ -322,16 +322,15 @@ class PoolDeltaChecker:
         starts (the dict is up to date then: the arrays are dropped whenever it is used);
         False where a hash in it is not 32 bytes (the dict path goes on)."""
         checked = self.full.checked_hash_of_block
-        if not all(map((32).__eq__, map(len, checked.values()))):  # in C
+        words = hash_words_of(list(checked.values()))
+        if words is None:
             return False
         num_blocks = self.held.size
         self._checked_words = np.zeros((num_blocks, 4), np.uint64)
         self._checked_present = np.zeros(num_blocks, bool)
-        if checked:
-            ids = np.fromiter(checked, np.int64, len(checked))
-            joined = b"".join(checked.values())
-            self._checked_words[ids] = np.frombuffer(joined, np.uint64).reshape(ids.size, 4)
-            self._checked_present[ids] = True
+        ids = np.fromiter(checked, np.int64, len(checked))
+        self._checked_words[ids] = words
+        self._checked_present[ids] = True
         return True
 
     def _rehashed(self, snapshot: KVSnapshot, ids: IntArray) -> tuple[IntArray, bool]:

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from schedcheck.engines.protocol import hash_words_of
 from schedcheck.engines.reference.snapshot import readonly_view
 
 
@@ -245,19 +246,17 @@ class BlockPool:
         else:
             ids = list(itertools.chain.from_iterable(i for i, _ in pending))
             hashes = list(itertools.chain.from_iterable(h for _, h in pending))
-        if not all(map((32).__eq__, map(len, hashes))):  # in C
+        words = hash_words_of(hashes)
+        if words is None:
             self.hash_words = self.cached_now = self.hash_words_views = None
             return
-        if len(ids) <= 4:  # a decode step's few: row by row beats numpy's batch calls
-            for block_id, block_hash in zip(ids, hashes, strict=True):  # bounded: 4
-                self.hash_words[block_id] = np.frombuffer(block_hash, np.uint64)
+        # row by row: a decode step's few (beats numpy's batch calls), or a block cached
+        # twice (the later hash is its own)
+        if len(ids) <= 4 or len(set(ids)) != len(ids):
+            for k, block_id in enumerate(ids):  # bounded: the blocks cached
+                self.hash_words[block_id] = words[k]
             return
-        words = np.frombuffer(b"".join(hashes), np.uint64).reshape(len(hashes), 4)
-        if len(set(ids)) == len(ids):
-            self.hash_words[np.array(ids, np.int64)] = words
-            return
-        for k, block_id in enumerate(ids):  # bounded: the blocks cached; one cached twice
-            self.hash_words[block_id] = words[k]
+        self.hash_words[np.array(ids, np.int64)] = words
 
     def evict_cached_free(self, num_blocks_max: int) -> int:
         """Fault point: drop the hashes of up to `num_blocks_max` cached free blocks, head
