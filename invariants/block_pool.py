@@ -120,8 +120,7 @@ class BlockPoolChecker:
             kept = [b not in gone for b in ids]
             ids, hashes = list(compress(ids, kept)), list(compress(hashes, kept))
             identity = identity[np.array(kept, dtype=bool)]
-        seen = self.content_of_hash
-        seen.forget_oldest(len(seen) + len(fresh) - HASH_MEMORY_MAX)  # bounded memory
+        self._make_room(len(fresh))
         return out + self._remember(step, ids, identity, hashes)
 
     def check_fresh_words(
@@ -141,15 +140,20 @@ class BlockPoolChecker:
             return []
         identity, complete = block_contents(fresh)
         out = _unwritten(step, fresh, complete)
-        seen = self.content_of_hash
-        seen.forget_oldest(len(seen) + fresh.size - HASH_MEMORY_MAX)  # bounded memory
+        self._make_room(fresh.size)
         if out:
             fresh, identity, words = fresh[complete], identity[complete], words[complete]
-        index, first = seen.remember_words(words, identity)
+        index, first = self.content_of_hash.remember_words(words, identity)
         if index < 0:
             return out
         b, h = int(fresh[index]), words[index].tobytes()
         return [*out, _other_content(step, b, h, first, int(identity[index]))]
+
+    def _make_room(self, num_new: int) -> None:
+        """Forget the oldest hashes so that `num_new` more keep the memory within
+        HASH_MEMORY_MAX (bounded memory)."""
+        seen = self.content_of_hash
+        seen.forget_oldest(len(seen) + num_new - HASH_MEMORY_MAX)
 
     def _remember(
         self, step: int, ids: list[int], identity: np.ndarray, hashes: list[bytes]
