@@ -93,25 +93,61 @@ def store_writes(
     live request other than the writer's own keys verified). The last write of a slot
     written twice wins. A slot outside the cache (negative ones too): (False, nothing, 0)
     with nothing written."""
-    n = slots.size
-    old = np.empty(n, dtype=np.uint64)
-    for w in range(n):  # bounded: the writes
+    in_cache, old = old_values(shadow, slots)
+    if not in_cache:
+        return False, old, 0
+    num_verified_overwrites = count_verified_overwrites(
+        verifiers, verified_blocks, slots, positions, batch, store_indices, old, block_size,
+        slots_of_positions,
+    )  # fmt: skip
+    write_slots(
+        shadow, writer_req, writer_pos, writer_step, slots, positions, batch, store_indices,
+        identities, step,
+    )  # fmt: skip
+    return True, old, num_verified_overwrites
+
+
+@njit(cache=True, nogil=True)
+def old_values(shadow, slots):
+    """(True, shadow[slots]); (False, nothing) where a slot lies outside the cache."""
+    old = np.empty(slots.size, dtype=np.uint64)
+    for w in range(slots.size):  # bounded: the writes
         if slots[w] < 0 or slots[w] >= shadow.size:
-            return False, old[:0], 0
+            return False, old[:0]
         old[w] = shadow[slots[w]]
-    num_verified_overwrites = 0
-    for w in range(n):  # bounded: the writes
-        slot, writer = slots[w], store_indices[batch[w]]
-        shadow[slot] = identities[w]
-        writer_req[slot] = writer
-        writer_pos[slot] = positions[w]
-        writer_step[slot] = step
+    return True, old
+
+
+@njit(cache=True, nogil=True)
+def count_verified_overwrites(
+    verifiers, verified_blocks, slots, positions, batch, store_indices, old, block_size,
+    slots_of_positions,
+):  # fmt: skip
+    """The writes over KV (old[w] != 0) that a live request verified, other than the
+    writer's own keys before its position (its own last, partly verified block)."""
+    count = 0
+    for w in range(slots.size):  # bounded: the writes
         if old[w] != 0:
-            held = verifiers[slot // block_size]
+            held = verifiers[slots[w] // block_size]
+            writer = store_indices[batch[w]]
             own = slots_of_positions and positions[w] // block_size < verified_blocks[writer]
             if held > (1 if own else 0):
-                num_verified_overwrites += 1
-    return True, old, num_verified_overwrites
+                count += 1
+    return count
+
+
+@njit(cache=True, nogil=True)
+def write_slots(
+    shadow, writer_req, writer_pos, writer_step, slots, positions, batch, store_indices,
+    identities, step,
+):  # fmt: skip
+    """Each write w in order (all slots in the cache): its identity, writer, position, step."""
+    for w in range(slots.size):  # bounded: the writes
+        slot = slots[w]
+        shadow[slot] = identities[w]
+        writer_req[slot] = store_indices[batch[w]]
+        writer_pos[slot] = positions[w]
+        writer_step[slot] = step
 
 
 @njit(cache=True, nogil=True)
@@ -201,15 +237,32 @@ def sample_append(
     (store index) as the token after position positions[k]; (False, nothing) with nothing
     changed unless each request samples once, in batch order, after its last known token,
     with room in its region."""
-    n = writers.size
-    tokens = np.empty(n, dtype=np.int64)
-    for k in range(n):  # bounded: the sampling rows
+    if not can_append(num_tokens, cap, writers, batch, positions):
+        return False, np.empty(0, dtype=np.int64)
+    tokens = append_samples(
+        arena_ids, arena_tokens, base, num_tokens, writers, identity, positions, span
+    )
+    return True, tokens
+
+
+@njit(cache=True, nogil=True)
+def can_append(num_tokens, cap, writers, batch, positions):
+    """Does each sampling row k sample after its request's last known token, with room
+    in its region, each request once and in batch order?"""
+    for k in range(writers.size):  # bounded: the sampling rows
         w = writers[k]
         if positions[k] != num_tokens[w] - 1 or num_tokens[w] >= cap[w]:
-            return False, tokens[:0]
+            return False
         if k and batch[k] <= batch[k - 1]:
-            return False, tokens[:0]
-    for k in range(n):  # bounded: the sampling rows
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def append_samples(arena_ids, arena_tokens, base, num_tokens, writers, identity, positions, span):
+    """The token each sampling row samples, appended to its request (as can_append allows)."""
+    tokens = np.empty(writers.size, dtype=np.int64)
+    for k in range(writers.size):  # bounded: the sampling rows
         w = writers[k]
         token = sample_token(identity[k], np.uint64(span), SAMPLE_SALT)
         at = base[w] + num_tokens[w]
@@ -217,7 +270,7 @@ def sample_append(
         arena_ids[at] = arena_ids[at - 1] + term(np.uint64(positions[k] + 1), token)
         num_tokens[w] += 1
         tokens[k] = np.int64(token)
-    return True, tokens
+    return tokens
 
 
 @njit(cache=True, nogil=True)
@@ -251,14 +304,22 @@ def verify_own_chunks(
     (count_wrong is 0), grow_verified(..., who, seq_lens) and return (True, its result);
     else (False, nothing) with nothing changed."""
     none = np.empty(0, dtype=np.int64)
-    for i in range(who.size):  # bounded: the requests
-        low = verified_len[who[i]]
-        if low != num_computed[i] or seq_lens[i] <= low:
-            return False, none, none
+    if not reads_own_chunks(verified_len, who, num_computed, seq_lens):
+        return False, none, none
     if count_wrong(shadow, slots, expected):
         return False, none, none
     grown, num_blocks = grow_verified(verified_len, verified_blocks, who, seq_lens, block_size)
     return True, grown, num_blocks
+
+
+@njit(cache=True, nogil=True)
+def reads_own_chunks(verified_len, who, num_computed, seq_lens):
+    """Are each request's unverified keys exactly the chunk it writes now?"""
+    for i in range(who.size):  # bounded: the requests
+        low = verified_len[who[i]]
+        if low != num_computed[i] or seq_lens[i] <= low:
+            return False
+    return True
 
 
 @njit(cache=True, nogil=True)

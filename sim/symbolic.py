@@ -56,7 +56,9 @@ requests' true tokens and identities one arena indexed by request (`sim/token_st
 a write is a scatter, a read a gather and one vectorized comparison with the identities
 gathered from the arena, a sample one scatter. Python runs per request only where a
 request's block table changed since its last check, where its verified KV grows by a
-block, and where a comparison failed (to word the violation).
+block, and where a comparison failed (to word the violation). A step of the common case
+(no drafts, one KV-cache group, every read its own chunk) is one compiled call
+(`sim/step_kernel.py`); any other step takes the path above, phase by phase.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ from schedcheck.engines.protocol import KVCacheGroup
 from schedcheck.engines.slots import touched_entries
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.violation import Violation
+from schedcheck.sim.common_step import CommonStep, keeps_verified
 from schedcheck.sim.draft_acceptance import DraftAcceptance
 from schedcheck.sim.overwrites import Overwrites
 from schedcheck.sim.token_store import ShadowRequest, TokenStore, sample_and_terms
@@ -87,7 +90,7 @@ _COMPUTED = operator.attrgetter("num_computed_tokens")
 _SCHEDULED = operator.attrgetter("num_scheduled_tokens")
 
 
-class SymbolicExecutor(Overwrites, DraftAcceptance):
+class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
     """Shadow KV of `num_blocks * block_size` slots; implements engines/executor.Executor."""
 
     hash_model_tokens = True  # its tokens are the hash model's: outputs.unchunked applies
@@ -102,9 +105,10 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
         self.vocab_size = vocab_size
         # the per-step loops, compiled (numba): imported with the first executor, so that a
         # process that never simulates never loads numba and LLVM (0.4 s, 110 MB)
-        from schedcheck.sim import shadow_kernels
+        from schedcheck.sim import shadow_kernels, step_kernel
 
         self._kernels = shadow_kernels
+        self._step_kernel = step_kernel
         self.shadow = np.zeros(self.num_slots, dtype=U64)  # 0 = never written
         self.writer_req = np.full(self.num_slots, -1, dtype=np.int32)
         self.writer_pos = np.full(self.num_slots, -1, dtype=I64)
@@ -186,15 +190,35 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
             for i in unbuilt.nonzero()[0].tolist():
                 reqs[i].build()
         num_known = self._extend_with_drafts(meta, reqs)
-        written, true_ids = self._write(meta, reqs, idx)
+        written, sampled = None, None
+        if not num_known:  # drafts: the Python path
+            written, sampled = self._common_step(meta, reqs, idx)
+        if sampled is None:
+            sampled = self._step(meta, reqs, idx, num_known, written)
+        if meta.lookahead_slot_mapping.size:
+            self._write_drafts(meta, idx)
+        return sampled
+
+    def _step(
+        self,
+        meta: RunnerMetadata,
+        reqs: list[ShadowRequest],
+        idx: np.ndarray,
+        num_known: dict[int, int],
+        written: np.ndarray | None,
+    ) -> dict[str, int]:
+        """The step's writes, reads and samples, each case in full (`written`: the
+        identities the common step wrote already, where its read found a wrong key)."""
+        if written is None:
+            written, true_ids = self._write(meta, reqs, idx)
+        else:  # every token right: each row wrote its true identity, all slots in the cache
+            true_ids, self._in_cache = written, meta.slot_mapping
         bad_reqs = self._check_alignment(meta) | self._read(meta, reqs, idx, true_ids)
         for group in range(1, len(meta.kv_groups)):
             bad_reqs |= self._read_group(meta, reqs, idx, group)
         sampled = self._sample(meta, reqs, idx, written, bad_reqs, num_known)
         if num_known:
             sampled.update(self._accept(meta, reqs, written, bad_reqs, num_known))
-        if meta.lookahead_slot_mapping.size:
-            self._write_drafts(meta, idx)
         return sampled
 
     def _use_slot_granularity(self, block_size: int) -> None:
@@ -615,7 +639,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance):
             return
         req.seen_table = table
         n = len(req.verified_table)
-        if n and table[:n] != req.verified_table:
+        if not keeps_verified(req, table):
             same = next(
                 (k for k in range(n) if k >= len(table) or table[k] != req.verified_table[k]), n
             )

@@ -1,6 +1,8 @@
 """Every mutant of the catalog, one hand-written scenario each, through `schedcheck replay`:
 the mutant's run names the right invariant, request and position (exit 1; exit 3 for the two
 whose bug is a hang), and the clean engine replays the same scenario with no violation.
+Each mutant's run reports the same with the shadow KV's common step in one compiled call
+(sim/step_kernel.py) and without it.
 
 Block size 4 throughout; `P((a, b), ...)` is the prompt a, a+1, ..., b-1 (then the next run).
 """
@@ -9,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 
@@ -16,6 +19,7 @@ from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.reference.mutants import MUTANTS
 from schedcheck.sim.cost_model import profile
 from schedcheck.sim.loop import SimOptions, run
+from schedcheck.sim.symbolic import SymbolicExecutor
 from schedcheck.traces import TraceRequest, write_trace
 
 
@@ -167,3 +171,19 @@ def test_the_clean_engine_passes_the_same_scenario(mutant):
     res = run(trace, "reference", config, options, profile("unit"))
     done = res.finished + res.aborted + res.rejected
     assert (res.exit_code, res.violations, done) == (0, [], len(trace))
+
+
+@pytest.mark.parametrize("mutant", sorted(SCENARIOS))
+def test_the_mutants_run_reports_the_same_without_the_common_step(mutant):
+    trace, extra, _ = SCENARIOS[mutant]
+    extra = dict(extra)
+    options = SimOptions(draft_acceptance=float(extra.pop("draft_acceptance", 0.7)))
+    config = EngineConfig(**{**BASE, **extra, "mutant": mutant})
+
+    def report():
+        r = run(trace, "reference", config, options, profile("unit"))
+        return r.fingerprint, r.violations, r.exit_code, r.invariants_checked, r.stuck, r.steps
+
+    fused = report()
+    with mock.patch.object(SymbolicExecutor, "_common_step", lambda self, *a: (None, None)):
+        assert report() == fused

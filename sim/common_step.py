@@ -1,0 +1,97 @@
+"""The shadow KV's common step in one compiled call (a mixin of the symbolic executor,
+sim/symbolic.py): where a step's case may hold (one KV-cache group, metadata as documented,
+no drafts, no block table that drops verified blocks), `sim/step_kernel.py` writes, reads
+and samples it in one call; where the kernel declines, the executor's phases run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Sequence
+from types import ModuleType
+
+import numpy as np
+
+from schedcheck.engines.metadata import RunnerMetadata
+from schedcheck.sim.token_store import ShadowRequest, TokenStore
+from schedcheck.traces.tokens import FIRST_TOKEN_ID
+
+I64 = np.int64
+_SEEN = operator.attrgetter("seen_table")
+_COMPUTED = operator.attrgetter("num_computed_tokens")
+_SCHEDULED = operator.attrgetter("num_scheduled_tokens")
+
+
+class CommonStep:
+    """Runs a common step in one call; reads and grows the executor's own state."""
+
+    store: TokenStore
+    shadow: np.ndarray
+    writer_req: np.ndarray
+    writer_pos: np.ndarray
+    writer_step: np.ndarray
+    verifiers: np.ndarray
+    block_size: int
+    vocab_size: int
+    num_keys_checked: int
+    _step_kernel: ModuleType
+
+    def _grow_tables(
+        self,
+        reqs: list[ShadowRequest],
+        tables: Sequence[tuple[int, ...]],
+        grown: np.ndarray,
+        new_blocks: np.ndarray,
+        todo: np.ndarray | None,
+    ) -> None:
+        raise NotImplementedError  # the executor's: verified tables grow to new blocks
+
+    def _common_step(
+        self, meta: RunnerMetadata, reqs: list[ShadowRequest], idx: np.ndarray
+    ) -> tuple[np.ndarray | None, dict[str, int] | None]:
+        """The step in one call of step_kernel.common_step where its case may hold: one
+        KV-cache group, metadata as documented, no table that drops verified blocks.
+        Returns (the identities written, if it wrote; the sampled tokens, if it is done)."""
+        if not (meta.as_documented and len(meta.kv_groups) == 1 and meta.num_tokens):
+            return None, None
+        tables = meta.block_tables
+        if not self._tables_keep_verified(reqs, tables):
+            return None, None
+        scheduled = meta.output.scheduled  # the chunks' true positions: the scheduler's
+        store = self.store
+        stage, true_ids, grown, new_blocks, tokens = self._step_kernel.common_step(
+            (store.base, store.num_tokens, store.cap, store.ids, store.tokens),
+            (self.shadow, self.writer_req, self.writer_pos, self.writer_step, self.verifiers),
+            store.verified_len, store.verified_blocks, idx,
+            np.fromiter(map(_COMPUTED, scheduled), I64, len(scheduled)),
+            np.fromiter(map(_SCHEDULED, scheduled), I64, len(scheduled)),
+            meta.num_computed_tokens, meta.seq_lens, meta.query_start_loc, meta.input_ids,
+            meta.slot_mapping, meta.positions, meta.row_req, meta.logits_indices,
+            meta.output.step, self.block_size, self.vocab_size - FIRST_TOKEN_ID,
+        )  # fmt: skip
+        if stage != self._step_kernel.DONE:
+            return (true_ids if stage == self._step_kernel.WRITTEN else None), None
+        self.num_keys_checked += meta.num_tokens
+        self._grow_tables(reqs, tables, grown, new_blocks, None)
+        names = [meta.req_ids[i] for i in meta.row_req[meta.logits_indices].tolist()]
+        return true_ids, dict(zip(names, tokens.tolist(), strict=True))
+
+    def _tables_keep_verified(
+        self, reqs: list[ShadowRequest], tables: Sequence[tuple[int, ...]]
+    ) -> bool:
+        """Does every table the engine changed keep its request's verified blocks? (Those
+        that do are seen now; one that does not is left to `_revalidate`.)"""
+        changed = list(map(operator.is_not, tables, map(_SEEN, reqs)))
+        if any(changed):
+            for i in itertools.compress(range(len(reqs)), changed):  # bounded: the batch
+                if not keeps_verified(reqs[i], tables[i]):
+                    return False
+                reqs[i].seen_table = tables[i]
+        return True
+
+
+def keeps_verified(req: ShadowRequest, table: tuple[int, ...]) -> bool:
+    """Does `table` still start with the blocks whose keys `req` verified?"""
+    n = len(req.verified_table)
+    return not n or table[:n] == req.verified_table

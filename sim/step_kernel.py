@@ -1,0 +1,115 @@
+"""A whole common step of the shadow KV in one compiled call (numba).
+
+Most steps of a replay or a fuzz example are the common case: every input token is the
+request's token there, every slot lies in the cache and overwrites no KV a live request
+verified, every row attends exactly keys 0..its position, each request's unverified keys
+are exactly the chunk it writes now and read right, and each sampling row samples after
+its request's last known token. `common_step` does that step's write, read and sample
+(symbolic.py's `_write`, `_check_alignment`, `_read` and `_sample`) in one call of the
+kernels of shadow_kernels.py, where the Python path makes five calls and builds a dozen
+arrays between them::
+
+    cases checked, nothing changed yet        reads_own_chunks, can_append,
+                                              count_misaligned, truth_of_rows,
+                                              old_values, count_verified_overwrites
+    write                                     write_slots                     -> WRITTEN
+    read: each row's slot holds its identity  count_wrong, grow_verified
+    sample                                    append_samples                  -> DONE
+
+It returns the stage it reached. NOTHING_DONE: some case failed before anything changed
+(the Python path runs the step). WRITTEN: the writes are done exactly as `_write` does
+them, and a read found a wrong key (a slot written twice in the step, a key past the
+known tokens): the Python path reads, words the finding and samples. DONE: the step is
+done; Python adds the verified blocks to the requests' verified tables.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from schedcheck.sim.shadow_kernels import (
+    append_samples,
+    can_append,
+    count_misaligned,
+    count_verified_overwrites,
+    count_wrong,
+    grow_verified,
+    old_values,
+    reads_own_chunks,
+    truth_of_rows,
+    write_slots,
+)
+
+NOTHING_DONE, WRITTEN, DONE = 0, 1, 2
+
+
+@njit(cache=True, nogil=True)
+def common_step(
+    store,
+    slot_state,
+    verified_len,
+    verified_blocks,
+    indices,
+    starts,
+    counts,
+    num_computed,
+    seq_lens,
+    query_start_loc,
+    input_ids,
+    slots,
+    positions,
+    row_req,
+    logits_indices,
+    step,
+    block_size,
+    span,
+):
+    """(stage, each row's true identity, grown, num_blocks, sampled tokens) of one step.
+
+    store: the token store's (base, num_tokens, cap, ids, tokens) by store index;
+    slot_state: (shadow, writer_req, writer_pos, writer_step, verifiers) by slot or block;
+    indices[i], starts[i], counts[i]: request i's store index and its chunk's positions
+    (the scheduler's); the rest: the step's metadata. grown, num_blocks: grow_verified's
+    (the requests whose verified blocks grow), with DONE only."""
+    base, num_tokens, cap, arena_ids, arena_tokens = store
+    shadow, writer_req, writer_pos, writer_step, verifiers = slot_state
+    # the cases, cheapest first (per request, then per row): nothing changes until all hold
+    if not reads_own_chunks(verified_len, indices, num_computed, seq_lens):
+        return _declined(NOTHING_DONE, np.empty(0, dtype=np.uint64))
+    batch = row_req[logits_indices]
+    writers = indices[batch]
+    sampled_positions = positions[logits_indices]
+    if not can_append(num_tokens, cap, writers, batch, sampled_positions):
+        return _declined(NOTHING_DONE, np.empty(0, dtype=np.uint64))
+    if count_misaligned(seq_lens, query_start_loc, row_req, positions):
+        return _declined(NOTHING_DONE, np.empty(0, dtype=np.uint64))
+    true_ids, _, first_wrong = truth_of_rows(
+        base, num_tokens, arena_ids, arena_tokens, indices, starts, counts, input_ids
+    )
+    if first_wrong >= 0:
+        return _declined(NOTHING_DONE, np.empty(0, dtype=np.uint64))
+    in_cache, old = old_values(shadow, slots)
+    if not in_cache or count_verified_overwrites(
+        verifiers, verified_blocks, slots, positions, row_req, indices, old, block_size, True
+    ):
+        return _declined(NOTHING_DONE, np.empty(0, dtype=np.uint64))
+    write_slots(
+        shadow, writer_req, writer_pos, writer_step, slots, positions, row_req, indices,
+        true_ids, step,
+    )  # fmt: skip
+    if count_wrong(shadow, slots, true_ids):
+        return _declined(WRITTEN, true_ids)
+    grown, num_blocks = grow_verified(verified_len, verified_blocks, indices, seq_lens, block_size)
+    tokens = append_samples(
+        arena_ids, arena_tokens, base, num_tokens, writers, true_ids[logits_indices],
+        sampled_positions, span,
+    )  # fmt: skip
+    return DONE, true_ids, grown, num_blocks, tokens
+
+
+@njit(cache=True, nogil=True)
+def _declined(stage, true_ids):
+    """common_step's result short of DONE: nothing grown, nothing sampled."""
+    none = np.empty(0, dtype=np.int64)
+    return stage, true_ids, none, none, none
