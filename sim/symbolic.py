@@ -465,7 +465,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         )
         other = np.flatnonzero(~chunk_only & (highs > lows))
         if other.size:
-            bad |= self._compare(meta, reqs, self._gather_keys(idx, tables, other, lows, highs))
+            bad |= self._read_ranges(meta, reqs, idx, 0, other, lows, highs)
         self._verify(reqs, idx, tables, highs > lows, highs, bad)
         return bad
 
@@ -569,32 +569,45 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
 
         window of the row at position p:  keys [max(0, p - W + 1), p]
         keys read for request i:          [first row's window start, seq_lens[i])
-
-        The ranges are counted in one kernel pass; only a step with a wrong key gathers
-        them again as arrays to say which (`_compare`)."""
+        """
         kv_group = meta.kv_groups[group]
         assert kv_group.kind == "sliding", f"group {group}: only sliding groups follow group 0"
-        window = kv_group.sliding_window
-        firsts = meta.positions[meta.query_start_loc[:-1]].tolist()
-        highs = meta.seq_lens.tolist()
-        lows = [min(max(p - window + 1, 0), h) for p, h in zip(firsts, highs, strict=True)]
-        todo = [i for i, (lo, hi) in enumerate(zip(lows, highs, strict=True)) if hi > lo]
-        if not todo:
+        firsts = meta.positions[meta.query_start_loc[:-1]]
+        highs = meta.seq_lens
+        lows = np.minimum(np.maximum(firsts - (kv_group.sliding_window - 1), 0), highs)
+        todo = np.flatnonzero(highs > lows)
+        if not todo.size:
             return set()
+        return self._read_ranges(meta, reqs, idx, group, todo, lows, highs)
+
+    def _read_ranges(
+        self,
+        meta: RunnerMetadata,
+        reqs: list[ShadowRequest],
+        idx: np.ndarray,
+        group: int,
+        todo: np.ndarray,
+        lows: np.ndarray,
+        highs: np.ndarray,
+    ) -> set[int]:
+        """Read keys [lows[i], highs[i]) of each request i of `todo` through group `group`'s
+        tables: counted in one kernel pass, no array built; only where a key is wrong are
+        they gathered again as arrays, to say which (`_compare`)."""
         tables = meta.tables_of_group(group)
-        lo, hi = [lows[i] for i in todo], [highs[i] for i in todo]
-        entries = self._range_entries(tables, todo, lo, hi)
+        lo, hi = lows[todo], highs[todo]
+        entries = self._range_entries(tables, todo.tolist(), lo.tolist(), hi.tolist())
         store, tag = self.store, hash_model.group_tag(group)
         wrong, num_keys = self._kernels.count_range_wrong(
-            store.base, store.num_tokens, store.ids, idx[todo], np.array(lo, I64),
-            np.array(hi, I64), entries, self.block_size, self.shadow, tag,
+            store.base, store.num_tokens, store.ids, idx[todo], lo, hi, entries,
+            self.block_size, self.shadow, tag,
         )  # fmt: skip
         if not wrong:
             self.num_keys_checked += int(num_keys)
             return set()
-        ranges = np.array(todo, I64), np.array(lows, I64), np.array(highs, I64)
-        key_req, keys, slots, expected = self._gather_keys(idx, tables, *ranges)
-        expected = np.where(expected != 0, expected ^ tag, expected)
+        key_req, keys, slots, expected = self._gather_keys(idx, tables, todo, lows, highs)
+        if tag:
+            expected = np.where(expected != 0, expected ^ tag, expected)
+        kv_group = meta.kv_groups[group] if group else None
         return self._compare(meta, reqs, (key_req, keys, slots, expected), kv_group)
 
     def _compare(
