@@ -24,7 +24,8 @@ _SCHEDULED = operator.attrgetter("num_scheduled_tokens")
 
 
 class CommonStep:
-    """Runs a common step in one call; reads and grows the executor's own state."""
+    """Runs a common step in one call, and grows the requests' verified tables (for every
+    step, common or not); reads and grows the executor's own state."""
 
     store: TokenStore
     shadow: np.ndarray
@@ -37,15 +38,8 @@ class CommonStep:
     num_keys_checked: int
     _step_kernel: ModuleType
 
-    def _grow_tables(
-        self,
-        reqs: list[ShadowRequest],
-        tables: Sequence[tuple[int, ...]],
-        grown: np.ndarray,
-        new_blocks: np.ndarray,
-        todo: np.ndarray | None,
-    ) -> None:
-        raise NotImplementedError  # the executor's: verified tables grow to new blocks
+    def _add_verifiers(self, blocks: Sequence[int], delta: int) -> None:
+        raise NotImplementedError  # the executor's: verifiers[b] += delta for each b
 
     def _common_step(
         self, meta: RunnerMetadata, reqs: list[ShadowRequest], idx: np.ndarray
@@ -89,6 +83,29 @@ class CommonStep:
                     return False
                 reqs[i].seen_table = tables[i]
         return True
+
+    def _grow_tables(
+        self,
+        reqs: list[ShadowRequest],
+        tables: Sequence[tuple[int, ...]],
+        grown: np.ndarray,
+        new_blocks: np.ndarray,
+        todo: np.ndarray | None,
+    ) -> None:
+        """Request todo[k] (k itself if todo is None), for each k in `grown`, now verifies
+        its first new_blocks[k] blocks: its verified table grows to them, and they gain it
+        as a verifier."""
+        if grown.size == 0:
+            return
+        store = self.store
+        blocks: list[int] = []
+        for k, n in zip(grown.tolist(), new_blocks.tolist(), strict=True):
+            i = k if todo is None else int(todo[k])
+            req, table = reqs[i], tables[i]
+            blocks += table[len(req.verified_table) : n]
+            req.verified_table = table[:n]
+            store.verified_blocks[req.index] = len(req.verified_table)
+        self._add_verifiers(blocks, 1)
 
 
 def keeps_verified(req: ShadowRequest, table: tuple[int, ...]) -> bool:

@@ -681,29 +681,6 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         )
         self._grow_tables(reqs, tables, grown, new_blocks, todo)
 
-    def _grow_tables(
-        self,
-        reqs: list[ShadowRequest],
-        tables: Sequence[tuple[int, ...]],
-        grown: np.ndarray,
-        new_blocks: np.ndarray,
-        todo: np.ndarray | None,
-    ) -> None:
-        """Request todo[k] (k itself if todo is None), for each k in `grown`, now verifies
-        its first new_blocks[k] blocks: its verified table grows to them, and they gain it
-        as a verifier."""
-        if grown.size == 0:
-            return
-        store = self.store
-        blocks: list[int] = []
-        for k, n in zip(grown.tolist(), new_blocks.tolist(), strict=True):
-            i = k if todo is None else int(todo[k])
-            req, table = reqs[i], tables[i]
-            blocks += table[len(req.verified_table) : n]
-            req.verified_table = table[:n]
-            store.verified_blocks[req.index] = len(req.verified_table)
-        self._add_verifiers(blocks, 1)
-
     def _add_verifiers(self, blocks: Sequence[int], delta: int) -> None:
         """verifiers[b] += delta for each b in blocks, each occurrence counted (a block
         named twice, an engine's bug, counts twice)."""
