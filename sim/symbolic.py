@@ -94,6 +94,9 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
     """Shadow KV of `num_blocks * block_size` slots; implements engines/executor.Executor."""
 
     hash_model_tokens = True  # its tokens are the hash model's: outputs.unchunked applies
+    # False: every step phase by phase, never in one call (the differential tests and
+    # bench/common_step_ab.py compare the two; the results must be the same)
+    use_common_step = True
 
     def __init__(
         self, num_blocks: int, block_size: int, vocab_size: int = DEFAULT_VOCAB_SIZE
@@ -186,12 +189,17 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         reqs = cast(list[ShadowRequest], found)  # no None in it
         idx = np.fromiter(map(_INDEX, reqs), np.int32, len(reqs))  # store indices (writer_req)
         unbuilt = self.store.base.take(idx) < 0  # take: int32 fancy indexing costs 0.9 us
-        if np.count_nonzero(unbuilt):  # their first step: build their tokens and identities
-            for i in unbuilt.nonzero()[0].tolist():
+        first: list[int] = []  # their first step: build their tokens and identities
+        if np.count_nonzero(unbuilt):
+            first = unbuilt.nonzero()[0].tolist()
+            for i in first:
                 reqs[i].build()
         num_known = self._extend_with_drafts(meta, reqs)
         written, sampled = None, None
-        if not num_known:  # drafts: the Python path
+        # the common step declines drafts, and a first step after a prefix hit (keys read
+        # that the request never verified): neither is tried
+        hit = any(meta.num_computed_tokens[i] for i in first)
+        if not num_known and not hit and self.use_common_step:
             written, sampled = self._common_step(meta, reqs, idx)
         if sampled is None:
             sampled = self._step(meta, reqs, idx, num_known, written)
