@@ -76,12 +76,10 @@ class CommonStep:
     ) -> bool:
         """Does every table the engine changed keep its request's verified blocks? (Those
         that do are seen now; one that does not is left to `_revalidate`.)"""
-        changed = list(map(operator.is_not, tables, map(_SEEN, reqs)))
-        if any(changed):
-            for i in itertools.compress(range(len(reqs)), changed):  # bounded: the batch
-                if not keeps_verified(reqs[i], tables[i]):
-                    return False
-                reqs[i].seen_table = tables[i]
+        for i in changed_tables(reqs, tables):  # bounded: the batch
+            if not keeps_verified(reqs[i], tables[i]):
+                return False
+            reqs[i].seen_table = tables[i]
         return True
 
     def _grow_tables(
@@ -106,6 +104,15 @@ class CommonStep:
             req.verified_table = table[:n]
             store.verified_blocks[req.index] = len(req.verified_table)
         self._add_verifiers(blocks, 1)
+
+
+def changed_tables(reqs: list[ShadowRequest], tables: Sequence[tuple[int, ...]]) -> list[int]:
+    """The batch indices whose table is not the one their request saw at its last check
+    (an engine hands an unchanged table as the same tuple: compared by identity, in C)."""
+    changed = list(map(operator.is_not, tables, map(_SEEN, reqs)))
+    if not any(changed):
+        return []
+    return list(itertools.compress(range(len(reqs)), changed))
 
 
 def keeps_verified(req: ShadowRequest, table: tuple[int, ...]) -> bool:

@@ -64,7 +64,6 @@ block, and where a comparison failed (to word the violation). A step of the comm
 from __future__ import annotations
 
 import functools
-import itertools
 import operator
 from collections.abc import Callable, Sequence
 from typing import cast
@@ -76,7 +75,7 @@ from schedcheck.engines.protocol import KVCacheGroup
 from schedcheck.engines.slots import touched_entries
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.violation import Violation
-from schedcheck.sim.common_step import CommonStep, keeps_verified
+from schedcheck.sim.common_step import CommonStep, changed_tables, keeps_verified
 from schedcheck.sim.draft_acceptance import DraftAcceptance
 from schedcheck.sim.overwrites import Overwrites
 from schedcheck.sim.token_store import ShadowRequest, TokenStore, sample_and_terms
@@ -85,7 +84,6 @@ from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE, FIRST_TOKEN_ID
 I64 = np.int64
 U64 = np.uint64
 _INDEX = operator.attrgetter("index")
-_SEEN = operator.attrgetter("seen_table")
 _COMPUTED = operator.attrgetter("num_computed_tokens")
 _SCHEDULED = operator.attrgetter("num_scheduled_tokens")
 
@@ -443,10 +441,8 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         and no second gather is needed. Every other request takes the general path.
         """
         tables = meta.block_tables
-        changed = list(map(operator.is_not, tables, map(_SEEN, reqs)))
-        if any(changed):  # some table changed: only those are looked at again
-            for i in itertools.compress(range(len(reqs)), changed):  # bounded: the batch
-                self._revalidate(reqs[i], tables[i])
+        for i in changed_tables(reqs, tables):  # bounded: the batch; only those changed
+            self._revalidate(reqs[i], tables[i])
         if meta.as_documented and meta.slot_mapping is self._in_cache:
             store = self.store  # the common step in one kernel call, else nothing done
             common, grown, new_blocks = self._kernels.verify_own_chunks(
