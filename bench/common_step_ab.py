@@ -24,7 +24,8 @@ import sys
 import time
 from typing import Any
 
-from replay_phases import TRACE, load_average_line, print_json
+from replay_phases import TRACE as TRACE  # the window (the tests read it here)
+from replay_phases import load_average_line, print_json, window_parser
 
 from schedcheck.sim.deployment import LLAMA3_8B_H100
 from schedcheck.sim.loop import SimOptions, Simulation
@@ -95,12 +96,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--trace", default=str(TRACE))
-    parser.add_argument("--max-requests", type=int, default=1000)
-    parser.add_argument("--block-size", type=int, default=16)
+    parser = window_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=2, help="runs of each side")
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds: at least 1")

@@ -36,7 +36,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from replay_phases import TRACE, load_average_line, print_json
+from replay_phases import TRACE as TRACE  # the window (the tests read it here)
+from replay_phases import load_average_line, print_json, window_parser
 
 from schedcheck.sim.deployment import LLAMA3_8B_H100
 from schedcheck.sim.loop import SimOptions, Simulation
@@ -170,10 +171,7 @@ def report(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--trace", default=str(TRACE))
-    parser.add_argument("--max-requests", type=int, default=1000)
-    parser.add_argument("--block-size", type=int, default=16)
+    parser = window_parser(__doc__)
     parser.add_argument(
         "--slice-s", type=float, default=10.0, help="simulated seconds a turn (default 10)"
     )
@@ -183,7 +181,6 @@ def main() -> int:
         default=0.005,
         help="slices whose bare side took less CPU are left out of the slice ratios",
     )
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.slice_s <= 0 or args.max_requests < 1:
         parser.error("--slice-s must be > 0 and --max-requests >= 1")

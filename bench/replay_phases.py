@@ -108,12 +108,19 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def window_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of a benchmark on a window of the Mooncake trace (`doc`: its
+    docstring): --trace, --max-requests, --block-size, --json."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--trace", default=str(TRACE))
     parser.add_argument("--max-requests", type=int, default=1000)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--json", action="store_true")
+    return parser
+
+
+def main() -> int:
+    parser = window_parser(__doc__)
     parser.add_argument("--bare", action="store_true", help="the bare loop: no checks")
     args = parser.parse_args()
     report = measure(args)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -16,3 +19,12 @@ def load_bench(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def imported_bench(monkeypatch, name: str, *neighbours: str) -> Iterator[ModuleType]:
+    """A fixture's body: bench/<name>.py imported as its script runs (bench/ on sys.path,
+    for its imports of `neighbours`), all of them forgotten after the test."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    yield importlib.import_module(name)
+    for module in (name, *neighbours):
+        sys.modules.pop(module, None)

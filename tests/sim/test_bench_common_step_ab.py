@@ -5,20 +5,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 
 import pytest
-from bench_loader import BENCH
+from bench_loader import imported_bench
 
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))  # it imports replay_phases
-    import common_step_ab
-
-    yield common_step_ab
-    for name in ("common_step_ab", "replay_phases"):
-        sys.modules.pop(name, None)
+    yield from imported_bench(monkeypatch, "common_step_ab", "replay_phases")
 
 
 def _args(bench, rounds: int) -> argparse.Namespace:

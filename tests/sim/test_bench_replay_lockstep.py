@@ -5,20 +5,14 @@ are the slices' sums."""
 from __future__ import annotations
 
 import argparse
-import sys
 
 import pytest
-from bench_loader import BENCH
+from bench_loader import imported_bench
 
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))  # it imports replay_phases
-    import replay_lockstep
-
-    yield replay_lockstep
-    for name in ("replay_lockstep", "replay_phases"):
-        sys.modules.pop(name, None)
+    yield from imported_bench(monkeypatch, "replay_lockstep", "replay_phases")
 
 
 def _args(bench, slice_s: float) -> argparse.Namespace:
