@@ -9,9 +9,11 @@ on one H100 80GB). Both runs (every invariant, then the bare loop) happen in thi
 one after the other, so their ratio is measured under the same machine load. CPU time
 (process_time) is reported beside wall time: these machines are shared and noisy.
 `--pairs N` runs N such pairs, alternately, and reports each pair's ratio and their median:
-a single pair moves by 10-15 % between runs here. The first pair is cold (its checked run
-loads the compiled kernels, about 0.3 s: `invariant_overhead_first`); the later ones are
-not, so the median is nearer the per-step cost of a long replay. The peak RSS is the first
+a single pair moves by 10-40 % between runs here (for the ratio to about 1 %, the two
+runs taking turns every few simulated seconds: bench/replay_lockstep.py). The first pair
+is cold (its checked run loads the compiled kernels, about 0.3 s:
+`invariant_overhead_first`); the later ones are not, so the median is nearer the per-step
+cost of a long replay. The peak RSS is the first
 checked run's, before any other run.
 
     python bench/replay_speed.py                      # the whole trace (long)
