@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Goal (d) side by side, in lockstep: two versions of schedcheck fuzz in turns.
+
+`fuzz_speed.py` run once per version, one after the other, moves by 10-20 % between runs
+on these machines, as much as a change it is meant to show. Here each version runs in a
+process of its own (the base first on its PYTHONPATH: a git worktree of `--base-commit`,
+or `--base-path`; the head as installed), and only one runs at a time:
+
+    turn:   0           1           2           3      ...
+            base, head  head, base  base, head  head, base
+
+In turn t each side runs one campaign of `--examples-per-turn` examples from the same seed
+(one worker, in its process, as fuzz_speed.py runs it; whole rounds of 32, so the count is
+rounded up to a multiple of 32) and reports its CPU time
+(`process_time`). So both sides fuzz the same seeds, each turn within a second of the
+other. The processes' setup (imports, the engine's first build, the compiled kernels) and
+`--warmup-turns` turns are not counted: the figures are examples per warm CPU second.
+Reported: each side's examples and CPU time, the head's examples per CPU second over the
+base's (goal: >= 2x the commit issue 30 was filed on), and the median and quartiles of the
+turns' own ratios.
+
+    python bench/fuzz_lockstep.py --base-commit 2a03002 --turns 20
+    .tox/vllm-v1/bin/python bench/fuzz_lockstep.py --base-commit 2a03002 --engine vllm-v1 \\
+        --ignore engine-crash --ignore liveness --ignore block-pool.cached-unwritten
+
+Not a test: numbers to read beside each other, with the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+MARK = "LOCKSTEP "  # a child's replies on stdout start with it (anything else is passed by)
+SIDES = ("base", "head")
+
+
+# -- a version of schedcheck on a path --------------------------------------------------------
+
+
+def link_package(tree: Path, into: Path) -> Path:
+    """A `schedcheck` package under `into` made of `tree`'s subpackages, as its
+    pyproject.toml maps them (`schedcheck.sim` = "sim", ...); returns `into`."""
+    mapping = tomllib.loads((tree / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"
+    ]
+    package = into / "schedcheck"
+    package.mkdir(parents=True)
+    for name, folder in sorted(mapping.items()):  # bounded: the subpackages
+        prefix, _, sub = name.partition(".")
+        assert prefix == "schedcheck" and sub and "." not in sub, name
+        (package / sub).symlink_to(tree / folder, target_is_directory=True)
+    return into
+
+
+@contextlib.contextmanager
+def commit_on_path(commit: str) -> Iterator[Path]:
+    """A directory to put first on PYTHONPATH for schedcheck as of `commit` (a git
+    worktree of this repository, removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix="fuzz-lockstep-") as tmp:
+        tree = Path(tmp) / "tree"
+        git = ["git", "-C", str(REPO)]
+        subprocess.run([*git, "worktree", "add", "-q", "--detach", str(tree), commit], check=True)
+        try:
+            yield link_package(tree, Path(tmp) / "path")
+        finally:
+            subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=True)
+
+
+# -- one side: a child process -----------------------------------------------------------------
+
+
+class Side:
+    """A child process fuzzing with one version; it runs a turn when asked, never alone."""
+
+    def __init__(self, name: str, path: Path | None, args: argparse.Namespace) -> None:
+        env = dict(os.environ)
+        if path is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), env.get("PYTHONPATH")]))
+        command = [sys.executable, __file__, "--child", "--engine", args.engine]
+        command += ["--examples-per-turn", str(args.examples_per_turn)]
+        for kind in args.ignore:
+            command += ["--ignore", kind]
+        self.name = name
+        self._proc = subprocess.Popen(command, env=env, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.setup = self._reply()  # {"setup_cpu_s", "imported_from", "schedcheck"}
+
+    def turn(self, seed: int) -> dict[str, Any]:
+        """One campaign of the turn's examples from `seed`: {"cpu_s", "examples"}."""
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(f"{seed}\n")
+        self._proc.stdin.flush()
+        return self._reply()
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        self._proc.wait(timeout=60)
+
+    def _reply(self) -> dict[str, Any]:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:  # bounded: the child's output until its reply
+            if line.startswith(MARK):
+                return json.loads(line[len(MARK) :])
+            sys.stderr.write(line)
+        raise RuntimeError(f"the {self.name} side exited ({self._proc.wait()}) without a reply")
+
+
+def child(args: argparse.Namespace) -> int:
+    """A side's process: set up, then one campaign a line of stdin (its seed)."""
+    import schedcheck.fuzz
+    from schedcheck.fuzz.campaign import CampaignOptions, run_campaign
+    from schedcheck.fuzz.swarm import SwarmSpec
+
+    def campaign(seed: int, examples: int, out: str) -> Any:
+        spec = SwarmSpec(engine=args.engine, ignore=tuple(args.ignore))
+        options = CampaignOptions(spec=spec, seed=seed, workers=1, budget_s=1e6,
+                                  examples_max=examples, out_dir=out, db_dir=None)  # fmt: skip
+        return run_campaign(options)
+
+    def reply(obj: dict[str, Any]) -> None:
+        print(MARK + json.dumps(obj), flush=True)
+
+    with tempfile.TemporaryDirectory() as out:
+        cpu0 = time.process_time()
+        campaign(0, 1, out)  # imports, the engine's first build, the kernels
+        fuzz_init = Path(schedcheck.fuzz.__file__)
+        reply({"setup_cpu_s": time.process_time() - cpu0,
+               "imported_from": str(fuzz_init.parents[1]),  # the base: its linked package
+               "schedcheck": str(fuzz_init.resolve().parents[1])})  # fmt: skip  # the tree
+        for line in sys.stdin:  # bounded: the parent's turns
+            cpu0 = time.process_time()
+            result = campaign(int(line), args.examples_per_turn, out)
+            assert result.finding is None, f"a finding: {result.finding}"
+            reply({"cpu_s": time.process_time() - cpu0, "examples": result.examples})
+    return 0
+
+
+# -- the parent ----------------------------------------------------------------------------------
+
+
+def measure(args: argparse.Namespace, base_path: Path) -> dict[str, Any]:
+    """Both sides in turns; their totals and ratios."""
+    sides = [Side("base", base_path, args), Side("head", None, args)]
+    turns: list[list[dict[str, Any]]] = [[], []]
+    try:
+        for t in range(-args.warmup_turns, args.turns):  # bounded: --turns
+            order = (0, 1) if t % 2 == 0 else (1, 0)
+            for s in order:
+                reply = sides[s].turn(1000 + t)
+                if t >= 0:
+                    turns[s].append(reply)
+    finally:
+        for side in sides:
+            side.close()
+    return report(args, sides, turns)
+
+
+def report(
+    args: argparse.Namespace, sides: list[Side], turns: list[list[dict[str, Any]]]
+) -> dict[str, Any]:
+    rates = [[t["examples"] / t["cpu_s"] for t in side] for side in turns]
+    per_turn = [h / b for b, h in zip(*rates, strict=True)]
+    out: dict[str, Any] = {"engine": args.engine, "turns": args.turns,
+                           "examples_per_turn": args.examples_per_turn}  # fmt: skip
+    for name, side, done in zip(SIDES, sides, turns, strict=True):
+        examples, cpu_s = sum(t["examples"] for t in done), sum(t["cpu_s"] for t in done)
+        out[name] = {"examples": examples, "cpu_s": cpu_s, "examples_per_cpu_s": examples / cpu_s,
+                     "setup_cpu_s": side.setup["setup_cpu_s"],
+                     "imported_from": side.setup["imported_from"],
+                     "schedcheck": side.setup["schedcheck"]}  # fmt: skip
+    out["speedup"] = out["head"]["examples_per_cpu_s"] / out["base"]["examples_per_cpu_s"]
+    quartiles = statistics.quantiles(per_turn, n=4) if len(per_turn) >= 2 else per_turn * 3
+    out["turn_speedup_median"] = statistics.median(per_turn)
+    out["turn_speedup_quartiles"] = [quartiles[0], quartiles[-1]]
+    out["load_average"] = os.getloadavg()
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    base = parser.add_mutually_exclusive_group()
+    base.add_argument("--base-commit", help="the base: this commit of this repository")
+    base.add_argument("--base-path", type=Path, help="the base: a directory with a schedcheck")
+    parser.add_argument("--engine", default="reference", help="the engine fuzzed (e.g. vllm-v1)")
+    parser.add_argument("--ignore", action="append", default=[], help="an invariant's kind")
+    parser.add_argument("--turns", type=int, default=20, help="counted turns (default 20)")
+    parser.add_argument("--warmup-turns", type=int, default=1, help="turns not counted")
+    parser.add_argument(
+        "--examples-per-turn", type=int, default=64, help="a campaign a turn (whole rounds of 32)"
+    )
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if not args.child and (args.base_commit is None) == (args.base_path is None):
+        parser.error("give the base: --base-commit REV or --base-path DIR")
+    if args.turns < 1 or args.warmup_turns < 0 or args.examples_per_turn < 1:
+        parser.error("--turns and --examples-per-turn must be >= 1, --warmup-turns >= 0")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    if args.child:
+        return child(args)
+    if args.base_path is not None:
+        out = measure(args, args.base_path)
+    else:
+        with commit_on_path(args.base_commit) as path:
+            out = measure(args, path)
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    lo, hi = out["turn_speedup_quartiles"]
+    for name in SIDES:
+        side = out[name]
+        print(f"{name}: {side['examples']} examples in {side['cpu_s']:.2f} s CPU: "
+              f"{side['examples_per_cpu_s']:.1f} a CPU second ({side['schedcheck']})")  # fmt: skip
+    print(f"head / base: {out['speedup']:.3f}x (goal >= 2x the filed commit); the turns' "
+          f"ratios: median {out['turn_speedup_median']:.3f}x, quartiles {lo:.3f}-{hi:.3f}x "
+          f"({out['turns']} turns of {out['examples_per_turn']} examples)")  # fmt: skip
+    print("load average " + ", ".join(f"{x:.2f}" for x in out["load_average"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
