@@ -5,9 +5,12 @@ and CPU time to its side."""
 from __future__ import annotations
 
 import importlib.util
+import tomllib
 from pathlib import Path
 
 import pytest
+
+import schedcheck.fuzz
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 REPO = BENCH.parent
@@ -45,10 +48,18 @@ def test_a_nested_subpackage_mapping_is_refused(lockstep, tmp_path):
         lockstep.link_package(tmp_path, tmp_path / "path")
 
 
-def test_two_sides_fuzz_in_turns_each_on_its_own_tree(lockstep, tmp_path):
-    """The base is this tree linked into a directory of its own: both sides run the same
-    code, from two paths, in turns."""
-    base_path = lockstep.link_package(REPO, tmp_path / "path")
+def test_two_sides_fuzz_in_turns_each_on_its_own_path(lockstep, tmp_path):
+    """The base is the installed schedcheck linked into a directory of its own (a tree
+    whose pyproject.toml maps each subpackage to the installed one: its compiled kernels
+    are cached already), so both sides run the same code, from two paths, in turns."""
+    installed = Path(schedcheck.fuzz.__file__).resolve().parents[1]
+    mapping = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    subpackages = sorted(name.partition(".")[2] for name in mapping["package-dir"])
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    pairs = ", ".join(f'"schedcheck.{sub}" = "{installed / sub}"' for sub in subpackages)
+    (tree / "pyproject.toml").write_text(f"[tool.setuptools]\npackage-dir = {{ {pairs} }}\n")
+    base_path = lockstep.link_package(tree, tmp_path / "path")
     args = lockstep.parse_args(
         ["--base-path", str(base_path), "--turns", "2", "--warmup-turns", "0",
          "--examples-per-turn", "8"]
@@ -59,7 +70,7 @@ def test_two_sides_fuzz_in_turns_each_on_its_own_tree(lockstep, tmp_path):
     assert min(base["cpu_s"], head["cpu_s"], base["setup_cpu_s"], head["setup_cpu_s"]) > 0
     assert base["imported_from"] == str(base_path / "schedcheck")  # its path came first
     assert head["imported_from"] != base["imported_from"]
-    assert base["schedcheck"] == head["schedcheck"] == str(REPO)  # the links resolved
+    assert base["schedcheck"] == head["schedcheck"] == str(installed)  # the links resolved
     want = head["examples_per_cpu_s"] / base["examples_per_cpu_s"]
     assert out["speedup"] == pytest.approx(want)
     lo, hi = out["turn_speedup_quartiles"]
