@@ -3,8 +3,8 @@
 
 `fuzz_speed.py` run once per version, one after the other, moves by 10-20 % between runs
 on these machines, as much as a change it is meant to show. Here each version runs in a
-process of its own (the base first on its PYTHONPATH: a git worktree of `--base-commit`,
-or `--base-path`; the head as installed), and only one runs at a time:
+process of its own (bench/lockstep.py: the base first on its PYTHONPATH, a git worktree of
+`--base-commit` or `--base-path`; the head as installed), and only one runs at a time:
 
     turn:   0           1           2           3      ...
             base, head  head, base  base, head  head, base
@@ -29,99 +29,33 @@ Not a test: numbers to read beside each other, with the load average.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-MARK = "LOCKSTEP "  # a child's replies on stdout start with it (anything else is passed by)
+from lockstep import Child, base_on_path, reply, spread, turn_order, where_imported
+
 SIDES = ("base", "head")
-
-
-# -- a version of schedcheck on a path --------------------------------------------------------
-
-
-def link_package(tree: Path, into: Path) -> Path:
-    """A `schedcheck` package under `into` made of `tree`'s subpackages, as its
-    pyproject.toml maps them (`schedcheck.sim` = "sim", ...); returns `into`."""
-    mapping = tomllib.loads((tree / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "package-dir"
-    ]
-    package = into / "schedcheck"
-    package.mkdir(parents=True)
-    for name, folder in sorted(mapping.items()):  # bounded: the subpackages
-        prefix, _, sub = name.partition(".")
-        assert prefix == "schedcheck" and sub and "." not in sub, name
-        (package / sub).symlink_to(tree / folder, target_is_directory=True)
-    return into
-
-
-@contextlib.contextmanager
-def commit_on_path(commit: str) -> Iterator[Path]:
-    """A directory to put first on PYTHONPATH for schedcheck as of `commit` (a git
-    worktree of this repository, removed afterwards)."""
-    with tempfile.TemporaryDirectory(prefix="fuzz-lockstep-") as tmp:
-        tree = Path(tmp) / "tree"
-        git = ["git", "-C", str(REPO)]
-        subprocess.run([*git, "worktree", "add", "-q", "--detach", str(tree), commit], check=True)
-        try:
-            yield link_package(tree, Path(tmp) / "path")
-        finally:
-            subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=True)
 
 
 # -- one side: a child process -----------------------------------------------------------------
 
 
-class Side:
-    """A child process fuzzing with one version; it runs a turn when asked, never alone."""
-
-    def __init__(self, name: str, path: Path | None, args: argparse.Namespace) -> None:
-        env = dict(os.environ)
-        if path is not None:
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), env.get("PYTHONPATH")]))
-        command = [sys.executable, __file__, "--child", "--engine", args.engine]
-        command += ["--examples-per-turn", str(args.examples_per_turn)]
-        for kind in args.ignore:
-            command += ["--ignore", kind]
-        self.name = name
-        self._proc = subprocess.Popen(command, env=env, stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True)  # fmt: skip
-        self.setup = self._reply()  # {"setup_cpu_s", "imported_from", "schedcheck"}
-
-    def turn(self, seed: int) -> dict[str, Any]:
-        """One campaign of the turn's examples from `seed`: {"cpu_s", "examples"}."""
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(f"{seed}\n")
-        self._proc.stdin.flush()
-        return self._reply()
-
-    def close(self) -> None:
-        if self._proc.stdin is not None:
-            self._proc.stdin.close()
-        self._proc.wait(timeout=60)
-
-    def _reply(self) -> dict[str, Any]:
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:  # bounded: the child's output until its reply
-            if line.startswith(MARK):
-                return json.loads(line[len(MARK) :])
-            sys.stderr.write(line)
-        raise RuntimeError(f"the {self.name} side exited ({self._proc.wait()}) without a reply")
+def start_side(name: str, path: Path | None, args: argparse.Namespace) -> Child:
+    """A child process fuzzing with one version (`path` first on its PYTHONPATH)."""
+    command = [sys.executable, __file__, "--child", "--engine", args.engine]
+    command += ["--examples-per-turn", str(args.examples_per_turn)]
+    for kind in args.ignore:
+        command += ["--ignore", kind]
+    return Child(name, command, path)
 
 
 def child(args: argparse.Namespace) -> int:
     """A side's process: set up, then one campaign a line of stdin (its seed)."""
-    import schedcheck.fuzz
     from schedcheck.fuzz.campaign import CampaignOptions, run_campaign
     from schedcheck.fuzz.swarm import SwarmSpec
 
@@ -131,16 +65,10 @@ def child(args: argparse.Namespace) -> int:
                                   examples_max=examples, out_dir=out, db_dir=None)  # fmt: skip
         return run_campaign(options)
 
-    def reply(obj: dict[str, Any]) -> None:
-        print(MARK + json.dumps(obj), flush=True)
-
     with tempfile.TemporaryDirectory() as out:
         cpu0 = time.process_time()
         campaign(0, 1, out)  # imports, the engine's first build, the kernels
-        fuzz_init = Path(schedcheck.fuzz.__file__)
-        reply({"setup_cpu_s": time.process_time() - cpu0,
-               "imported_from": str(fuzz_init.parents[1]),  # the base: its linked package
-               "schedcheck": str(fuzz_init.resolve().parents[1])})  # fmt: skip  # the tree
+        reply({"setup_cpu_s": time.process_time() - cpu0, **where_imported()})
         for line in sys.stdin:  # bounded: the parent's turns
             cpu0 = time.process_time()
             result = campaign(int(line), args.examples_per_turn, out)
@@ -154,15 +82,14 @@ def child(args: argparse.Namespace) -> int:
 
 def measure(args: argparse.Namespace, base_path: Path) -> dict[str, Any]:
     """Both sides in turns; their totals and ratios."""
-    sides = [Side("base", base_path, args), Side("head", None, args)]
+    sides = [start_side("base", base_path, args), start_side("head", None, args)]
     turns: list[list[dict[str, Any]]] = [[], []]
     try:
         for t in range(-args.warmup_turns, args.turns):  # bounded: --turns
-            order = (0, 1) if t % 2 == 0 else (1, 0)
-            for s in order:
-                reply = sides[s].turn(1000 + t)
+            for s in turn_order(t):
+                answer = sides[s].ask(str(1000 + t))  # the turn's seed, the same on both
                 if t >= 0:
-                    turns[s].append(reply)
+                    turns[s].append(answer)
     finally:
         for side in sides:
             side.close()
@@ -170,7 +97,7 @@ def measure(args: argparse.Namespace, base_path: Path) -> dict[str, Any]:
 
 
 def report(
-    args: argparse.Namespace, sides: list[Side], turns: list[list[dict[str, Any]]]
+    args: argparse.Namespace, sides: list[Child], turns: list[list[dict[str, Any]]]
 ) -> dict[str, Any]:
     rates = [[t["examples"] / t["cpu_s"] for t in side] for side in turns]
     per_turn = [h / b for b, h in zip(*rates, strict=True)]
@@ -179,13 +106,9 @@ def report(
     for name, side, done in zip(SIDES, sides, turns, strict=True):
         examples, cpu_s = sum(t["examples"] for t in done), sum(t["cpu_s"] for t in done)
         out[name] = {"examples": examples, "cpu_s": cpu_s, "examples_per_cpu_s": examples / cpu_s,
-                     "setup_cpu_s": side.setup["setup_cpu_s"],
-                     "imported_from": side.setup["imported_from"],
-                     "schedcheck": side.setup["schedcheck"]}  # fmt: skip
+                     **side.ready}  # fmt: skip
     out["speedup"] = out["head"]["examples_per_cpu_s"] / out["base"]["examples_per_cpu_s"]
-    quartiles = statistics.quantiles(per_turn, n=4) if len(per_turn) >= 2 else per_turn * 3
-    out["turn_speedup_median"] = statistics.median(per_turn)
-    out["turn_speedup_quartiles"] = [quartiles[0], quartiles[-1]]
+    out["turn_speedup_median"], out["turn_speedup_quartiles"] = spread(per_turn)
     out["load_average"] = os.getloadavg()
     return out
 
@@ -216,11 +139,8 @@ def main() -> int:
     args = parse_args()
     if args.child:
         return child(args)
-    if args.base_path is not None:
-        out = measure(args, args.base_path)
-    else:
-        with commit_on_path(args.base_commit) as path:
-            out = measure(args, path)
+    with base_on_path(args.base_commit, args.base_path) as path:
+        out = measure(args, path)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0

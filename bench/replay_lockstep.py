@@ -29,13 +29,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from lockstep import spread
 from replay_phases import TRACE as TRACE  # the window (the tests read it here)
 from replay_phases import load_average_line, print_json, window_parser
 
@@ -153,7 +153,7 @@ def report(
 ) -> dict[str, Any]:
     totals = [sum(side) for side in cpu_s]
     ratios = [c / b for c, b in zip(*cpu_s, strict=True) if b >= args.min_slice_cpu_s]
-    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else ratios * 3
+    median, quartiles = spread(ratios)
     return {
         "requests": args.max_requests,
         "steps": result["steps"],
@@ -163,8 +163,8 @@ def report(
         "turns": len(turns),
         **{f"{name}_cpu_s": total for name, total in zip(SIDES, totals, strict=True)},
         "invariant_overhead": totals[0] / totals[1],
-        "slice_ratio_median": statistics.median(ratios) if ratios else math.nan,
-        "slice_ratio_quartiles": [quartiles[0], quartiles[-1]],
+        "slice_ratio_median": median,
+        "slice_ratio_quartiles": quartiles,
         "slices_compared": len(ratios),
         "load_average": os.getloadavg(),
     }

@@ -1,11 +1,11 @@
-"""bench/fuzz_lockstep.py: a version of schedcheck linked from its tree as pyproject.toml
-maps it, and two sides (here the same code twice) fuzzing in turns, each turn's examples
-and CPU time to its side."""
+"""bench/fuzz_lockstep.py: two sides (here the same code twice, from two paths) fuzzing
+in turns, each turn's examples and CPU time to its side; bench/lockstep.py links a
+version of schedcheck from its tree as its pyproject.toml maps it."""
 
 from __future__ import annotations
 
-import importlib.util
-import tomllib
+import importlib
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,16 +16,17 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 REPO = BENCH.parent
 
 
-@pytest.fixture(scope="module")
-def lockstep():
-    spec = importlib.util.spec_from_file_location("fuzz_lockstep", BENCH / "fuzz_lockstep.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def benches(monkeypatch):
+    """(bench/lockstep.py, bench/fuzz_lockstep.py), imported as the script imports them."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    yield importlib.import_module("lockstep"), importlib.import_module("fuzz_lockstep")
+    for name in ("fuzz_lockstep", "lockstep"):
+        sys.modules.pop(name, None)
 
 
-def test_a_tree_is_linked_as_its_pyproject_maps_it(lockstep, tmp_path):
+def test_a_tree_is_linked_as_its_pyproject_maps_it(benches, tmp_path):
+    lockstep, _ = benches
     tree = tmp_path / "tree"
     for folder in ("sim", "fuzzing"):
         (tree / folder).mkdir(parents=True)
@@ -40,7 +41,8 @@ def test_a_tree_is_linked_as_its_pyproject_maps_it(lockstep, tmp_path):
     assert (package / "sim").resolve() == (tree / "sim").resolve()
 
 
-def test_a_nested_subpackage_mapping_is_refused(lockstep, tmp_path):
+def test_a_nested_subpackage_mapping_is_refused(benches, tmp_path):
+    lockstep, _ = benches
     (tmp_path / "pyproject.toml").write_text(
         '[tool.setuptools]\npackage-dir = { "schedcheck.sim.x" = "x" }\n'
     )
@@ -48,23 +50,25 @@ def test_a_nested_subpackage_mapping_is_refused(lockstep, tmp_path):
         lockstep.link_package(tmp_path, tmp_path / "path")
 
 
-def test_two_sides_fuzz_in_turns_each_on_its_own_path(lockstep, tmp_path):
-    """The base is the installed schedcheck linked into a directory of its own (a tree
-    whose pyproject.toml maps each subpackage to the installed one: its compiled kernels
-    are cached already), so both sides run the same code, from two paths, in turns."""
+def test_turns_alternate_which_side_goes_first_and_their_ratios_spread(benches):
+    lockstep, _ = benches
+    assert [lockstep.turn_order(t) for t in (-1, 0, 1, 2)] == [(1, 0), (0, 1), (1, 0), (0, 1)]
+    assert lockstep.spread([1.0, 2.0, 3.0, 4.0, 5.0]) == (3.0, [1.5, 4.5])
+    assert lockstep.spread([2.0]) == (2.0, [2.0, 2.0])
+
+
+def test_two_sides_fuzz_in_turns_each_on_its_own_path(benches, tmp_path):
+    """The base is the installed schedcheck linked into a directory of its own (its
+    compiled kernels are cached already), so both sides run the same code, from two
+    paths, in turns."""
+    lockstep, fuzz_lockstep = benches
     installed = Path(schedcheck.fuzz.__file__).resolve().parents[1]
-    mapping = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    subpackages = sorted(name.partition(".")[2] for name in mapping["package-dir"])
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    pairs = ", ".join(f'"schedcheck.{sub}" = "{installed / sub}"' for sub in subpackages)
-    (tree / "pyproject.toml").write_text(f"[tool.setuptools]\npackage-dir = {{ {pairs} }}\n")
-    base_path = lockstep.link_package(tree, tmp_path / "path")
-    args = lockstep.parse_args(
+    base_path = lockstep.link_installed(tmp_path / "path")
+    args = fuzz_lockstep.parse_args(
         ["--base-path", str(base_path), "--turns", "2", "--warmup-turns", "0",
          "--examples-per-turn", "8"]
     )  # fmt: skip
-    out = lockstep.measure(args, base_path)
+    out = fuzz_lockstep.measure(args, base_path)
     base, head = out["base"], out["head"]
     assert base["examples"] == head["examples"] == 2 * 32  # whole rounds of 32
     assert min(base["cpu_s"], head["cpu_s"], base["setup_cpu_s"], head["setup_cpu_s"]) > 0
@@ -77,9 +81,10 @@ def test_two_sides_fuzz_in_turns_each_on_its_own_path(lockstep, tmp_path):
     assert lo <= out["turn_speedup_median"] <= hi
 
 
-def test_the_base_is_required_and_the_counts_positive(lockstep, capsys):
+def test_the_base_is_required_and_the_counts_positive(benches, capsys):
+    _, fuzz_lockstep = benches
     for argv in ([], ["--base-path", "x", "--turns", "0"]):
         with pytest.raises(SystemExit) as exit_info:
-            lockstep.parse_args(argv)
+            fuzz_lockstep.parse_args(argv)
         assert exit_info.value.code == 2
     assert "give the base" in capsys.readouterr().err

@@ -1,0 +1,152 @@
+"""Two versions of schedcheck in lockstep: each in a process of its own, one running at a
+time (bench/fuzz_lockstep.py, bench/replay_lockstep.py --base-commit).
+
+The base is put first on its process's PYTHONPATH: a git worktree of a commit (or any
+directory holding a `schedcheck`), its subpackages linked as its pyproject.toml maps them.
+The head is the schedcheck installed. The parent asks one side at a time for a turn (a
+line on the child's stdin); the child answers with one line of JSON after `MARK` on its
+stdout (anything else it prints is passed on to stderr). Turns alternate which side goes
+first, so a drift of the machine falls on both sides alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+MARK = "LOCKSTEP "  # a child's replies on stdout start with it
+
+
+def package_dirs(tree: Path) -> dict[str, str]:
+    """`tree`'s subpackages as its pyproject.toml maps them: {"sim": "sim", ...}."""
+    mapping = tomllib.loads((tree / "pyproject.toml").read_text())["tool"]["setuptools"]
+    dirs = {}
+    for name, folder in mapping["package-dir"].items():  # bounded: the subpackages
+        prefix, _, sub = name.partition(".")
+        assert prefix == "schedcheck" and sub and "." not in sub, name
+        dirs[sub] = folder
+    return dirs
+
+
+def link_package(tree: Path, into: Path) -> Path:
+    """A `schedcheck` package under `into` made of `tree`'s subpackages, as its
+    pyproject.toml maps them (`schedcheck.sim` = "sim", ...); returns `into`."""
+    return _link({sub: tree / folder for sub, folder in package_dirs(tree).items()}, into)
+
+
+def link_installed(into: Path) -> Path:
+    """The schedcheck this process imports, linked under `into` as a base: both sides
+    then run the same code from two paths (its compiled kernels are cached already)."""
+    subs = package_dirs(REPO)
+    return _link({sub: _imported_dir(f"schedcheck.{sub}") for sub in subs}, into)
+
+
+def _imported_dir(name: str) -> Path:
+    module = importlib.import_module(name)
+    assert module.__file__ is not None, name
+    return Path(module.__file__).parent
+
+
+def _link(dirs: dict[str, Path], into: Path) -> Path:
+    package = into / "schedcheck"
+    package.mkdir(parents=True)
+    for sub, folder in sorted(dirs.items()):  # bounded: the subpackages
+        (package / sub).symlink_to(folder, target_is_directory=True)
+    return into
+
+
+@contextlib.contextmanager
+def commit_on_path(commit: str) -> Iterator[Path]:
+    """A directory to put first on PYTHONPATH for schedcheck as of `commit` (a git
+    worktree of this repository, removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix="lockstep-") as tmp:
+        tree = Path(tmp) / "tree"
+        git = ["git", "-C", str(REPO)]
+        subprocess.run([*git, "worktree", "add", "-q", "--detach", str(tree), commit], check=True)
+        try:
+            yield link_package(tree, Path(tmp) / "path")
+        finally:
+            subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=True)
+
+
+@contextlib.contextmanager
+def base_on_path(commit: str | None, path: Path | None) -> Iterator[Path]:
+    """The base's directory: `path` as given, or a worktree of `commit`."""
+    if path is not None:
+        yield path
+        return
+    assert commit is not None, "a base: a commit or a path"
+    with commit_on_path(commit) as linked:
+        yield linked
+
+
+class Child:
+    """A side's process (`command`, with `path` first on its PYTHONPATH: None, the
+    schedcheck installed); its first reply is `ready`."""
+
+    def __init__(self, name: str, command: Sequence[str], path: Path | None) -> None:
+        env = dict(os.environ)
+        if path is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), env.get("PYTHONPATH")]))
+        self.name = name
+        self._proc = subprocess.Popen(list(command), env=env, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.ready = self._reply()
+
+    def ask(self, line: str) -> dict[str, Any]:
+        """One turn: `line` to the child, its reply back."""
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(line + "\n")
+        self._proc.stdin.flush()
+        return self._reply()
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        self._proc.wait(timeout=60)
+
+    def _reply(self) -> dict[str, Any]:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:  # bounded: the child's output until its reply
+            if line.startswith(MARK):
+                return json.loads(line[len(MARK) :])
+            sys.stderr.write(line)
+        raise RuntimeError(f"the {self.name} side exited ({self._proc.wait()}) without a reply")
+
+
+def reply(obj: dict[str, Any]) -> None:
+    """A child's answer to its parent."""
+    print(MARK + json.dumps(obj), flush=True)
+
+
+def where_imported() -> dict[str, str]:
+    """Where this process's schedcheck came from: as imported (the base: its linked
+    package) and the tree behind the links."""
+    import schedcheck.fuzz
+
+    init = Path(schedcheck.fuzz.__file__)
+    return {"imported_from": str(init.parents[1]), "schedcheck": str(init.resolve().parents[1])}
+
+
+def turn_order(turn: int) -> tuple[int, int]:
+    """Which side goes first in a turn: side 0 in even turns, side 1 in odd ones."""
+    return (0, 1) if turn % 2 == 0 else (1, 0)
+
+
+def spread(ratios: Sequence[float]) -> tuple[float, list[float]]:
+    """(median, [first quartile, third quartile]) of the turns' own ratios."""
+    if not ratios:
+        return float("nan"), [float("nan")] * 2
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else list(ratios) * 3
+    return statistics.median(ratios), [quartiles[0], quartiles[-1]]
