@@ -46,8 +46,10 @@ def test_two_versions_replay_in_turns_a_slice_each(bench, monkeypatch, tmp_path)
     assert lo <= out["slice_ratio_median"] <= hi
 
 
-def test_the_base_is_required(bench, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        bench.parse_args(["--max-requests", "3"])
-    assert exit_info.value.code == 2
-    assert "give the base" in capsys.readouterr().err
+def test_the_base_is_required_and_the_counts_positive(bench, capsys):
+    for argv in (["--max-requests", "3"], ["--base-path", "x", "--repeat", "0"]):
+        with pytest.raises(SystemExit) as exit_info:
+            bench.parse_args(argv)
+        assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "give the base" in err and "--repeat >= 1" in err
