@@ -37,7 +37,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lockstep import Child, base_on_path, reply, spread, turn_order, where_imported
+from lockstep import (
+    REPEAT_HELP,
+    Child,
+    base_on_path,
+    median_of,
+    reply,
+    spread,
+    turn_order,
+    where_imported,
+)
 
 SIDES = ("base", "head")
 
@@ -125,13 +134,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--examples-per-turn", type=int, default=64, help="a campaign a turn (whole rounds of 32)"
     )
+    parser.add_argument("--repeat", type=int, default=1, help=REPEAT_HELP)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.child and (args.base_commit is None) == (args.base_path is None):
         parser.error("give the base: --base-commit REV or --base-path DIR")
-    if args.turns < 1 or args.warmup_turns < 0 or args.examples_per_turn < 1:
-        parser.error("--turns and --examples-per-turn must be >= 1, --warmup-turns >= 0")
+    if min(args.turns, args.examples_per_turn, args.repeat) < 1 or args.warmup_turns < 0:
+        parser.error("--turns, --examples-per-turn and --repeat must be >= 1, --warmup-turns >= 0")
     return args
 
 
@@ -140,7 +150,7 @@ def main() -> int:
     if args.child:
         return child(args)
     with base_on_path(args.base_commit, args.base_path) as path:
-        out = measure(args, path)
+        out = median_of([measure(args, path) for _ in range(args.repeat)], "speedup")
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
@@ -152,6 +162,9 @@ def main() -> int:
     print(f"head / base: {out['speedup']:.3f}x (goal >= 2x the filed commit); the turns' "
           f"ratios: median {out['turn_speedup_median']:.3f}x, quartiles {lo:.3f}-{hi:.3f}x "
           f"({out['turns']} turns of {out['examples_per_turn']} examples)")  # fmt: skip
+    if len(out["speedups"]) > 1:
+        each = ", ".join(f"{r:.3f}x" for r in out["speedups"])
+        print(f"the median of {len(out['speedups'])} pairs of processes: {each}")
     print("load average " + ", ".join(f"{x:.2f}" for x in out["load_average"]))
     return 0
 

@@ -150,3 +150,18 @@ def spread(ratios: Sequence[float]) -> tuple[float, list[float]]:
         return float("nan"), [float("nan")] * 2
     quartiles = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else list(ratios) * 3
     return statistics.median(ratios), [quartiles[0], quartiles[-1]]
+
+
+REPEAT_HELP = (
+    "pairs of processes, one after the other; the median ratio (a process's memory layout "
+    "moves its speed by a few percent for its lifetime)"
+)
+
+
+def median_of(runs: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The last run's figures, with every run's `key` as `key + "s"` and their median as
+    `key` (runs: one a pair of processes, `--repeat`)."""
+    out = dict(runs[-1])
+    out[key + "s"] = [run[key] for run in runs]
+    out[key] = statistics.median(out[key + "s"])
+    return out

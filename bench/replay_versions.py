@@ -22,13 +22,21 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from lockstep import Child, base_on_path, reply, spread, turn_order, where_imported
+from lockstep import (
+    REPEAT_HELP,
+    Child,
+    base_on_path,
+    median_of,
+    reply,
+    spread,
+    turn_order,
+    where_imported,
+)
 from replay_lockstep import build, slice_end_s
 from replay_phases import load_average_line, print_json, window_parser
 
@@ -125,13 +133,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0.005,
         help="slices whose base took less CPU are left out of the slice ratios",
     )
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=1,
-        help="pairs of processes, one after the other; the median ratio (a process's memory "
-        "layout moves its speed by a few percent for its lifetime)",
-    )
+    parser.add_argument("--repeat", type=int, default=1, help=REPEAT_HELP)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.child and (args.base_commit is None) == (args.base_path is None):
@@ -146,10 +148,7 @@ def main() -> int:
     if args.child:
         return child(args)
     with base_on_path(args.base_commit, args.base_path) as path:
-        runs = [measure(args, path) for _ in range(args.repeat)]  # bounded: --repeat
-    out = dict(runs[-1])  # the last pair's figures, and every pair's ratio with their median
-    out["cpu_ratios"] = [run["cpu_ratio"] for run in runs]
-    out["cpu_ratio"] = statistics.median(out["cpu_ratios"])
+        out = median_of([measure(args, path) for _ in range(args.repeat)], "cpu_ratio")
     if args.json:
         return print_json(out)
     for name in SIDES:

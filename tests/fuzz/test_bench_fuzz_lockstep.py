@@ -55,6 +55,16 @@ def test_turns_alternate_which_side_goes_first_and_their_ratios_spread(benches):
     assert [lockstep.turn_order(t) for t in (-1, 0, 1, 2)] == [(1, 0), (0, 1), (1, 0), (0, 1)]
     assert lockstep.spread([1.0, 2.0, 3.0, 4.0, 5.0]) == (3.0, [1.5, 4.5])
     assert lockstep.spread([2.0]) == (2.0, [2.0, 2.0])
+    runs = [
+        {"speedup": 1.9, "turns": 1},
+        {"speedup": 1.7, "turns": 2},
+        {"speedup": 1.8, "turns": 3},
+    ]
+    assert lockstep.median_of(runs, "speedup") == {
+        "speedup": 1.8,
+        "speedups": [1.9, 1.7, 1.8],
+        "turns": 3,
+    }
 
 
 def test_two_sides_fuzz_in_turns_each_on_its_own_path(benches, tmp_path):
