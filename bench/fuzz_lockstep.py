@@ -38,18 +38,17 @@ from pathlib import Path
 from typing import Any
 
 from lockstep import (
-    REPEAT_HELP,
+    SIDES,
     Child,
+    add_base_arguments,
     base_on_path,
+    check_base,
     median_of,
     reply,
     spread,
     turn_order,
     where_imported,
 )
-
-SIDES = ("base", "head")
-
 
 # -- one side: a child process -----------------------------------------------------------------
 
@@ -124,9 +123,7 @@ def report(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    base = parser.add_mutually_exclusive_group()
-    base.add_argument("--base-commit", help="the base: this commit of this repository")
-    base.add_argument("--base-path", type=Path, help="the base: a directory with a schedcheck")
+    add_base_arguments(parser)
     parser.add_argument("--engine", default="reference", help="the engine fuzzed (e.g. vllm-v1)")
     parser.add_argument("--ignore", action="append", default=[], help="an invariant's kind")
     parser.add_argument("--turns", type=int, default=20, help="counted turns (default 20)")
@@ -134,14 +131,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--examples-per-turn", type=int, default=64, help="a campaign a turn (whole rounds of 32)"
     )
-    parser.add_argument("--repeat", type=int, default=1, help=REPEAT_HELP)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if not args.child and (args.base_commit is None) == (args.base_path is None):
-        parser.error("give the base: --base-commit REV or --base-path DIR")
-    if min(args.turns, args.examples_per_turn, args.repeat) < 1 or args.warmup_turns < 0:
-        parser.error("--turns, --examples-per-turn and --repeat must be >= 1, --warmup-turns >= 0")
+    check_base(parser, args)
+    if min(args.turns, args.examples_per_turn) < 1 or args.warmup_turns < 0:
+        parser.error("--turns and --examples-per-turn must be >= 1, --warmup-turns >= 0")
     return args
 
 

@@ -11,6 +11,7 @@ first, so a drift of the machine falls on both sides alike.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import json
@@ -26,6 +27,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = "LOCKSTEP "  # a child's replies on stdout start with it
+SIDES = ("base", "head")  # side 0, side 1
 
 
 def package_dirs(tree: Path) -> dict[str, str]:
@@ -165,3 +167,20 @@ def median_of(runs: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
     out[key + "s"] = [run[key] for run in runs]
     out[key] = statistics.median(out[key + "s"])
     return out
+
+
+def add_base_arguments(parser: argparse.ArgumentParser) -> None:
+    """--base-commit / --base-path, one of them (`check_base`), and --repeat."""
+    base = parser.add_mutually_exclusive_group()
+    base.add_argument("--base-commit", help="the base: this commit of this repository")
+    base.add_argument("--base-path", type=Path, help="the base: a directory with a schedcheck")
+    parser.add_argument("--repeat", type=int, default=1, help=REPEAT_HELP)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+
+
+def check_base(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit 2 unless a parent was given its base, and --repeat is at least 1."""
+    if not args.child and (args.base_commit is None) == (args.base_path is None):
+        parser.error("give the base: --base-commit REV or --base-path DIR")
+    if args.repeat < 1:
+        parser.error("--repeat must be >= 1")

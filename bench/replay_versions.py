@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from lockstep import (
-    REPEAT_HELP,
+    SIDES,
     Child,
+    add_base_arguments,
     base_on_path,
+    check_base,
     median_of,
     reply,
     spread,
@@ -40,7 +42,6 @@ from lockstep import (
 from replay_lockstep import build, slice_end_s
 from replay_phases import load_average_line, print_json, window_parser
 
-SIDES = ("base", "head")
 WARMUP_REQUESTS = 3  # a child replays these first, untimed (a fresh tree compiles its kernels)
 
 
@@ -122,9 +123,7 @@ def report(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = window_parser(__doc__)
-    base = parser.add_mutually_exclusive_group()
-    base.add_argument("--base-commit", help="the base: this commit of this repository")
-    base.add_argument("--base-path", type=Path, help="the base: a directory with a schedcheck")
+    add_base_arguments(parser)
     parser.add_argument("--side", choices=("checked", "bare"), default="checked")
     parser.add_argument("--slice-s", type=float, default=10.0, help="simulated seconds a turn")
     parser.add_argument(
@@ -133,13 +132,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0.005,
         help="slices whose base took less CPU are left out of the slice ratios",
     )
-    parser.add_argument("--repeat", type=int, default=1, help=REPEAT_HELP)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if not args.child and (args.base_commit is None) == (args.base_path is None):
-        parser.error("give the base: --base-commit REV or --base-path DIR")
-    if args.slice_s <= 0 or args.max_requests < 1 or args.repeat < 1:
-        parser.error("--slice-s must be > 0, --max-requests and --repeat >= 1")
+    check_base(parser, args)
+    if args.slice_s <= 0 or args.max_requests < 1:
+        parser.error("--slice-s must be > 0 and --max-requests >= 1")
     return args
 
 

@@ -52,4 +52,4 @@ def test_the_base_is_required_and_the_counts_positive(bench, capsys):
             bench.parse_args(argv)
         assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "give the base" in err and "--repeat >= 1" in err
+    assert "give the base" in err and "--repeat must be >= 1" in err
