@@ -1,5 +1,5 @@
 """Two versions of schedcheck in lockstep: each in a process of its own, one running at a
-time (bench/fuzz_lockstep.py, bench/replay_lockstep.py --base-commit).
+time (bench/fuzz_lockstep.py, bench/replay_versions.py).
 
 The base is put first on its process's PYTHONPATH: a git worktree of a commit (or any
 directory holding a `schedcheck`), its subpackages linked as its pyproject.toml maps them.
