@@ -25,11 +25,7 @@ import time
 from typing import Any
 
 from replay_phases import TRACE as TRACE  # the window (the tests read it here)
-from replay_phases import load_average_line, print_json, window_parser
-
-from schedcheck.sim.deployment import LLAMA3_8B_H100
-from schedcheck.sim.loop import SimOptions, Simulation
-from schedcheck.traces import iter_trace
+from replay_phases import load_average_line, print_json, window_parser, window_simulation
 
 SIDES = ("common step", "phase by phase")
 KEYS = ("executor_us_per_step", "executor_us_per_decode_step", "executor_us_per_other_step")
@@ -38,9 +34,7 @@ KEYS = ("executor_us_per_step", "executor_us_per_decode_step", "executor_us_per_
 def run_once(args: argparse.Namespace, common_step: bool) -> dict[str, Any]:
     """One replay of the window; the executor's CPU time on every step and on decode steps
     (at most two rows a request: a decode, or a decode and a draft)."""
-    config = LLAMA3_8B_H100.engine_config(args.block_size, block_manager="hashed")
-    requests = iter_trace(args.trace, "mooncake", max_requests=args.max_requests)
-    sim = Simulation(requests, "reference", config, SimOptions(), LLAMA3_8B_H100.cost_model())
+    sim = window_simulation(args)
     executor = sim.executor.run
     executor.use_common_step = common_step
     execute = executor.execute

@@ -37,11 +37,9 @@ from typing import Any
 
 from lockstep import spread
 from replay_phases import TRACE as TRACE  # the window (the tests read it here)
-from replay_phases import load_average_line, print_json, window_parser
+from replay_phases import load_average_line, print_json, window_parser, window_simulation
 
-from schedcheck.sim.deployment import LLAMA3_8B_H100
-from schedcheck.sim.loop import SimOptions, Simulation
-from schedcheck.traces import iter_trace
+from schedcheck.sim.loop import RunResult, Simulation
 
 SIDES = ("checked", "bare")  # side 0 holds the baton first
 TURN_WAIT_MAX_S = 600.0  # a side waits this long for its turn at most (else: a deadlock)
@@ -70,21 +68,33 @@ class Baton:
             self._cond.notify_all()
 
 
-def build(args: argparse.Namespace, check_invariants: bool) -> Simulation:
-    """The window through the reference engine: every invariant, or the bare loop (the
-    hash-model executor, no shadow KV, no checks), as replay_speed.py builds them."""
-    config = LLAMA3_8B_H100.engine_config(args.block_size, block_manager="hashed")
-    requests = iter_trace(args.trace, "mooncake", max_requests=args.max_requests)
-    options = SimOptions(
-        check_invariants=check_invariants, executor="symbolic" if check_invariants else "hash"
-    )
-    return Simulation(requests, "reference", config, options, LLAMA3_8B_H100.cost_model())
-
-
 def slice_end_s(now_s: float, slice_s: float) -> float:
     """The end of the slice an event at `now_s` falls in: the first multiple of `slice_s`
     at or above it (slices no event falls in are skipped on both sides alike)."""
     return slice_s * max(1, math.ceil(now_s / slice_s))
+
+
+def run_in_slices(
+    sim: Simulation, slice_s: float, clock: Callable[[], float], slice_done: Callable[[float], None]
+) -> tuple[RunResult, float]:
+    """`sim.run()`, pausing after each slice of `slice_s` simulated seconds (checked at
+    every SimPy event) to call `slice_done` with the slice's time by `clock`; it returns
+    when the run may go on. Returns (the result, the last slice's time)."""
+    env, step = sim.env, sim.env.step
+    end = [slice_s]
+    started = [clock()]
+
+    def stepping() -> None:  # every SimPy event of the run passes here
+        due = env.peek()  # inf: no event left (step() raises what SimPy's run() expects)
+        if end[0] < due < math.inf:
+            slice_done(clock() - started[0])
+            end[0] = slice_end_s(due, slice_s)
+            started[0] = clock()
+        step()
+
+    env.step = stepping  # type: ignore[method-assign]  # SimPy's run() calls self.step()
+    result = sim.run()
+    return result, clock() - started[0]
 
 
 def run_side(
@@ -92,27 +102,17 @@ def run_side(
 ) -> dict[str, Any]:
     """Run `sim` in turns with the other side: each slice's CPU time is appended to
     `cpu_s`; the result's figures are returned."""
-    env, step = sim.env, sim.env.step
-    end = [slice_s]
-    started = [0.0]
 
-    def stepping() -> None:  # every SimPy event of this run passes here
-        due = env.peek()  # inf: no event left (step() raises what SimPy's run() expects)
-        if end[0] < due < math.inf:
-            cpu_s.append(time.thread_time() - started[0])
-            end[0] = slice_end_s(due, slice_s)
-            baton.hand_over(side)
-            baton.take(side)
-            started[0] = time.thread_time()
-        step()
+    def hand_over(slice_cpu_s: float) -> None:
+        cpu_s.append(slice_cpu_s)
+        baton.hand_over(side)
+        baton.take(side)
 
-    env.step = stepping  # type: ignore[method-assign]  # SimPy's run() calls self.step()
     baton.take(side)
-    started[0] = time.thread_time()
     try:
-        result = sim.run()
+        result, last_cpu_s = run_in_slices(sim, slice_s, time.thread_time, hand_over)
+        cpu_s.append(last_cpu_s)
     finally:
-        cpu_s.append(time.thread_time() - started[0])
         baton.hand_over(side, done=True)
     assert not result.violations, [v.headline() for v in result.violations[:3]]
     return {"fingerprint": result.fingerprint, "steps": result.steps}
@@ -120,7 +120,7 @@ def run_side(
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Both sides in lockstep; their totals, ratio and per-slice ratios."""
-    sims = [build(args, check_invariants=True), build(args, check_invariants=False)]
+    sims = [window_simulation(args, True), window_simulation(args, False)]
     baton = Baton()
     cpu_s: list[list[float]] = [[], []]
     out: list[dict[str, Any]] = [{}, {}]

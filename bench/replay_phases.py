@@ -59,16 +59,24 @@ class Phases:
         setattr(obj, attr, self.wrap(name, getattr(obj, attr)))
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
+def window_simulation(args: argparse.Namespace, check_invariants: bool = True) -> Simulation:
+    """The window (`--trace`, `--max-requests`, `--block-size`) through the reference
+    engine: every invariant, or the bare loop (the hash-model executor, no shadow KV, no
+    checks), as replay_speed.py builds them; not run yet."""
     config = LLAMA3_8B_H100.engine_config(args.block_size, block_manager="hashed")
     requests = iter_trace(args.trace, "mooncake", max_requests=args.max_requests)
+    executor = "symbolic" if check_invariants else "hash"
+    options = SimOptions(check_invariants=check_invariants, executor=executor)
+    return Simulation(requests, "reference", config, options, LLAMA3_8B_H100.cost_model())
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
     bare = args.bare
-    options = SimOptions(check_invariants=not bare, executor="hash" if bare else "symbolic")
     phases = Phases()
     original_metadata = loop_module.step_metadata
     loop_module.step_metadata = phases.wrap("runner metadata", original_metadata)
     try:
-        sim = Simulation(requests, "reference", config, options, LLAMA3_8B_H100.cost_model())
+        sim = window_simulation(args, check_invariants=not bare)
         engine, checks = sim.engine, sim.checks
         phases.patch(engine, "schedule", "engine schedule()")
         phases.patch(engine, "update_from_output", "engine update_from_output()")

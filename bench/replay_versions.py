@@ -20,7 +20,6 @@ Not a test: numbers to read beside each other, with the load average.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -39,8 +38,8 @@ from lockstep import (
     turn_order,
     where_imported,
 )
-from replay_lockstep import build, slice_end_s
-from replay_phases import load_average_line, print_json, window_parser
+from replay_lockstep import run_in_slices
+from replay_phases import load_average_line, print_json, window_parser, window_simulation
 
 WARMUP_REQUESTS = 3  # a child replays these first, untimed (a fresh tree compiles its kernels)
 
@@ -49,28 +48,18 @@ def child(args: argparse.Namespace) -> int:
     """A side's process: the window's replay, one slice a line of stdin (after a replay of
     its first WARMUP_REQUESTS requests, not timed: the compiled kernels load or compile)."""
     check = args.side == "checked"
-    build(argparse.Namespace(**{**vars(args), "max_requests": WARMUP_REQUESTS}), check).run()
-    sim = build(args, check_invariants=check)
-    env, step = sim.env, sim.env.step
-    end = [args.slice_s]
-    started = [0.0]
+    warmup = argparse.Namespace(**{**vars(args), "max_requests": WARMUP_REQUESTS})
+    window_simulation(warmup, check).run()
+    sim = window_simulation(args, check)
 
-    def stepping() -> None:  # every SimPy event of the run passes here
-        due = env.peek()  # inf: no event left (step() raises what SimPy's run() expects)
-        if end[0] < due < math.inf:
-            reply({"cpu_s": time.process_time() - started[0]})
-            end[0] = slice_end_s(due, args.slice_s)
-            if not sys.stdin.readline():  # the parent is gone
-                raise SystemExit(1)
-            started[0] = time.process_time()
-        step()
+    def next_turn(slice_cpu_s: float) -> None:
+        reply({"cpu_s": slice_cpu_s})
+        if not sys.stdin.readline():  # the parent is gone
+            raise SystemExit(1)
 
-    env.step = stepping  # type: ignore[method-assign]  # SimPy's run() calls self.step()
     reply(where_imported())
     sys.stdin.readline()  # the first turn
-    started[0] = time.process_time()
-    result = sim.run()
-    cpu_s = time.process_time() - started[0]
+    result, cpu_s = run_in_slices(sim, args.slice_s, time.process_time, next_turn)
     assert not result.violations, [v.headline() for v in result.violations[:3]]
     reply({"cpu_s": cpu_s, "done": True, "fingerprint": result.fingerprint,
            "steps": result.steps})  # fmt: skip
