@@ -41,9 +41,9 @@ from lockstep import (
     SIDES,
     Child,
     add_base_arguments,
-    base_on_path,
     check_base,
-    median_of,
+    measured,
+    repeats_line,
     reply,
     spread,
     turn_order,
@@ -143,8 +143,7 @@ def main() -> int:
     args = parse_args()
     if args.child:
         return child(args)
-    with base_on_path(args.base_commit, args.base_path) as path:
-        out = median_of([measure(args, path) for _ in range(args.repeat)], "speedup")
+    out = measured(args, measure, "speedup")
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
@@ -156,9 +155,9 @@ def main() -> int:
     print(f"head / base: {out['speedup']:.3f}x (goal >= 2x the filed commit); the turns' "
           f"ratios: median {out['turn_speedup_median']:.3f}x, quartiles {lo:.3f}-{hi:.3f}x "
           f"({out['turns']} turns of {out['examples_per_turn']} examples)")  # fmt: skip
-    if len(out["speedups"]) > 1:
-        each = ", ".join(f"{r:.3f}x" for r in out["speedups"])
-        print(f"the median of {len(out['speedups'])} pairs of processes: {each}")
+    repeats = repeats_line(out, "speedup")
+    if repeats is not None:
+        print(repeats)
     print("load average " + ", ".join(f"{x:.2f}" for x in out["load_average"]))
     return 0
 

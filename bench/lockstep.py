@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +158,25 @@ REPEAT_HELP = (
     "pairs of processes, one after the other; the median ratio (a process's memory layout "
     "moves its speed by a few percent for its lifetime)"
 )
+
+
+def measured(
+    args: argparse.Namespace,
+    measure: Callable[[argparse.Namespace, Path], dict[str, Any]],
+    key: str,
+) -> dict[str, Any]:
+    """`measure(args, the base's path)` --repeat times, each a new pair of processes, and
+    the median of their `key` (`median_of`)."""
+    with base_on_path(args.base_commit, args.base_path) as path:
+        return median_of([measure(args, path) for _ in range(args.repeat)], key)
+
+
+def repeats_line(out: dict[str, Any], key: str) -> str | None:
+    """Every pair's `key` beside the median (None for one pair)."""
+    each = out[key + "s"]
+    if len(each) < 2:
+        return None
+    return f"the median of {len(each)} pairs of processes: " + ", ".join(f"{r:.3f}x" for r in each)
 
 
 def median_of(runs: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:

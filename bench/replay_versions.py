@@ -30,9 +30,9 @@ from lockstep import (
     SIDES,
     Child,
     add_base_arguments,
-    base_on_path,
     check_base,
-    median_of,
+    measured,
+    repeats_line,
     reply,
     spread,
     turn_order,
@@ -132,8 +132,7 @@ def main() -> int:
     args = parse_args()
     if args.child:
         return child(args)
-    with base_on_path(args.base_commit, args.base_path) as path:
-        out = median_of([measure(args, path) for _ in range(args.repeat)], "cpu_ratio")
+    out = measured(args, measure, "cpu_ratio")
     if args.json:
         return print_json(out)
     for name in SIDES:
@@ -147,9 +146,9 @@ def main() -> int:
         f"head / base CPU ({out['side']}): {out['cpu_ratio']:.3f}x, {same}; the slices' "
         f"ratios: median {median:.3f}x, quartiles {lo:.3f}-{hi:.3f}x"
     )
-    if len(out["cpu_ratios"]) > 1:
-        each = ", ".join(f"{r:.3f}x" for r in out["cpu_ratios"])
-        print(f"the median of {len(out['cpu_ratios'])} pairs of processes: {each}")
+    repeats = repeats_line(out, "cpu_ratio")
+    if repeats is not None:
+        print(repeats)
     print(load_average_line(out["load_average"]))
     return 0
 

@@ -65,6 +65,10 @@ def test_turns_alternate_which_side_goes_first_and_their_ratios_spread(benches):
         "speedups": [1.9, 1.7, 1.8],
         "turns": 3,
     }
+    assert lockstep.repeats_line(lockstep.median_of(runs, "speedup"), "speedup") == (
+        "the median of 3 pairs of processes: 1.900x, 1.700x, 1.800x"
+    )
+    assert lockstep.repeats_line(lockstep.median_of(runs[:1], "speedup"), "speedup") is None
 
 
 def test_two_sides_fuzz_in_turns_each_on_its_own_path(benches, tmp_path):
