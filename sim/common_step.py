@@ -1,7 +1,8 @@
 """The shadow KV's common step in one compiled call (a mixin of the symbolic executor,
-sim/symbolic.py): where a step's case may hold (one KV-cache group, metadata as documented,
-no drafts, no block table that drops verified blocks), `sim/step_kernel.py` writes, reads
-and samples it in one call; where the kernel declines, the executor's phases run.
+sim/symbolic.py): where a step's case may hold (a full KV-cache group and at most one
+sliding-window group after it, metadata as documented, no drafts, no block table that
+drops verified blocks), `sim/step_kernel.py` writes, reads and samples it in one call;
+where the kernel declines, the executor's phases run.
 """
 
 from __future__ import annotations
@@ -14,10 +15,18 @@ from types import ModuleType
 import numpy as np
 
 from schedcheck.engines.metadata import RunnerMetadata
+from schedcheck.invariants import hash_model
 from schedcheck.sim.token_store import ShadowRequest, TokenStore
 from schedcheck.traces.tokens import FIRST_TOKEN_ID
 
 I64 = np.int64
+# common_step's `window`: group 1's slot mapping and tag; the store indices, key ranges and
+# table entries of the windows read (NO_WINDOW: one KV-cache group)
+Window = tuple[np.ndarray, np.uint64, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+NO_WINDOW: Window = (
+    np.empty(0, I64), np.uint64(0), np.empty(0, np.int32), np.empty(0, I64), np.empty(0, I64),
+    np.empty(0, I64),
+)  # fmt: skip
 _SEEN = operator.attrgetter("seen_table")
 _COMPUTED = operator.attrgetter("num_computed_tokens")
 _SCHEDULED = operator.attrgetter("num_scheduled_tokens")
@@ -44,32 +53,55 @@ class CommonStep:
     def _common_step(
         self, meta: RunnerMetadata, reqs: list[ShadowRequest], idx: np.ndarray
     ) -> tuple[np.ndarray | None, dict[str, int] | None]:
-        """The step in one call of step_kernel.common_step where its case may hold: one
-        KV-cache group, metadata as documented, no table that drops verified blocks.
-        Returns (the identities written, if it wrote; the sampled tokens, if it is done)."""
-        if not (meta.as_documented and len(meta.kv_groups) == 1 and meta.num_tokens):
+        """The step in one call of step_kernel.common_step where its case may hold: a full
+        KV-cache group, and a sliding-window one at most after it; metadata as documented;
+        no table that drops verified blocks. Returns (the identities written, if it wrote;
+        the sampled tokens, if it is done)."""
+        groups = meta.kv_groups
+        if not (meta.as_documented and meta.num_tokens and len(groups) <= 2):
+            return None, None
+        if len(groups) == 2 and groups[1].kind != "sliding":
             return None, None
         tables = meta.block_tables
         if not self._tables_keep_verified(reqs, tables):
             return None, None
         scheduled = meta.output.scheduled  # the chunks' true positions: the scheduler's
         store = self.store
-        stage, true_ids, grown, new_blocks, tokens = self._step_kernel.common_step(
-            (store.base, store.num_tokens, store.cap, store.ids, store.tokens),
-            (self.shadow, self.writer_req, self.writer_pos, self.writer_step, self.verifiers),
-            store.verified_len, store.verified_blocks, idx,
-            np.fromiter(map(_COMPUTED, scheduled), I64, len(scheduled)),
-            np.fromiter(map(_SCHEDULED, scheduled), I64, len(scheduled)),
-            meta.num_computed_tokens, meta.seq_lens, meta.query_start_loc, meta.input_ids,
-            meta.slot_mapping, meta.positions, meta.row_req, meta.logits_indices,
-            meta.output.step, self.block_size, self.vocab_size - FIRST_TOKEN_ID,
+        stage, true_ids, grown, new_blocks, tokens, num_window_keys = (
+            self._step_kernel.common_step(
+                (store.base, store.num_tokens, store.cap, store.ids, store.tokens),
+                (self.shadow, self.writer_req, self.writer_pos, self.writer_step, self.verifiers),
+                store.verified_len, store.verified_blocks, idx,
+                np.fromiter(map(_COMPUTED, scheduled), I64, len(scheduled)),
+                np.fromiter(map(_SCHEDULED, scheduled), I64, len(scheduled)),
+                meta.num_computed_tokens, meta.seq_lens, meta.query_start_loc, meta.input_ids,
+                meta.slot_mapping, meta.positions, meta.row_req, meta.logits_indices,
+                meta.output.step, self.block_size, self.vocab_size - FIRST_TOKEN_ID,
+                self._window(meta, idx) if len(groups) == 2 else NO_WINDOW,
+            )
         )  # fmt: skip
         if stage != self._step_kernel.DONE:
             return (true_ids if stage == self._step_kernel.WRITTEN else None), None
-        self.num_keys_checked += meta.num_tokens
+        self.num_keys_checked += meta.num_tokens + int(num_window_keys)
         self._grow_tables(reqs, tables, grown, new_blocks, None)
         names = [meta.req_ids[i] for i in meta.row_req[meta.logits_indices].tolist()]
         return true_ids, dict(zip(names, tokens.tolist(), strict=True))
+
+    def _window(self, meta: RunnerMetadata, idx: np.ndarray) -> Window:
+        """common_step's `window`: group 1's slot mapping and tag, and the store indices,
+        key ranges and table entries of the windows its rows read (`_read_group`'s)."""
+        todo, lows, highs = window_ranges(meta, 1)
+        lo, hi = lows[todo], highs[todo]
+        entries = self._range_entries(
+            meta.tables_of_group(1), todo.tolist(), lo.tolist(), hi.tolist()
+        )
+        tag = hash_model.group_tag(1)
+        return meta.slots_of_group(1), tag, idx[todo], lo, hi, entries
+
+    def _range_entries(
+        self, tables: Sequence[tuple[int, ...]], todo: list[int], lo: list[int], hi: list[int]
+    ) -> np.ndarray:
+        raise NotImplementedError  # the executor's: the table entries the key ranges touch
 
     def _tables_keep_verified(
         self, reqs: list[ShadowRequest], tables: Sequence[tuple[int, ...]]
@@ -119,3 +151,18 @@ def keeps_verified(req: ShadowRequest, table: tuple[int, ...]) -> bool:
     """Does `table` still start with the blocks whose keys `req` verified?"""
     n = len(req.verified_table)
     return not n or table[:n] == req.verified_table
+
+
+def window_ranges(meta: RunnerMetadata, group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(todo, lows, highs): the keys [lows[i], highs[i]) that request i's rows read through
+    sliding-window group `group`, and the requests todo that read any::
+
+        window of the row at position p:  keys [max(0, p - W + 1), p]
+        keys read for request i:          [first row's window start, seq_lens[i])
+    """
+    kv_group = meta.kv_groups[group]
+    assert kv_group.kind == "sliding", f"group {group}: only sliding groups follow group 0"
+    firsts = meta.positions[meta.query_start_loc[:-1]]
+    highs = meta.seq_lens
+    lows = np.minimum(np.maximum(firsts - (kv_group.sliding_window - 1), 0), highs)
+    return np.flatnonzero(highs > lows), lows, highs

@@ -13,8 +13,16 @@ arrays between them::
                                               count_misaligned, truth_of_rows,
                                               old_values, count_verified_overwrites
     write                                     write_slots                     -> WRITTEN
-    read: each row's slot holds its identity  count_wrong, grow_verified
-    sample                                    append_samples                  -> DONE
+    read: each row's slot holds its identity  count_wrong
+    read: each window through group 1         count_range_wrong               -> WRITTEN
+    sample                                    grow_verified, append_samples   -> DONE
+
+A hybrid step (group 0 full, group 1 a sliding window: `window`) also writes each row's
+identity xor group 1's tag through group 1's slot mapping, after group 0's writes as
+`_write` does, and reads each request's window keys through group 1's tables as
+`_read_group` does. Its case: group 1's slots in the cache, overwriting no verified KV,
+and none of them one of group 0's slots this step (group 0's writes then change nothing
+group 1's writes count, and group 1's change nothing group 0's read finds).
 
 It returns the stage it reached. NOTHING_DONE: some case failed before anything changed
 (the Python path runs the step). WRITTEN: the writes are done exactly as `_write` does
@@ -32,6 +40,7 @@ from schedcheck.sim.shadow_kernels import (
     append_samples,
     can_append,
     count_misaligned,
+    count_range_wrong,
     count_verified_overwrites,
     count_wrong,
     grow_verified,
@@ -64,16 +73,21 @@ def common_step(
     step,
     block_size,
     span,
+    window,
 ):
-    """(stage, each row's true identity, grown, num_blocks, sampled tokens) of one step.
+    """(stage, each row's true identity, grown, num_blocks, sampled tokens, window keys
+    read) of one step.
 
     store: the token store's (base, num_tokens, cap, ids, tokens) by store index;
     slot_state: (shadow, writer_req, writer_pos, writer_step, verifiers) by slot or block;
     indices[i], starts[i], counts[i]: request i's store index and its chunk's positions
-    (the scheduler's); the rest: the step's metadata. grown, num_blocks: grow_verified's
-    (the requests whose verified blocks grow), with DONE only."""
+    (the scheduler's); the rest: the step's metadata. window: group 1's (slot mapping,
+    tag, then count_range_wrong's store indices, lows, highs and table entries of the
+    windows read); all empty with one group. grown, num_blocks: grow_verified's (the
+    requests whose verified blocks grow), with DONE only."""
     base, num_tokens, cap, arena_ids, arena_tokens = store
-    shadow, writer_req, writer_pos, writer_step, verifiers = slot_state
+    shadow = slot_state[0]
+    group_slots, tag, who, lows, highs, entries = window
     # the cases, cheapest first (per request, then per row): nothing changes until all hold
     if not reads_own_chunks(verified_len, indices, num_computed, seq_lens):
         return _declined(NOTHING_DONE, np.empty(0, dtype=np.uint64))
@@ -89,27 +103,72 @@ def common_step(
     )
     if first_wrong >= 0:
         return _declined(NOTHING_DONE, np.empty(0, dtype=np.uint64))
-    in_cache, old = old_values(shadow, slots)
-    if not in_cache or count_verified_overwrites(
-        verifiers, verified_blocks, slots, positions, row_req, indices, old, block_size, True
+    if not _writes_hold(
+        slot_state, verified_blocks, slots, group_slots, positions, row_req, indices, block_size
     ):
         return _declined(NOTHING_DONE, np.empty(0, dtype=np.uint64))
-    write_slots(
-        shadow, writer_req, writer_pos, writer_step, slots, positions, row_req, indices,
-        true_ids, step,
-    )  # fmt: skip
+    _write_groups(slot_state, slots, group_slots, tag, positions, row_req, indices, true_ids, step)
     if count_wrong(shadow, slots, true_ids):
+        return _declined(WRITTEN, true_ids)
+    wrong, num_window_keys = 0, 0
+    if who.size:
+        wrong, num_window_keys = count_range_wrong(
+            base, num_tokens, arena_ids, who, lows, highs, entries, block_size, shadow, tag
+        )
+    if wrong:
         return _declined(WRITTEN, true_ids)
     grown, num_blocks = grow_verified(verified_len, verified_blocks, indices, seq_lens, block_size)
     tokens = append_samples(
         arena_ids, arena_tokens, base, num_tokens, writers, true_ids[logits_indices],
         sampled_positions, span,
     )  # fmt: skip
-    return DONE, true_ids, grown, num_blocks, tokens
+    return DONE, true_ids, grown, num_blocks, tokens, num_window_keys
+
+
+@njit(cache=True, nogil=True)
+def _write_groups(slot_state, slots, group_slots, tag, positions, row_req, indices, ids, step):
+    """Each row's identity through group 0's slots, then xor group 1's tag through group
+    1's (none: one group), as `_write` writes them."""
+    shadow, writer_req, writer_pos, writer_step, _ = slot_state
+    write_slots(
+        shadow, writer_req, writer_pos, writer_step, slots, positions, row_req, indices, ids,
+        step,
+    )  # fmt: skip
+    if group_slots.size:
+        tagged = np.where(ids != 0, ids ^ tag, ids)
+        write_slots(
+            shadow, writer_req, writer_pos, writer_step, group_slots, positions, row_req,
+            indices, tagged, step,
+        )  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def _writes_hold(
+    slot_state, verified_blocks, slots, group_slots, positions, row_req, indices, block_size
+):
+    """Every write lies in the cache and overwrites no KV a live request verified (other
+    than the writer's own keys, in group 0), and no group 1 write is one of group 0's
+    slots this step."""
+    shadow, _, _, _, verifiers = slot_state
+    for group, written in enumerate((slots, group_slots)):  # bounded: two groups
+        in_cache, old = old_values(shadow, written)
+        if not in_cache or count_verified_overwrites(
+            verifiers, verified_blocks, written, positions, row_req, indices, old, block_size,
+            group == 0,
+        ):  # fmt: skip
+            return False
+    if not group_slots.size:
+        return True
+    group_0 = np.sort(slots)
+    at = np.searchsorted(group_0, group_slots)
+    for w in range(group_slots.size):  # bounded: the writes
+        if at[w] < group_0.size and group_0[at[w]] == group_slots[w]:
+            return False
+    return True
 
 
 @njit(cache=True, nogil=True)
 def _declined(stage, true_ids):
     """common_step's result short of DONE: nothing grown, nothing sampled."""
     none = np.empty(0, dtype=np.int64)
-    return stage, true_ids, none, none, none
+    return stage, true_ids, none, none, none, 0

@@ -57,8 +57,9 @@ a write is a scatter, a read a gather and one vectorized comparison with the ide
 gathered from the arena, a sample one scatter. Python runs per request only where a
 request's block table changed since its last check, where its verified KV grows by a
 block, and where a comparison failed (to word the violation). A step of the common case
-(no drafts, one KV-cache group, every read its own chunk) is one compiled call
-(`sim/step_kernel.py`); any other step takes the path above, phase by phase.
+(no drafts, a full KV-cache group and at most one sliding-window group after it, every
+full-group read its own chunk) is one compiled call (`sim/step_kernel.py`); any other
+step takes the path above, phase by phase.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ from schedcheck.engines.protocol import KVCacheGroup
 from schedcheck.engines.slots import touched_entries
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.violation import Violation
-from schedcheck.sim.common_step import CommonStep, changed_tables, keeps_verified
+from schedcheck.sim.common_step import CommonStep, changed_tables, keeps_verified, window_ranges
 from schedcheck.sim.draft_acceptance import DraftAcceptance
 from schedcheck.sim.overwrites import Overwrites
 from schedcheck.sim.token_store import ShadowRequest, TokenStore, sample_and_terms
@@ -569,17 +570,9 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
     def _read_group(
         self, meta: RunnerMetadata, reqs: list[ShadowRequest], idx: np.ndarray, group: int
     ) -> set[int]:
-        """Read, through group `group`'s tables, exactly the keys in its rows' windows::
-
-        window of the row at position p:  keys [max(0, p - W + 1), p]
-        keys read for request i:          [first row's window start, seq_lens[i])
-        """
-        kv_group = meta.kv_groups[group]
-        assert kv_group.kind == "sliding", f"group {group}: only sliding groups follow group 0"
-        firsts = meta.positions[meta.query_start_loc[:-1]]
-        highs = meta.seq_lens
-        lows = np.minimum(np.maximum(firsts - (kv_group.sliding_window - 1), 0), highs)
-        todo = np.flatnonzero(highs > lows)
+        """Read, through group `group`'s tables, exactly the keys in its rows' windows
+        (`window_ranges`)."""
+        todo, lows, highs = window_ranges(meta, group)
         if not todo.size:
             return set()
         return self._read_ranges(meta, reqs, idx, group, todo, lows, highs)

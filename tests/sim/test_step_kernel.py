@@ -1,8 +1,10 @@
 """The common step in one call (sim/step_kernel.py) does exactly what the Python path does:
 
 - the kernel against the kernels it fuses, called in the Python path's order, on random
-  steps: the same stage, identities, verified growth, tokens and state, exact values;
-- each case it declines changes nothing (or, WRITTEN, only the writes);
+  steps, with one KV-cache group and with a sliding-window group after it: the same stage,
+  identities, verified growth, tokens, keys read and state, exact values;
+- each case it declines changes nothing (or, WRITTEN, only the writes), the hybrid step's
+  own cases among them;
 - whole runs of generated scenarios, every mutant of the catalog among them, report the
   same fingerprint, violations and counts with the common step and without it.
 """
@@ -18,15 +20,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedcheck.engines.reference.mutants import MUTANTS
+from schedcheck.engines.slots import touched_entries
 from schedcheck.fuzz.scenario import Scenario, scenarios
 from schedcheck.fuzz.swarm import SwarmSpec
+from schedcheck.invariants import hash_model
 from schedcheck.sim import shadow_kernels, step_kernel
+from schedcheck.sim.common_step import NO_WINDOW
 from schedcheck.sim.symbolic import SymbolicExecutor
 from schedcheck.sim.token_store import TokenStore
 from schedcheck.traces.tokens import FIRST_TOKEN_ID
 
 BLOCK_SIZE, NUM_BLOCKS, SPAN = 4, 32, 500
 STEP = 7
+WINDOW = 3  # the sliding window of HybridStep's group 1, in keys
+GROUP_1_FIRST_BLOCK = 16  # group 1's tables: blocks 16.. (group 0's: 0..11)
+TAG = hash_model.group_tag(1)
 
 
 class Step:
@@ -66,6 +74,7 @@ class Step:
         self.writers = np.full(num_slots, -1, np.int32), np.full(num_slots, -1, np.int64)
         self.writer_step = np.full(num_slots, -1, np.int64)
         self.verifiers = np.zeros(NUM_BLOCKS, np.int32)
+        self.window = NO_WINDOW
 
     def state(self) -> list[np.ndarray]:
         s = self.store
@@ -79,7 +88,7 @@ class Step:
             (self.shadow, *self.writers, self.writer_step, self.verifiers),
             s.verified_len, s.verified_blocks, self.indices, self.starts, self.counts,
             self.starts, self.seq_lens, self.query_start_loc, self.input_ids, self.slots,
-            self.positions, self.row_req, self.logits, STEP, BLOCK_SIZE, SPAN,
+            self.positions, self.row_req, self.logits, STEP, BLOCK_SIZE, SPAN, self.window,
         )  # fmt: skip
 
     def python_path(self):
@@ -96,6 +105,7 @@ class Step:
             True,
         )  # fmt: skip
         assert written and num_overwrites == 0
+        num_window_keys = self.python_window_writes(true_ids)
         assert (
             k.count_misaligned(self.seq_lens, self.query_start_loc, self.row_req, self.positions)
             == 0
@@ -111,7 +121,57 @@ class Step:
             true_ids[self.logits], self.positions[self.logits], SPAN,
         )  # fmt: skip
         assert appended
-        return step_kernel.DONE, true_ids, grown, num_blocks, tokens
+        return step_kernel.DONE, true_ids, grown, num_blocks, tokens, num_window_keys
+
+    def python_window_writes(self, true_ids: np.ndarray) -> int:
+        """One KV-cache group: nothing (HybridStep writes and reads group 1)."""
+        return 0
+
+
+class HybridStep(Step):
+    """Step with a sliding-window group 1 of WINDOW keys: its own tables, its KV of every
+    key before the chunks written already (tagged), and the windows its rows read."""
+
+    def __init__(self, seed: int, decode: bool = True) -> None:
+        super().__init__(seed, decode)
+        order = self.indices.tolist()
+        tables = [tuple(range(GROUP_1_FIRST_BLOCK + 4 * i, GROUP_1_FIRST_BLOCK + 4 * i + 4))
+                  for i in order]  # fmt: skip
+        self.group_slots = self._slots_of(tables, self.row_req, self.positions)
+        for b, (table, start) in enumerate(zip(tables, self.starts.tolist(), strict=True)):
+            before = np.arange(start)  # written by earlier steps
+            ids, _ = self.store.truth(np.full(start, self.indices[b], np.int32), before)
+            self.shadow[self._slots_of([table], np.zeros(start, np.int64), before)] = ids ^ TAG
+        firsts = self.positions[self.query_start_loc[:-1]]
+        lows = np.minimum(np.maximum(firsts - (WINDOW - 1), 0), self.seq_lens)
+        todo = np.flatnonzero(self.seq_lens > lows)
+        lo, hi = lows[todo], self.seq_lens[todo]
+        first = (lo // BLOCK_SIZE).tolist()
+        num = ((hi - 1) // BLOCK_SIZE + 1 - lo // BLOCK_SIZE).tolist()
+        entries = touched_entries([tables[i] for i in todo.tolist()], first, num)
+        self.window = (self.group_slots, TAG, self.indices[todo], lo, hi, entries)
+
+    @staticmethod
+    def _slots_of(tables, row_req: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        blocks = [tables[r][p // BLOCK_SIZE] for r, p in zip(row_req, positions, strict=True)]
+        return np.array(blocks, np.int64) * BLOCK_SIZE + positions % BLOCK_SIZE
+
+    def python_window_writes(self, true_ids: np.ndarray) -> int:
+        """_write's group 1 writes, then _read_group's read (all right)."""
+        s, k = self.store, shadow_kernels
+        tagged = np.where(true_ids != 0, true_ids ^ TAG, true_ids)
+        written, _, num_overwrites = k.store_writes(
+            self.shadow, *self.writers, self.writer_step, self.verifiers, s.verified_blocks,
+            self.group_slots, self.positions, self.row_req, self.indices, tagged, STEP,
+            BLOCK_SIZE, False,
+        )  # fmt: skip
+        assert written and num_overwrites == 0
+        _, _, who, lo, hi, entries = self.window
+        wrong, num_keys = k.count_range_wrong(
+            s.base, s.num_tokens, s.ids, who, lo, hi, entries, BLOCK_SIZE, self.shadow, TAG
+        )
+        assert wrong == 0
+        return int(num_keys)
 
 
 def _copies(arrays):
@@ -120,17 +180,28 @@ def _copies(arrays):
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("decode", [True, False])
-def test_the_common_step_is_the_kernels_it_fuses(seed, decode):
-    fused_step, python_step = Step(seed, decode), Step(seed, decode)
+@pytest.mark.parametrize("kind", [Step, HybridStep], ids=["one group", "hybrid"])
+def test_the_common_step_is_the_kernels_it_fuses(seed, decode, kind):
+    fused_step, python_step = kind(seed, decode), kind(seed, decode)
     got, want = fused_step.fused(), python_step.python_path()
     assert got[0] == step_kernel.DONE
-    for g, w in zip(got[1:], want[1:], strict=True):
+    for g, w in zip(got[1:5], want[1:5], strict=True):
         assert g.tolist() == w.tolist()
+    assert got[5] == want[5]
     for g, w in zip(fused_step.state(), python_step.state(), strict=True):
         assert g.tolist() == w.tolist()
     assert got[4].size == 3 and fused_step.store.num_tokens[:3].tolist() == [
-        n + 1 for n in Step(seed, decode).store.num_tokens[:3].tolist()
+        n + 1 for n in kind(seed, decode).store.num_tokens[:3].tolist()
     ]
+
+
+def test_the_hybrid_step_reads_each_window():
+    """Decode rows at positions p read keys [p - WINDOW + 1, p] through group 1: WINDOW
+    keys a request (all three are past WINDOW tokens), and its one chunk key in group 0."""
+    s = HybridStep(0)
+    assert s.positions.min() >= WINDOW - 1
+    *_, num_window_keys = s.fused()
+    assert num_window_keys == 3 * WINDOW
 
 
 def _wrong_token(s: Step) -> None:
@@ -158,11 +229,30 @@ def _unverified_before(s: Step) -> None:
     s.store.verified_len[int(s.indices[1])] -= 1
 
 
+def _window_slot_outside(s: HybridStep) -> None:
+    s.group_slots[0] = NUM_BLOCKS * BLOCK_SIZE
+
+
+def _window_verified_overwrite(s: HybridStep) -> None:  # group 1's block a request verified
+    s.shadow[s.group_slots[0]] = 5
+    s.verifiers[s.group_slots[0] // BLOCK_SIZE] = 1
+
+
+def _window_slot_is_group_0s(s: HybridStep) -> None:  # two groups' KV into one slot
+    s.group_slots[1] = s.slots[2]
+
+
+CASES = [_wrong_token, _misaligned, _outside, _verified_overwrite, _no_room, _unverified_before]
+WINDOW_CASES = [_window_slot_outside, _window_verified_overwrite, _window_slot_is_group_0s]
+
+
 @pytest.mark.parametrize(
-    "case", [_wrong_token, _misaligned, _outside, _verified_overwrite, _no_room, _unverified_before]
+    "kind, case",
+    [(Step, c) for c in CASES] + [(HybridStep, c) for c in CASES + WINDOW_CASES],
+    ids=lambda x: getattr(x, "__name__", None),
 )
-def test_a_declined_case_changes_nothing(case):
-    s = Step(3)
+def test_a_declined_case_changes_nothing(kind, case):
+    s = kind(3)
     case(s)
     before = _copies(s.state())
     stage, *_ = s.fused()
@@ -170,11 +260,28 @@ def test_a_declined_case_changes_nothing(case):
     assert [a.tolist() for a in s.state()] == [a.tolist() for a in before]
 
 
+def test_a_wrong_window_key_is_written_and_left_to_the_python_read():
+    s = HybridStep(5)
+    _, _, _, lo, _, _ = s.window
+    b = 0  # the first request's first window key, before its chunk: an earlier step's KV
+    assert lo[b] < s.starts[b]
+    table = tuple(range(GROUP_1_FIRST_BLOCK + 4 * int(s.indices[b]), GROUP_1_FIRST_BLOCK + 64))
+    slot = table[int(lo[b]) // BLOCK_SIZE] * BLOCK_SIZE + int(lo[b]) % BLOCK_SIZE
+    s.shadow[slot] ^= np.uint64(1)
+    before_tokens = s.store.num_tokens.copy()
+    stage, true_ids, grown, num_blocks, tokens, num_window_keys = s.fused()
+    assert stage == step_kernel.WRITTEN
+    assert s.shadow[s.slots].tolist() == true_ids.tolist()  # both groups written
+    assert s.shadow[s.group_slots].tolist() == (true_ids ^ TAG).tolist()
+    assert (grown.size, num_blocks.size, tokens.size, num_window_keys) == (0, 0, 0, 0)
+    assert s.store.num_tokens.tolist() == before_tokens.tolist()  # nothing sampled
+
+
 def test_a_slot_written_twice_is_written_and_left_to_the_python_read():
     s = Step(4)
     s.slots[1] = s.slots[0]  # two requests' rows into one slot: the last write wins
     before_tokens = s.store.num_tokens.copy()
-    stage, true_ids, grown, num_blocks, tokens = s.fused()
+    stage, true_ids, grown, num_blocks, tokens, _ = s.fused()
     assert stage == step_kernel.WRITTEN
     assert int(s.shadow[s.slots[0]]) == int(true_ids[1]) != int(true_ids[0])
     assert int(s.writer_step[s.slots[0]]) == STEP
