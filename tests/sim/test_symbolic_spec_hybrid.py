@@ -5,6 +5,7 @@ Block size 4. Prompt A: 10 tokens 100..109. The hash model's true next tokens af
 """
 
 import numpy as np
+import pytest
 
 from schedcheck.engines.metadata import build_metadata
 from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput, parse_kv_groups
@@ -222,20 +223,26 @@ def test_metadata_samples_every_row_of_a_request_with_drafts_and_maps_slots_per_
     assert meta.input_ids.tolist() == [100, 101, 102, 110, 7, 8]
 
 
-def test_a_hybrid_step_reads_group_0_by_the_common_path(monkeypatch):
-    """A later group's writes do not take group 0's chunk off the common read (one kernel
-    call): the prefill and the decode both verify through it, and read right."""
-    from schedcheck.sim import shadow_kernels
+@pytest.mark.parametrize("one_call", [True, False], ids=["common step", "phase by phase"])
+def test_a_hybrid_step_reads_group_0_by_the_common_path(monkeypatch, one_call):
+    """A later group's writes do not take group 0's chunk off the common read: the prefill
+    and the decode both run as the common step in one call (sim/step_kernel.py), or,
+    phase by phase, verify group 0 through its one-kernel read; and read right."""
+    from schedcheck.sim import shadow_kernels, step_kernel
 
     common = []
-    verify = shadow_kernels.verify_own_chunks
+    module, name = (
+        (step_kernel, "common_step") if one_call else (shadow_kernels, "verify_own_chunks")
+    )
+    original = getattr(module, name)
 
     def counted(*args):
-        result = verify(*args)
-        common.append(bool(result[0]))
+        result = original(*args)
+        common.append(result[0] == step_kernel.DONE if one_call else bool(result[0]))
         return result
 
-    monkeypatch.setattr(shadow_kernels, "verify_own_chunks", counted)
+    monkeypatch.setattr(module, name, counted)
+    monkeypatch.setattr(SymbolicExecutor, "use_common_step", one_call)
     ex = SymbolicExecutor(num_blocks=16, block_size=BS)
     ex.add_request("A", PROMPT_A)
     groups = ([3, 1, 6], [9, 10, 11])
