@@ -126,7 +126,7 @@ def _config_key(config: EngineConfig) -> tuple[tuple[str, Any], ...]:
 def _vllm_config_bytes(model_dir: str, key: tuple[tuple[str, Any], ...]) -> bytes:
     """A fresh VllmConfig of the config whose fields are `key`, pickled (ValueError,
     uncached, where the release refuses it)."""
-    fields = {name: dict(value) if name == "extra" else value for name, value in key}
+    fields: dict[str, Any] = {name: dict(v) if name == "extra" else v for name, v in key}
     built = _fresh_vllm_config(EngineConfig(**fields), model_dir)
     return pickle.dumps(built, pickle.HIGHEST_PROTOCOL)
 
