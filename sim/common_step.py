@@ -1,16 +1,15 @@
 """The shadow KV's common step in one compiled call (a mixin of the symbolic executor,
 sim/symbolic.py): where a step's case may hold (a full KV-cache group and at most one
-sliding-window group after it, metadata as documented, no block table that drops verified
-blocks), `sim/step_kernel.py` writes, reads and samples it in one call; requests with
-drafts are written and read there too, and accept their drafts after it
-(sim/draft_acceptance.py). Where the kernel declines, the executor's phases run.
+sliding-window group after it, metadata as documented, no drafts, no block table that
+drops verified blocks), `sim/step_kernel.py` writes, reads and samples it in one call;
+where the kernel declines, the executor's phases run.
 """
 
 from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from types import ModuleType
 
 import numpy as np
@@ -52,18 +51,12 @@ class CommonStep:
         raise NotImplementedError  # the executor's: verifiers[b] += delta for each b
 
     def _common_step(
-        self,
-        meta: RunnerMetadata,
-        reqs: list[ShadowRequest],
-        idx: np.ndarray,
-        num_known: Mapping[int, int],
+        self, meta: RunnerMetadata, reqs: list[ShadowRequest], idx: np.ndarray
     ) -> tuple[np.ndarray | None, dict[str, int] | None]:
         """The step in one call of step_kernel.common_step where its case may hold: a full
         KV-cache group, and a sliding-window one at most after it; metadata as documented;
-        no table that drops verified blocks. The requests with drafts (`num_known`, their
-        drafts appended already) are written and read here, and sample in `_accept`.
-        Returns (the identities written, if it wrote; the sampled tokens of the requests
-        without drafts, if it is done)."""
+        no table that drops verified blocks. Returns (the identities written, if it wrote;
+        the sampled tokens, if it is done)."""
         groups = meta.kv_groups
         if not (meta.as_documented and meta.num_tokens and len(groups) <= 2):
             return None, None
@@ -74,9 +67,6 @@ class CommonStep:
             return None, None
         scheduled = meta.output.scheduled  # the chunks' true positions: the scheduler's
         store = self.store
-        logits = meta.logits_indices  # the requests with drafts sample in `_accept`
-        if num_known and logits.size:
-            logits = logits[~meta.batch_mask(num_known)[meta.row_req[logits]]]
         stage, true_ids, grown, new_blocks, tokens, num_window_keys = (
             self._step_kernel.common_step(
                 (store.base, store.num_tokens, store.cap, store.ids, store.tokens),
@@ -85,8 +75,8 @@ class CommonStep:
                 np.fromiter(map(_COMPUTED, scheduled), I64, len(scheduled)),
                 np.fromiter(map(_SCHEDULED, scheduled), I64, len(scheduled)),
                 meta.num_computed_tokens, meta.seq_lens, meta.query_start_loc, meta.input_ids,
-                meta.slot_mapping, meta.positions, meta.row_req, logits, meta.output.step,
-                self.block_size, self.vocab_size - FIRST_TOKEN_ID,
+                meta.slot_mapping, meta.positions, meta.row_req, meta.logits_indices,
+                meta.output.step, self.block_size, self.vocab_size - FIRST_TOKEN_ID,
                 self._window(meta, idx) if len(groups) == 2 else NO_WINDOW,
             )
         )  # fmt: skip
@@ -94,7 +84,7 @@ class CommonStep:
             return (true_ids if stage == self._step_kernel.WRITTEN else None), None
         self.num_keys_checked += meta.num_tokens + int(num_window_keys)
         self._grow_tables(reqs, tables, grown, new_blocks, None)
-        names = [meta.req_ids[i] for i in meta.row_req[logits].tolist()]
+        names = [meta.req_ids[i] for i in meta.row_req[meta.logits_indices].tolist()]
         return true_ids, dict(zip(names, tokens.tolist(), strict=True))
 
     def _window(self, meta: RunnerMetadata, idx: np.ndarray) -> Window:

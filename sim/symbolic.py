@@ -57,9 +57,9 @@ a write is a scatter, a read a gather and one vectorized comparison with the ide
 gathered from the arena, a sample one scatter. Python runs per request only where a
 request's block table changed since its last check, where its verified KV grows by a
 block, and where a comparison failed (to word the violation). A step of the common case
-(a full KV-cache group and at most one sliding-window group after it, every full-group
-read its own chunk, every token right) is one compiled call (`sim/step_kernel.py`), and
-the acceptance of its drafts; any other step takes the path above, phase by phase.
+(no drafts, a full KV-cache group and at most one sliding-window group after it, every
+full-group read its own chunk) is one compiled call (`sim/step_kernel.py`); any other
+step takes the path above, phase by phase.
 """
 
 from __future__ import annotations
@@ -193,18 +193,13 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
             first = unbuilt.nonzero()[0].tolist()
             for i in first:
                 reqs[i].build()
-        num_violations = len(self.violations)
         num_known = self._extend_with_drafts(meta, reqs)
         written, sampled = None, None
-        # not tried: a first step after a prefix hit (keys read that the request never
-        # verified), and drafts that do not follow their request's tokens
+        # the common step declines drafts, and a first step after a prefix hit (keys read
+        # that the request never verified): neither is tried
         hit = any(meta.num_computed_tokens[i] for i in first)
-        if not hit and self.use_common_step and len(self.violations) == num_violations:
-            written, sampled = self._common_step(meta, reqs, idx, num_known)
-            if sampled is not None and num_known:  # every read right: nothing poisoned
-                sampled.update(
-                    self._accept(meta, reqs, cast(np.ndarray, written), set(), num_known)
-                )
+        if not num_known and not hit and self.use_common_step:
+            written, sampled = self._common_step(meta, reqs, idx)
         if sampled is None:
             sampled = self._step(meta, reqs, idx, num_known, written)
         if meta.lookahead_slot_mapping.size:

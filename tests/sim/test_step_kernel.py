@@ -6,8 +6,7 @@
 - each case it declines changes nothing (or, WRITTEN, only the writes), the hybrid step's
   own cases among them;
 - whole runs of generated scenarios, every mutant of the catalog among them, report the
-  same fingerprint, violations and counts with the common step and without it, and most
-  steps, those with drafts among them, take it.
+  same fingerprint, violations and counts with the common step and without it.
 """
 
 from __future__ import annotations
@@ -332,30 +331,6 @@ def test_the_common_step_runs_in_a_plain_run():
     )
     with mock.patch.object(SymbolicExecutor, "_common_step", counted):
         scenario.run()
-    assert sum(taken) > len(taken) // 2
-
-
-def test_steps_with_drafts_take_the_common_step():
-    """The differential test above compares steps with drafts too: most take the common
-    step (written and read in one call, then their drafts accepted)."""
-    taken = []
-    original = SymbolicExecutor._common_step
-
-    def counted(self, meta, reqs, idx, num_known):
-        written, sampled = original(self, meta, reqs, idx, num_known)
-        if num_known:
-            taken.append(sampled is not None)
-        return written, sampled
-
-    drafting = [
-        s
-        for s in _examples(scenarios(SwarmSpec(faults=False)), 60)
-        if s.config.num_speculative_tokens and s.num_requests >= 4
-    ]
-    assert drafting
-    with mock.patch.object(SymbolicExecutor, "_common_step", counted):
-        for scenario in drafting[:3]:
-            scenario.run()
     assert sum(taken) > len(taken) // 2
 
 
