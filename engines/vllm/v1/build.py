@@ -6,7 +6,6 @@ from the vllm-v1 adapter, and from fit.py's probes where vLLM is installed.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import pickle
 from dataclasses import dataclass
@@ -43,7 +42,6 @@ from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 HASH_ALGO = "sha256"  # vLLM's default prefix_caching_hash_algo; cryptographic, seeded fixed
 LAYER_NAME = "model.layers.{}.self_attn.attn"  # KV-cache group g holds layer g
 NGRAM_LOOKUP_TOKENS = 1  # the n-gram proposer's window: unused (our drafter proposes)
-VLLM_CONFIGS_KEPT = 512  # built VllmConfigs kept a process, pickled (about 15 KB each)
 
 
 @dataclass(frozen=True)
@@ -103,36 +101,7 @@ def _attention_spec(config: EngineConfig, group: int) -> AttentionSpec:
 
 def build_vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
     """The VllmConfig EngineCore would get for `config` (vLLM's own validation runs here:
-    a config the release refuses raises ValueError, every time it is asked).
-
-    Built once per process for each config that differs in more than num_gpu_blocks (which
-    is set after), and pickled; each call unpickles its own copy, as vLLM's worker
-    processes get theirs. A fuzz campaign asks for the same config about twice in five
-    builds (fit.py's probe, then the engine), and the copy costs about a third of a build
-    (tests/vllm/test_vllm_v1_build_cache.py: a copy equals a fresh build)."""
-    vllm_config = pickle.loads(_vllm_config_bytes(model_dir, _config_key(config)))
-    vllm_config.cache_config.num_gpu_blocks = config.num_gpu_blocks
-    return vllm_config
-
-
-def _config_key(config: EngineConfig) -> tuple[tuple[str, Any], ...]:
-    """`config`'s fields as a hashable key, less num_gpu_blocks (set after the build)."""
-    extra = tuple(sorted(config.extra.items()))
-    fields = [f.name for f in dataclasses.fields(config) if f.name != "num_gpu_blocks"]
-    return tuple((name, extra if name == "extra" else getattr(config, name)) for name in fields)
-
-
-@functools.lru_cache(maxsize=VLLM_CONFIGS_KEPT)
-def _vllm_config_bytes(model_dir: str, key: tuple[tuple[str, Any], ...]) -> bytes:
-    """A fresh VllmConfig of the config whose fields are `key`, pickled (ValueError,
-    uncached, where the release refuses it)."""
-    fields: dict[str, Any] = {name: dict(v) if name == "extra" else v for name, v in key}
-    built = _fresh_vllm_config(EngineConfig(**fields), model_dir)
-    return pickle.dumps(built, pickle.HIGHEST_PROTOCOL)
-
-
-def _fresh_vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
-    """The VllmConfig of `config`, built and validated by vLLM (its num_gpu_blocks unset)."""
+    a config the release refuses raises ValueError)."""
     model_config = pickle.loads(_model_config_bytes(model_dir, config.max_model_len))
     scheduler_config = SchedulerConfig(
         max_num_seqs=config.max_num_seqs,
@@ -152,7 +121,7 @@ def _fresh_vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
         cache_dtype="auto",
     )
     parallel_config = ParallelConfig()
-    return VllmConfig(
+    vllm_config = VllmConfig(
         model_config=model_config,
         scheduler_config=scheduler_config,
         cache_config=cache_config,
@@ -160,6 +129,8 @@ def _fresh_vllm_config(config: EngineConfig, model_dir: str) -> VllmConfig:
         parallel_config=parallel_config,
         speculative_config=_speculative_config(config, model_config, parallel_config),
     )
+    vllm_config.cache_config.num_gpu_blocks = config.num_gpu_blocks
+    return vllm_config
 
 
 @functools.cache
