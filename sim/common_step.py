@@ -91,17 +91,18 @@ class CommonStep:
         """common_step's `window`: group 1's slot mapping and tag, and the store indices,
         key ranges and table entries of the windows its rows read (`_read_group`'s)."""
         todo, lows, highs = window_ranges(meta, 1)
-        lo, hi = lows[todo], highs[todo]
-        entries = self._range_entries(
-            meta.tables_of_group(1), todo.tolist(), lo.tolist(), hi.tolist()
-        )
+        lo, hi, entries = self._key_ranges(meta.tables_of_group(1), todo, lows, highs)
         tag = hash_model.group_tag(1)
         return meta.slots_of_group(1), tag, idx[todo], lo, hi, entries
 
-    def _range_entries(
-        self, tables: Sequence[tuple[int, ...]], todo: list[int], lo: list[int], hi: list[int]
-    ) -> np.ndarray:
-        raise NotImplementedError  # the executor's: the table entries the key ranges touch
+    def _key_ranges(
+        self,
+        tables: Sequence[tuple[int, ...]],
+        todo: np.ndarray,
+        lows: np.ndarray,
+        highs: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError  # the executor's: key ranges and the entries they touch
 
     def _tables_keep_verified(
         self, reqs: list[ShadowRequest], tables: Sequence[tuple[int, ...]]

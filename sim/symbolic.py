@@ -477,15 +477,12 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
     def _gather_keys(
         self,
         idx: np.ndarray,
-        tables: Sequence[tuple[int, ...]],
         todo: np.ndarray,
-        lows: np.ndarray,
-        highs: np.ndarray,
+        ranges: tuple[np.ndarray, np.ndarray, np.ndarray],
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(request, key, slot, expected identity) of keys [lows[i], highs[i]) of each i
-        (expected 0 past the request's known tokens), through the table entries they touch."""
-        lo, hi = lows[todo], highs[todo]
-        entries = self._range_entries(tables, todo.tolist(), lo.tolist(), hi.tolist())
+        """(request, key, slot, expected identity) of the keys of `ranges` (`_key_ranges`
+        of the requests `todo`; expected 0 past the request's known tokens)."""
+        lo, hi, entries = ranges
         store = self.store
         return cast(
             tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
@@ -495,15 +492,21 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
             ),
         )  # fmt: skip
 
-    def _range_entries(
-        self, tables: Sequence[tuple[int, ...]], todo: list[int], lo: list[int], hi: list[int]
-    ) -> np.ndarray:
-        """The block-table entries that keys [lo[k], hi[k]) of request todo[k] touch, each
-        request's in turn (-1 past its table's end)."""
+    def _key_ranges(
+        self,
+        tables: Sequence[tuple[int, ...]],
+        todo: np.ndarray,
+        lows: np.ndarray,
+        highs: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(lo, hi, entries): keys [lo[k], hi[k]) of request todo[k] (lows[todo],
+        highs[todo]), and the block-table entries they touch, each request's in turn (-1
+        past its table's end)."""
+        lo, hi = lows[todo], highs[todo]
         size = self.block_size
-        first = [a // size for a in lo]
-        num = [(b - 1) // size + 1 - f for b, f in zip(hi, first, strict=True)]
-        return touched_entries([tables[i] for i in todo], first, num)
+        first = [a // size for a in lo.tolist()]
+        num = [(b - 1) // size + 1 - f for b, f in zip(hi.tolist(), first, strict=True)]
+        return lo, hi, touched_entries([tables[i] for i in todo.tolist()], first, num)
 
     def _sample(
         self,
@@ -590,9 +593,8 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         """Read keys [lows[i], highs[i]) of each request i of `todo` through group `group`'s
         tables: counted in one kernel pass, no array built; only where a key is wrong are
         they gathered again as arrays, to say which (`_compare`)."""
-        tables = meta.tables_of_group(group)
-        lo, hi = lows[todo], highs[todo]
-        entries = self._range_entries(tables, todo.tolist(), lo.tolist(), hi.tolist())
+        ranges = self._key_ranges(meta.tables_of_group(group), todo, lows, highs)
+        lo, hi, entries = ranges
         store, tag = self.store, hash_model.group_tag(group)
         wrong, num_keys = self._kernels.count_range_wrong(
             store.base, store.num_tokens, store.ids, idx[todo], lo, hi, entries,
@@ -601,7 +603,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         if not wrong:
             self.num_keys_checked += int(num_keys)
             return set()
-        key_req, keys, slots, expected = self._gather_keys(idx, tables, todo, lows, highs)
+        key_req, keys, slots, expected = self._gather_keys(idx, todo, ranges)
         if tag:
             expected = np.where(expected != 0, expected ^ tag, expected)
         kv_group = meta.kv_groups[group] if group else None
