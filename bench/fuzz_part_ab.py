@@ -29,8 +29,8 @@ Not a test: numbers to read beside each other, with the load average.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
+import pkgutil
 import sys
 import tempfile
 import time
@@ -47,16 +47,15 @@ SIDES = ("on", "off")  # side 0 sets the switch True
 
 
 def resolve(path: str) -> tuple[Any, str]:
-    """'module:Owner.attr' -> (the owner object, 'attr'); ValueError where it names none."""
-    module_name, _, dotted = path.partition(":")
-    *owners, attr = dotted.split(".")
-    if not module_name or not attr:
+    """'module:Owner.attr' (or 'module:attr') -> (the owner object, 'attr'), by
+    `pkgutil.resolve_name`; ValueError where it names none."""
+    module_name, colon, dotted = path.partition(":")
+    owner_name, _, attr = dotted.rpartition(".")
+    if not (module_name and colon and attr):
         raise ValueError(f"{path!r}: give module:Owner.attribute")
     try:
-        owner: Any = importlib.import_module(module_name)
-        for name in owners:  # bounded: the dotted path
-            owner = getattr(owner, name)
-    except (ImportError, AttributeError) as exc:
+        owner = pkgutil.resolve_name(f"{module_name}:{owner_name}" if owner_name else module_name)
+    except (ImportError, AttributeError, ValueError) as exc:
         raise ValueError(f"{path!r}: {exc}") from exc
     if not hasattr(owner, attr):
         raise ValueError(f"{path!r}: {owner!r} has no attribute {attr!r}")
