@@ -130,7 +130,7 @@ def _config_key(config: EngineConfig) -> tuple[tuple[str, Any], ...]:
 def _shared_vllm_config(model_dir: str, key: tuple[tuple[str, Any], ...]) -> VllmConfig:
     """The VllmConfig of the config whose fields are `key` (ValueError, uncached, where the
     release refuses it)."""
-    fields = {name: dict(value) if name == "extra" else value for name, value in key}
+    fields: dict[str, Any] = {k: dict(v) if k == "extra" else v for k, v in key}
     return _fresh_vllm_config(EngineConfig(**fields), model_dir)
 
 
