@@ -55,13 +55,18 @@ def _fresh_and_cached(config: EngineConfig) -> tuple[Any, Any]:
     return fresh, build._fresh_vllm_config(config, model_dir)
 
 
-def _assert_equal_configs(fresh: Any, kept: Any) -> None:
-    """Every field equal but the instance id, the ModelConfig's state too."""
+def _assert_equal_fields(fresh: Any, kept: Any) -> None:
+    """Two VllmConfigs: every field equal but the instance id."""
     names = [f.name for f in dataclasses.fields(fresh)]
     assert names == [f.name for f in dataclasses.fields(kept)]
     for name in names:
         if name != "instance_id":
             assert getattr(fresh, name) == getattr(kept, name), name
+
+
+def _assert_equal_configs(fresh: Any, kept: Any) -> None:
+    """Every field equal but the instance id, the ModelConfig's state too."""
+    _assert_equal_fields(fresh, kept)
     assert _state(fresh.model_config) == _state(kept.model_config)
 
 
@@ -149,11 +154,7 @@ def _assert_only_read(fresh: Any, kept: Any) -> None:
     but the instance id, and in the ModelConfig's other state; it may hold more of that
     state only where vLLM memoizes a read (a cached_property, equal to the fresh one's, or
     a private `..._cache`)."""
-    names = [f.name for f in dataclasses.fields(fresh)]
-    assert names == [f.name for f in dataclasses.fields(kept)]
-    for name in names:
-        if name != "instance_id":
-            assert getattr(fresh, name) == getattr(kept, name), name
+    _assert_equal_fields(fresh, kept)
     state, kept_state = _state(fresh.model_config), _state(kept.model_config)
     assert {k: kept_state.get(k) for k in state} == state
     for name in kept_state.keys() - state.keys():  # bounded: the ModelConfig's attributes
