@@ -50,6 +50,7 @@ class TokenStore:
         self.cap = np.zeros(requests, dtype=I64)
         self.verified_len = np.zeros(requests, dtype=I64)  # keys [0, n) verified
         self.verified_blocks = np.zeros(requests, dtype=I64)  # len(its verified_table)
+        self.unbuilt: set[int] = set()  # request indices added, neither built nor freed
 
     def add(self, num_tokens: int) -> int:
         """A new request index, knowing `num_tokens` tokens (no region yet)."""
@@ -63,6 +64,7 @@ class TokenStore:
             self.verified_blocks = np.concatenate([self.verified_blocks, np.zeros(grow, I64)])
         self.num_tokens[index] = num_tokens
         self.count = index + 1
+        self.unbuilt.add(index)
         return index
 
     def build(self, index: int, prompt: np.ndarray, salt: int) -> None:
@@ -73,11 +75,13 @@ class TokenStore:
         self.tokens[base : base + n] = prompt
         self.ids[base : base + n] = hash_model.identities(np.asarray(prompt, I64), salt)
         self.base[index], self.cap[index] = base, cap
+        self.unbuilt.discard(index)
 
     def free(self, index: int) -> None:
         """Request `index` finished: its region is dropped at the next compaction."""
         self.base[index] = -1
         self.cap[index] = 0
+        self.unbuilt.discard(index)
 
     def region(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """(tokens, identities) of request `index`'s region: views, valid until the next

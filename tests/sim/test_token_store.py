@@ -1,6 +1,6 @@
 """The shadow KV's arena of true tokens and identities (sim/token_store.py): what a gather
-reads and an append writes survive region growth and compaction, and its hash shortcuts
-give the hash model's values."""
+reads and an append writes survive region growth and compaction, its hash shortcuts give
+the hash model's values, and it knows which requests were never read (not built yet)."""
 
 import numpy as np
 
@@ -77,3 +77,33 @@ def test_a_block_named_twice_counts_twice_among_the_verifiers():
     assert ex.verifiers.tolist() == [0, 1, 2, 0, 0, 2, 0, 0]
     ex._add_verifiers((5, 5), -1)
     assert ex.verifiers.tolist() == [0, 1, 2, 0, 0, 0, 0, 0]
+
+
+def test_the_unbuilt_requests_are_those_added_and_neither_built_nor_freed():
+    store = TokenStore(arena=64, requests=2)
+    for n in (3, 5, 2, 4):  # more requests than the arrays hold: they grow
+        store.add(n)
+    assert store.unbuilt == {0, 1, 2, 3}
+    store.build(2, np.arange(3, 5), 0)
+    store.free(1)  # finished before it was ever read
+    assert store.unbuilt == {0, 3}
+    store.free(2)
+    assert store.unbuilt == {0, 3}  # freeing a built request leaves the others as they were
+
+
+def test_the_executor_builds_a_request_at_its_first_scheduled_step():
+    from schedcheck.engines.metadata import build_metadata
+    from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+
+    executor = SymbolicExecutor(num_blocks=8, block_size=4, vocab_size=1000)
+    for rid in ("a", "b"):
+        executor.add_request(rid, np.arange(10, 16, dtype=np.int64))
+    assert executor.store.unbuilt == {0, 1}
+    chunk = np.arange(10, 14, dtype=np.int64)
+    only_b = ScheduledRequest("b", 0, 4, 6, 6, chunk, (2, 3))
+    executor.execute(build_metadata(SchedulerOutput(step=1, scheduled=(only_b,)), 4))
+    assert executor.violations == []
+    assert executor.store.unbuilt == {0}  # b was read: built; a waits, unbuilt
+    assert executor.store.base[1] >= 0 > executor.store.base[0]
+    executor.finish_request("a")
+    assert executor.store.unbuilt == set()
