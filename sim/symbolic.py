@@ -87,6 +87,7 @@ U64 = np.uint64
 _INDEX = operator.attrgetter("index")
 _COMPUTED = operator.attrgetter("num_computed_tokens")
 _SCHEDULED = operator.attrgetter("num_scheduled_tokens")
+_NO_IDS = np.zeros(0, dtype=U64)  # an empty identity array, shared (never written)
 
 
 class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
@@ -122,6 +123,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         self.requests: dict[str, ShadowRequest] = {}
         self.store = TokenStore()  # per request index: tokens, identities, verified counts
         self.violations: list[Violation] = []  # of the last step
+        self._draft_ids = _NO_IDS  # hash_model.DRAFT repeated: the drafts' identities
         # request id -> its block table in the engine now (set by the loop; rare path only)
         self.current_table: Callable[[str], Sequence[int] | None] | None = None
         # request id -> its prompt, the same tokens as added (set by the loop: then a
@@ -282,7 +284,9 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
     def _write_drafts(self, meta: RunnerMetadata, idx: np.ndarray) -> None:
         """The drafter's KV of each sampling request's lookahead positions (vllm#16370)."""
         positions = meta.lookahead_positions
-        drafts = np.full(positions.size, hash_model.DRAFT, dtype=U64)
+        if self._draft_ids.size < positions.size:  # DRAFT, kept for every step (only read)
+            self._draft_ids = np.full(2 * positions.size, hash_model.DRAFT, dtype=U64)
+        drafts = self._draft_ids[: positions.size]
         slots = meta.lookahead_slot_mapping
         self._store(meta.output.step, slots, positions, meta.lookahead_req, drafts, idx)
 

@@ -223,6 +223,8 @@ def test_drafts_are_written_past_the_sampled_position_and_then_overwritten():
         ex.shadow[26] != hash_model.DRAFT
         and ex.shadow[[27, 8, 9]].tolist() == [int(hash_model.DRAFT)] * 3
     )
+    kept = ex._draft_ids  # the drafts' identities: one array kept for every step, only read
+    assert kept.size >= 3 and set(kept.tolist()) == {int(hash_model.DRAFT)}
 
 
 def test_a_draft_past_the_block_table_is_an_out_of_bounds_write():
