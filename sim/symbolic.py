@@ -189,12 +189,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
             return {}
         reqs = cast(list[ShadowRequest], found)  # no None in it
         idx = np.fromiter(map(_INDEX, reqs), np.int32, len(reqs))  # store indices (writer_req)
-        first: list[int] = []  # their first step: build their tokens and identities
-        unbuilt = self.store.unbuilt
-        if unbuilt:  # requests added and never read yet (a set: no array op a step)
-            first = [i for i, req in enumerate(reqs) if req.index in unbuilt]
-            for i in first:  # bounded: the batch
-                reqs[i].build()
+        first = self._build_unread(reqs)  # their first step
         num_known = self._extend_with_drafts(meta, reqs)
         written, sampled = None, None
         # the common step declines drafts, and a first step after a prefix hit (keys read
@@ -229,6 +224,18 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         if num_known:
             sampled.update(self._accept(meta, reqs, written, bad_reqs, num_known))
         return sampled
+
+    def _build_unread(self, reqs: list[ShadowRequest]) -> list[int]:
+        """The positions in `reqs` of the requests never read before (the store's set, no
+        array op), each built now: its tokens and identities, once if it is named twice."""
+        unbuilt = self.store.unbuilt
+        if not unbuilt:
+            return []
+        first = [i for i, req in enumerate(reqs) if req.index in unbuilt]
+        for i in first:  # bounded: the batch
+            if reqs[i].index in unbuilt:  # (a request named twice: built once)
+                reqs[i].build()
+        return first
 
     def _use_slot_granularity(self, block_size: int) -> None:
         """Track each slot as a block of its own (metadata from per-token slot lists)."""
@@ -723,10 +730,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         reqs = cast(list[ShadowRequest], found)  # no None in it
         idx = np.fromiter(map(_INDEX, reqs), I64, len(reqs))
         store = self.store
-        if store.base[idx].min() < 0:  # rare: never read yet
-            for i in np.flatnonzero(store.base[idx] < 0).tolist():  # bounded: the wheres
-                if store.base[reqs[i].index] < 0:  # (a request named twice: built once)
-                    reqs[i].build()
+        self._build_unread(reqs)  # rare: a request never read yet
         at = np.array(positions, I64)
         known = (at >= 0) & (at < store.num_tokens[idx])
         identities, _ = store.truth(idx, np.where(known, at, 0))  # a gather: a new array
