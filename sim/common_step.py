@@ -2,7 +2,9 @@
 sim/symbolic.py): where a step's case may hold (a full KV-cache group and at most one
 sliding-window group after it, metadata as documented, no drafts, no block table that
 drops verified blocks), `sim/step_kernel.py` writes, reads and samples it in one call;
-where the kernel declines, the executor's phases run.
+where the kernel declines, the executor's phases run. A step where a request reads cached
+keys it has not verified (its first step after a prefix-cache hit or a preemption) hands
+the kernel those key ranges too (`_prefix`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ NO_WINDOW: Window = (
     np.empty(0, I64), np.uint64(0), np.empty(0, np.int32), np.empty(0, I64), np.empty(0, I64),
     np.empty(0, I64),
 )  # fmt: skip
+# common_step's `prefix`: the batch indices, key ranges and table entries of the keys read
+# before the chunks (NO_PREFIX: every request verified all keys before its chunk)
+Prefix = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+NO_PREFIX: Prefix = (np.empty(0, I64), np.empty(0, I64), np.empty(0, I64), np.empty(0, I64))
 _SEEN = operator.attrgetter("seen_table")
 _COMPUTED = operator.attrgetter("num_computed_tokens")
 _SCHEDULED = operator.attrgetter("num_scheduled_tokens")
@@ -51,12 +57,13 @@ class CommonStep:
         raise NotImplementedError  # the executor's: verifiers[b] += delta for each b
 
     def _common_step(
-        self, meta: RunnerMetadata, reqs: list[ShadowRequest], idx: np.ndarray
+        self, meta: RunnerMetadata, reqs: list[ShadowRequest], idx: np.ndarray, reread: bool
     ) -> tuple[np.ndarray | None, dict[str, int] | None]:
         """The step in one call of step_kernel.common_step where its case may hold: a full
         KV-cache group, and a sliding-window one at most after it; metadata as documented;
-        no table that drops verified blocks. Returns (the identities written, if it wrote;
-        the sampled tokens, if it is done)."""
+        no table that drops verified blocks (`reread`: a request may read keys before its
+        chunk that it has not verified: after a prefix hit, or after a preemption).
+        Returns (the identities written, if it wrote; the sampled tokens, if it is done)."""
         groups = meta.kv_groups
         if not (meta.as_documented and meta.num_tokens and len(groups) <= 2):
             return None, None
@@ -67,7 +74,7 @@ class CommonStep:
             return None, None
         scheduled = meta.output.scheduled  # the chunks' true positions: the scheduler's
         store = self.store
-        stage, true_ids, grown, new_blocks, tokens, num_window_keys = (
+        stage, true_ids, grown, new_blocks, tokens, num_range_keys = (
             self._step_kernel.common_step(
                 (store.base, store.num_tokens, store.cap, store.ids, store.tokens),
                 (self.shadow, self.writer_req, self.writer_pos, self.writer_step, self.verifiers),
@@ -77,15 +84,26 @@ class CommonStep:
                 meta.num_computed_tokens, meta.seq_lens, meta.query_start_loc, meta.input_ids,
                 meta.slot_mapping, meta.positions, meta.row_req, meta.logits_indices,
                 meta.output.step, self.block_size, self.vocab_size - FIRST_TOKEN_ID,
+                self._prefix(meta, idx) if reread else NO_PREFIX,
                 self._window(meta, idx) if len(groups) == 2 else NO_WINDOW,
             )
         )  # fmt: skip
         if stage != self._step_kernel.DONE:
             return (true_ids if stage == self._step_kernel.WRITTEN else None), None
-        self.num_keys_checked += meta.num_tokens + int(num_window_keys)
+        self.num_keys_checked += meta.num_tokens + int(num_range_keys)
         self._grow_tables(reqs, tables, grown, new_blocks, None)
         names = [meta.req_ids[i] for i in meta.row_req[meta.logits_indices].tolist()]
         return true_ids, dict(zip(names, tokens.tolist(), strict=True))
+
+    def _prefix(self, meta: RunnerMetadata, idx: np.ndarray) -> Prefix:
+        """common_step's `prefix`: the requests whose verified keys end before their chunk,
+        and the keys [verified_len, num_computed) each reads through its block table (as
+        `_read` reads them; a request verified past its chunk's start declines the step)."""
+        lows, highs = self.store.verified_len[idx], meta.num_computed_tokens
+        todo = np.flatnonzero(lows < highs)
+        if not todo.size:
+            return NO_PREFIX
+        return (todo, *self._key_ranges(meta.block_tables, todo, lows, highs))
 
     def _window(self, meta: RunnerMetadata, idx: np.ndarray) -> Window:
         """common_step's `window`: group 1's slot mapping and tag, and the store indices,

@@ -3,17 +3,19 @@
 Most steps of a replay or a fuzz example are the common case: every input token is the
 request's token there, every slot lies in the cache and overwrites no KV a live request
 verified, every row attends exactly keys 0..its position, each request's unverified keys
-are exactly the chunk it writes now and read right, and each sampling row samples after
-its request's last known token. `common_step` does that step's write, read and sample
+are the chunk it writes now and read right (and, after a prefix-cache hit or a
+preemption, the cached keys before it: `prefix`), and each sampling row samples after its
+request's last known token. `common_step` does that step's write, read and sample
 (symbolic.py's `_write`, `_check_alignment`, `_read` and `_sample`) in one call of the
 kernels of shadow_kernels.py, where the Python path makes five calls and builds a dozen
 arrays between them::
 
-    cases checked, nothing changed yet        reads_own_chunks, can_append,
+    cases checked, nothing changed yet        reads_from_verified, can_append,
                                               count_misaligned, truth_of_rows,
                                               old_values, count_verified_overwrites
     write                                     write_slots                     -> WRITTEN
     read: each row's slot holds its identity  count_wrong
+    read: each prefix through its table       count_range_wrong
     read: each window through group 1         count_range_wrong               -> WRITTEN
     sample                                    grow_verified, append_samples   -> DONE
 
@@ -23,6 +25,18 @@ identity xor group 1's tag through group 1's slot mapping, after group 0's write
 `_read_group` does. Its case: group 1's slots in the cache, overwriting no verified KV,
 and none of them one of group 0's slots this step (group 0's writes then change nothing
 group 1's writes count, and group 1's change nothing group 0's read finds).
+
+A request whose verified keys end before its chunk (its first step after a prefix-cache
+hit, or after a preemption cut its verified keys: keys [verified_len, num_computed) in
+cached blocks) reads those keys through its block table, as `_read`'s general path reads
+them, after every write of the step::
+
+    request B, block_size 4, 8 keys cached:  | prefix (read)  | chunk (written, read) |
+                                             0                8                    11
+    prefix: B's batch index, lows 0, highs 8, and the table entries keys 0..7 touch
+
+`prefix` lists exactly those requests (any other request with unverified keys before its
+chunk declines the step).
 
 It returns the stage it reached. NOTHING_DONE: some case failed before anything changed
 (the Python path runs the step). WRITTEN: the writes are done exactly as `_write` does
@@ -45,7 +59,6 @@ from schedcheck.sim.shadow_kernels import (
     count_wrong,
     grow_verified,
     old_values,
-    reads_own_chunks,
     truth_of_rows,
     write_slots,
 )
@@ -73,23 +86,25 @@ def common_step(
     step,
     block_size,
     span,
+    prefix,
     window,
 ):
-    """(stage, each row's true identity, grown, num_blocks, sampled tokens, window keys
-    read) of one step.
+    """(stage, each row's true identity, grown, num_blocks, sampled tokens, keys read
+    through block tables: prefixes and windows) of one step.
 
     store: the token store's (base, num_tokens, cap, ids, tokens) by store index;
     slot_state: (shadow, writer_req, writer_pos, writer_step, verifiers) by slot or block;
     indices[i], starts[i], counts[i]: request i's store index and its chunk's positions
-    (the scheduler's); the rest: the step's metadata. window: group 1's (slot mapping,
-    tag, then count_range_wrong's store indices, lows, highs and table entries of the
-    windows read); all empty with one group. grown, num_blocks: grow_verified's (the
-    requests whose verified blocks grow), with DONE only."""
+    (the scheduler's); the rest: the step's metadata. prefix: (batch indices, lows,
+    highs, table entries) of the keys read before the chunks (all empty: none). window:
+    group 1's (slot mapping, tag, then count_range_wrong's store indices, lows, highs and
+    table entries of the windows read); all empty with one group. grown, num_blocks:
+    grow_verified's (the requests whose verified blocks grow), with DONE only."""
     base, num_tokens, cap, arena_ids, arena_tokens = store
     shadow = slot_state[0]
-    group_slots, tag, who, lows, highs, entries = window
+    group_slots, tag = window[0], window[1]
     # the cases, cheapest first (per request, then per row): nothing changes until all hold
-    if not reads_own_chunks(verified_len, indices, num_computed, seq_lens):
+    if not reads_from_verified(verified_len, indices, num_computed, seq_lens, prefix):
         return _declined(NOTHING_DONE, np.empty(0, dtype=np.uint64))
     batch = row_req[logits_indices]
     writers = indices[batch]
@@ -110,11 +125,9 @@ def common_step(
     _write_groups(slot_state, slots, group_slots, tag, positions, row_req, indices, true_ids, step)
     if count_wrong(shadow, slots, true_ids):
         return _declined(WRITTEN, true_ids)
-    wrong, num_window_keys = 0, 0
-    if who.size:
-        wrong, num_window_keys = count_range_wrong(
-            base, num_tokens, arena_ids, who, lows, highs, entries, block_size, shadow, tag
-        )
+    wrong, num_range_keys = _count_ranges_wrong(
+        base, num_tokens, arena_ids, indices, prefix, window, block_size, shadow
+    )
     if wrong:
         return _declined(WRITTEN, true_ids)
     grown, num_blocks = grow_verified(verified_len, verified_blocks, indices, seq_lens, block_size)
@@ -122,7 +135,48 @@ def common_step(
         arena_ids, arena_tokens, base, num_tokens, writers, true_ids[logits_indices],
         sampled_positions, span,
     )  # fmt: skip
-    return DONE, true_ids, grown, num_blocks, tokens, num_window_keys
+    return DONE, true_ids, grown, num_blocks, tokens, num_range_keys
+
+
+@njit(cache=True, nogil=True)
+def _count_ranges_wrong(base, num_tokens, arena_ids, indices, prefix, window, block_size, shadow):
+    """(keys wrong, keys read) of the ranges read through block tables, after the writes:
+    each prefix through group 0's tables, then (none wrong) each window through group 1's,
+    its identities tagged."""
+    prefix_reqs, prefix_lows, prefix_highs, prefix_entries = prefix
+    wrong, num_keys = 0, 0
+    if prefix_reqs.size:
+        wrong, num_keys = count_range_wrong(
+            base, num_tokens, arena_ids, indices[prefix_reqs], prefix_lows, prefix_highs,
+            prefix_entries, block_size, shadow, np.uint64(0),
+        )  # fmt: skip
+    _, tag, who, lows, highs, entries = window
+    if not wrong and who.size:
+        wrong, num_window_keys = count_range_wrong(
+            base, num_tokens, arena_ids, who, lows, highs, entries, block_size, shadow, tag
+        )
+        num_keys += num_window_keys
+    return wrong, num_keys
+
+
+@njit(cache=True, nogil=True)
+def reads_from_verified(verified_len, indices, num_computed, seq_lens, prefix):
+    """Does each request read exactly its unverified keys: its chunk, and before it the
+    range `prefix` lists for it (keys [verified_len, num_computed), in batch order), if
+    any?"""
+    reqs, lows, highs, _ = prefix
+    k = 0
+    for i in range(indices.size):  # bounded: the requests
+        low = verified_len[indices[i]]
+        if low > num_computed[i] or seq_lens[i] <= num_computed[i]:
+            return False
+        if low < num_computed[i]:
+            if k == reqs.size or reqs[k] != i or lows[k] != low:
+                return False
+            if highs[k] != num_computed[i]:
+                return False
+            k += 1
+    return k == reqs.size
 
 
 @njit(cache=True, nogil=True)

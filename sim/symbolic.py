@@ -122,6 +122,9 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         self.req_names: list[str] = []
         self.requests: dict[str, ShadowRequest] = {}
         self.store = TokenStore()  # per request index: tokens, identities, verified counts
+        # store indices whose verified keys were cut (preempted, or a table changed under
+        # them) and not read since: their next step reads keys before its chunk
+        self.cut: set[int] = set()
         self.violations: list[Violation] = []  # of the last step
         self._draft_ids = _NO_IDS  # hash_model.DRAFT repeated: the drafts' identities
         # request id -> its block table in the engine now (set by the loop; rare path only)
@@ -159,6 +162,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         req = self.requests.pop(request_id, None)
         if req is not None:
             self._unverify(req, 0)
+            self.cut.discard(req.index)
             self.store.free(req.index)
 
     def execute(self, meta: RunnerMetadata) -> dict[str, int]:
@@ -192,11 +196,11 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         first = self._build_unread(reqs)  # their first step
         num_known = self._extend_with_drafts(meta, reqs)
         written, sampled = None, None
-        # the common step declines drafts, and a first step after a prefix hit (keys read
-        # that the request never verified): neither is tried
-        hit = any(meta.num_computed_tokens[i] for i in first)
-        if not num_known and not hit and self.use_common_step:
-            written, sampled = self._common_step(meta, reqs, idx)
+        # the common step declines drafts (not tried); a first step after a prefix hit, or
+        # after verified keys were cut, hands it the keys read before the chunks
+        reread = self._reads_cut(reqs) or any(meta.num_computed_tokens[i] for i in first)
+        if not num_known and self.use_common_step:
+            written, sampled = self._common_step(meta, reqs, idx, reread)
         if sampled is None:
             sampled = self._step(meta, reqs, idx, num_known, written)
         if meta.lookahead_slot_mapping.size:
@@ -236,6 +240,16 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
             if reqs[i].index in unbuilt:  # (a request named twice: built once)
                 reqs[i].build()
         return first
+
+    def _reads_cut(self, reqs: list[ShadowRequest]) -> bool:
+        """Is a request of the step one whose verified keys were cut? Each is taken off
+        `cut` now: a hint to the common step, which checks the ranges it is handed."""
+        cut = self.cut
+        if not cut:
+            return False
+        found = [req.index for req in reqs if req.index in cut]  # bounded: the batch
+        cut.difference_update(found)
+        return bool(found)
 
     def _use_slot_granularity(self, block_size: int) -> None:
         """Track each slot as a block of its own (metadata from per-token slot lists)."""
@@ -707,6 +721,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         store.verified_blocks[req.index] = len(req.verified_table)
         store.verified_len[req.index] = min(req.verified_len, keep_blocks * self.block_size)
         req.seen_table = None
+        self.cut.add(req.index)
 
     # -- views for the invariants -----------------------------------------------------------
 

@@ -19,15 +19,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.reference.mutants import MUTANTS
 from schedcheck.engines.slots import touched_entries
 from schedcheck.fuzz.scenario import Scenario, scenarios
 from schedcheck.fuzz.swarm import SwarmSpec
 from schedcheck.invariants import hash_model
 from schedcheck.sim import shadow_kernels, step_kernel
-from schedcheck.sim.common_step import NO_WINDOW
+from schedcheck.sim.common_step import NO_PREFIX, NO_WINDOW
+from schedcheck.sim.cost_model import profile
+from schedcheck.sim.loop import SimOptions, run
 from schedcheck.sim.symbolic import SymbolicExecutor
 from schedcheck.sim.token_store import TokenStore
+from schedcheck.traces import TraceRequest
 from schedcheck.traces.tokens import FIRST_TOKEN_ID
 
 BLOCK_SIZE, NUM_BLOCKS, SPAN = 4, 32, 500
@@ -74,6 +78,7 @@ class Step:
         self.writers = np.full(num_slots, -1, np.int32), np.full(num_slots, -1, np.int64)
         self.writer_step = np.full(num_slots, -1, np.int64)
         self.verifiers = np.zeros(NUM_BLOCKS, np.int32)
+        self.prefix = NO_PREFIX
         self.window = NO_WINDOW
 
     def state(self) -> list[np.ndarray]:
@@ -88,7 +93,8 @@ class Step:
             (self.shadow, *self.writers, self.writer_step, self.verifiers),
             s.verified_len, s.verified_blocks, self.indices, self.starts, self.counts,
             self.starts, self.seq_lens, self.query_start_loc, self.input_ids, self.slots,
-            self.positions, self.row_req, self.logits, STEP, BLOCK_SIZE, SPAN, self.window,
+            self.positions, self.row_req, self.logits, STEP, BLOCK_SIZE, SPAN, self.prefix,
+            self.window,
         )  # fmt: skip
 
     def python_path(self):
@@ -110,18 +116,25 @@ class Step:
             k.count_misaligned(self.seq_lens, self.query_start_loc, self.row_req, self.positions)
             == 0
         )
-        common, grown, num_blocks = k.verify_own_chunks(
-            s.verified_len, s.verified_blocks, self.indices, self.starts, self.seq_lens,
-            self.shadow, self.slots, true_ids, BLOCK_SIZE,
-        )  # fmt: skip
-        assert common
+        grown, num_blocks, num_prefix_keys = self.python_read(true_ids)
         batch = self.row_req[self.logits]
         appended, tokens = k.sample_append(
             s.ids, s.tokens, s.base, s.num_tokens, s.cap, self.indices[batch], batch,
             true_ids[self.logits], self.positions[self.logits], SPAN,
         )  # fmt: skip
         assert appended
-        return step_kernel.DONE, true_ids, grown, num_blocks, tokens, num_window_keys
+        num_keys = num_prefix_keys + num_window_keys
+        return step_kernel.DONE, true_ids, grown, num_blocks, tokens, num_keys
+
+    def python_read(self, true_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """_read's common read: each request's unverified keys are its chunk."""
+        s = self.store
+        common, grown, num_blocks = shadow_kernels.verify_own_chunks(
+            s.verified_len, s.verified_blocks, self.indices, self.starts, self.seq_lens,
+            self.shadow, self.slots, true_ids, BLOCK_SIZE,
+        )  # fmt: skip
+        assert common
+        return grown, num_blocks, 0
 
     def python_window_writes(self, true_ids: np.ndarray) -> int:
         """One KV-cache group: nothing (HybridStep writes and reads group 1)."""
@@ -174,13 +187,52 @@ class HybridStep(Step):
         return int(num_keys)
 
 
+class PrefixStep(Step):
+    """Step whose request at batch index PREFIX_REQ verified nothing yet, its keys before
+    its chunk written by an earlier step (a prefix-cache hit, or a resumed request): it
+    reads them through its block table first (`prefix`)."""
+
+    def __init__(self, seed: int, decode: bool = True) -> None:
+        super().__init__(seed, decode)
+        b, start = PREFIX_REQ, int(self.starts[PREFIX_REQ])
+        index = int(self.indices[b])
+        assert start > 0
+        table = tuple(self.tables[index].tolist())
+        before = np.arange(start)
+        ids, _ = self.store.truth(np.full(start, index, np.int32), before)
+        self.shadow[HybridStep._slots_of([table], np.zeros(start, np.int64), before)] = ids
+        self.store.verified_len[index] = 0
+        entries = touched_entries([table], [0], [(start - 1) // BLOCK_SIZE + 1])
+        self.prefix = (np.array([b]), np.array([0]), np.array([start]), entries)
+
+    def python_read(self, true_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """_read's general path: the chunks' rows compared, then the prefix read."""
+        s, k = self.store, shadow_kernels
+        assert k.count_wrong(self.shadow, self.slots, true_ids) == 0
+        b, lo, hi, entries = self.prefix
+        wrong, num_keys = k.count_range_wrong(
+            s.base, s.num_tokens, s.ids, self.indices[b], lo, hi, entries, BLOCK_SIZE,
+            self.shadow, np.uint64(0),
+        )  # fmt: skip
+        assert wrong == 0
+        grown, num_blocks = k.grow_verified(
+            s.verified_len, s.verified_blocks, self.indices, self.seq_lens, BLOCK_SIZE
+        )
+        return grown, num_blocks, int(num_keys)
+
+
+PREFIX_REQ = 1  # PrefixStep's request that reads keys before its chunk
+
+
 def _copies(arrays):
     return [a.copy() for a in arrays]
 
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("decode", [True, False])
-@pytest.mark.parametrize("kind", [Step, HybridStep], ids=["one group", "hybrid"])
+@pytest.mark.parametrize(
+    "kind", [Step, HybridStep, PrefixStep], ids=["one group", "hybrid", "prefix"]
+)
 def test_the_common_step_is_the_kernels_it_fuses(seed, decode, kind):
     fused_step, python_step = kind(seed, decode), kind(seed, decode)
     got, want = fused_step.fused(), python_step.python_path()
@@ -202,6 +254,30 @@ def test_the_hybrid_step_reads_each_window():
     assert s.positions.min() >= WINDOW - 1
     *_, num_window_keys = s.fused()
     assert num_window_keys == 3 * WINDOW
+
+
+def test_the_prefix_step_reads_the_keys_before_the_chunk():
+    """A decode of a request that verified nothing reads its `start` keys before its
+    chunk through its table (the keys read through tables; the chunks' rows the caller
+    counts); every request's keys are then verified."""
+    s = PrefixStep(0)
+    start = int(s.starts[PREFIX_REQ])
+    stage, *_, num_keys = s.fused()
+    assert (stage, num_keys) == (step_kernel.DONE, start)
+    assert s.store.verified_len[s.indices].tolist() == s.seq_lens.tolist()
+
+
+def test_a_wrong_prefix_key_is_written_and_left_to_the_python_read():
+    s = PrefixStep(2)
+    table = s.tables[int(s.indices[PREFIX_REQ])]
+    s.shadow[int(table[0]) * BLOCK_SIZE] ^= np.uint64(1)  # key 0, an earlier step's KV
+    before_tokens = s.store.num_tokens.copy()
+    stage, true_ids, grown, num_blocks, tokens, num_keys = s.fused()
+    assert stage == step_kernel.WRITTEN
+    assert s.shadow[s.slots].tolist() == true_ids.tolist()  # the chunks written
+    assert (grown.size, num_blocks.size, tokens.size, num_keys) == (0, 0, 0, 0)
+    assert s.store.num_tokens.tolist() == before_tokens.tolist()  # nothing sampled
+    assert s.store.verified_len[int(s.indices[PREFIX_REQ])] == 0
 
 
 def _wrong_token(s: Step) -> None:
@@ -242,13 +318,36 @@ def _window_slot_is_group_0s(s: HybridStep) -> None:  # two groups' KV into one 
     s.group_slots[1] = s.slots[2]
 
 
+def _prefix_not_listed(s: PrefixStep) -> None:  # keys before a chunk, not handed over
+    s.prefix = NO_PREFIX
+
+
+def _prefix_of_other_keys(s: PrefixStep) -> None:  # a range that is not [verified, computed)
+    b, lo, hi, entries = s.prefix
+    s.prefix = (b, lo + 1, hi, entries)
+
+
+def _prefix_of_a_verified_request(s: PrefixStep) -> None:  # one more range than unverified
+    b, lo, hi, entries = s.prefix
+    table = tuple(s.tables[int(s.indices[2])].tolist())
+    start = int(s.starts[2])
+    more = touched_entries([table], [0], [(start - 1) // BLOCK_SIZE + 1])
+    s.prefix = (
+        np.array([b[0], 2]), np.array([lo[0], 0]), np.array([hi[0], start]),
+        np.concatenate([entries, more]),
+    )  # fmt: skip
+
+
 CASES = [_wrong_token, _misaligned, _outside, _verified_overwrite, _no_room, _unverified_before]
 WINDOW_CASES = [_window_slot_outside, _window_verified_overwrite, _window_slot_is_group_0s]
+PREFIX_CASES = [_prefix_not_listed, _prefix_of_other_keys, _prefix_of_a_verified_request]
 
 
 @pytest.mark.parametrize(
     "kind, case",
-    [(Step, c) for c in CASES] + [(HybridStep, c) for c in CASES + WINDOW_CASES],
+    [(Step, c) for c in CASES]
+    + [(HybridStep, c) for c in CASES + WINDOW_CASES]
+    + [(PrefixStep, c) for c in CASES + PREFIX_CASES],
     ids=lambda x: getattr(x, "__name__", None),
 )
 def test_a_declined_case_changes_nothing(kind, case):
@@ -332,6 +431,53 @@ def test_the_common_step_runs_in_a_plain_run():
     with mock.patch.object(SymbolicExecutor, "_common_step", counted):
         scenario.run()
     assert sum(taken) > len(taken) // 2
+
+
+def _prompt(lo: int, hi: int) -> tuple[int, ...]:
+    return tuple(range(lo, hi))
+
+
+# b reads a's two cached blocks at its first step; b is preempted (8 blocks, 4 tokens each,
+# two requests growing to 20 tokens) and resumes on its cached blocks
+REREADS = {
+    "prefix hit": (
+        [TraceRequest("a", 0, 2, prompt_token_ids=_prompt(100, 112)),
+         TraceRequest("b", 1.0, 2, prompt_token_ids=_prompt(100, 108) + _prompt(200, 204))],
+        EngineConfig(block_size=4),
+    ),
+    "preempted": (
+        [TraceRequest("a", 0, 12, prompt_token_ids=_prompt(100, 108)),
+         TraceRequest("b", 0, 12, prompt_token_ids=_prompt(200, 208))],
+        EngineConfig(block_size=4, num_gpu_blocks=8),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(REREADS))
+def test_a_step_reading_keys_before_its_chunk_takes_the_common_step(case):
+    """The step that reads cached keys a request never verified (after a prefix hit, or
+    after its preemption cut them) is done in one call, and the run reports the same
+    without the common step."""
+    trace, config = REREADS[case]
+    rereads = []
+    original = SymbolicExecutor._common_step
+
+    def recorded(self, meta, reqs, idx, reread):
+        unverified = bool((self.store.verified_len[idx] < meta.num_computed_tokens).any())
+        written, sampled = original(self, meta, reqs, idx, reread)
+        rereads.append((unverified, sampled is not None))
+        return written, sampled
+
+    def report():
+        r = run(trace, "reference", config, SimOptions(), profile("unit"))
+        return r.fingerprint, r.violations, r.exit_code, r.invariants_checked, r.steps
+
+    with mock.patch.object(SymbolicExecutor, "_common_step", recorded):
+        fused = report()
+    assert fused[1:3] == ([], 0)
+    assert (True, True) in rereads  # keys before a chunk unverified, and the step done
+    with _python_path_only():
+        assert report() == fused
 
 
 def _examples(strategy, n: int):
