@@ -57,12 +57,18 @@ class CommonStep:
         raise NotImplementedError  # the executor's: verifiers[b] += delta for each b
 
     def _common_step(
-        self, meta: RunnerMetadata, reqs: list[ShadowRequest], idx: np.ndarray, reread: bool
+        self,
+        meta: RunnerMetadata,
+        reqs: list[ShadowRequest],
+        idx: np.ndarray,
+        reread: bool,
+        num_known: dict[int, int],
     ) -> tuple[np.ndarray | None, dict[str, int] | None]:
         """The step in one call of step_kernel.common_step where its case may hold: a full
         KV-cache group, and a sliding-window one at most after it; metadata as documented;
         no table that drops verified blocks (`reread`: a request may read keys before its
-        chunk that it has not verified: after a prefix hit, or after a preemption).
+        chunk that it has not verified: after a prefix hit, a preemption or rejected
+        drafts). The requests with drafts (`num_known`'s batch indices) are not sampled.
         Returns (the identities written, if it wrote; the sampled tokens, if it is done)."""
         groups = meta.kv_groups
         if not (meta.as_documented and meta.num_tokens and len(groups) <= 2):
@@ -74,6 +80,9 @@ class CommonStep:
             return None, None
         scheduled = meta.output.scheduled  # the chunks' true positions: the scheduler's
         store = self.store
+        rows = meta.logits_indices  # the sampling rows, less those of requests with drafts
+        if num_known:
+            rows = rows[~meta.batch_mask(num_known)[meta.row_req[rows]]]
         stage, true_ids, grown, new_blocks, tokens, num_range_keys = (
             self._step_kernel.common_step(
                 (store.base, store.num_tokens, store.cap, store.ids, store.tokens),
@@ -82,7 +91,7 @@ class CommonStep:
                 np.fromiter(map(_COMPUTED, scheduled), I64, len(scheduled)),
                 np.fromiter(map(_SCHEDULED, scheduled), I64, len(scheduled)),
                 meta.num_computed_tokens, meta.seq_lens, meta.query_start_loc, meta.input_ids,
-                meta.slot_mapping, meta.positions, meta.row_req, meta.logits_indices,
+                meta.slot_mapping, meta.positions, meta.row_req, rows,
                 meta.output.step, self.block_size, self.vocab_size - FIRST_TOKEN_ID,
                 self._prefix(meta, idx) if reread else NO_PREFIX,
                 self._window(meta, idx) if len(groups) == 2 else NO_WINDOW,
@@ -92,7 +101,7 @@ class CommonStep:
             return (true_ids if stage == self._step_kernel.WRITTEN else None), None
         self.num_keys_checked += meta.num_tokens + int(num_range_keys)
         self._grow_tables(reqs, tables, grown, new_blocks, None)
-        names = [meta.req_ids[i] for i in meta.row_req[meta.logits_indices].tolist()]
+        names = [meta.req_ids[i] for i in meta.row_req[rows].tolist()]
         return true_ids, dict(zip(names, tokens.tolist(), strict=True))
 
     def _prefix(self, meta: RunnerMetadata, idx: np.ndarray) -> Prefix:

@@ -196,11 +196,14 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         first = self._build_unread(reqs)  # their first step
         num_known = self._extend_with_drafts(meta, reqs)
         written, sampled = None, None
-        # the common step declines drafts (not tried); a first step after a prefix hit, or
-        # after verified keys were cut, hands it the keys read before the chunks
+        # a first step after a prefix hit, or after verified keys were cut, hands the common
+        # step the keys read before the chunks; it samples the requests without drafts,
+        # and the rejection sampler then takes those with drafts
         reread = self._reads_cut(reqs) or any(meta.num_computed_tokens[i] for i in first)
-        if not num_known and self.use_common_step:
-            written, sampled = self._common_step(meta, reqs, idx, reread)
+        if self.use_common_step and not self.violations:
+            written, sampled = self._common_step(meta, reqs, idx, reread, num_known)
+            if sampled is not None and num_known:
+                sampled.update(self._accept(meta, reqs, written, set(), num_known))
         if sampled is None:
             sampled = self._step(meta, reqs, idx, num_known, written)
         if meta.lookahead_slot_mapping.size:

@@ -438,7 +438,8 @@ def _prompt(lo: int, hi: int) -> tuple[int, ...]:
 
 
 # b reads a's two cached blocks at its first step; b is preempted (8 blocks, 4 tokens each,
-# two requests growing to 20 tokens) and resumes on its cached blocks
+# two requests growing to 20 tokens) and resumes on its cached blocks; a's drafts, half of
+# them rejected, cut its verified keys back to the block boundary before them each step
 REREADS = {
     "prefix hit": (
         [TraceRequest("a", 0, 2, prompt_token_ids=_prompt(100, 112)),
@@ -450,26 +451,31 @@ REREADS = {
          TraceRequest("b", 0, 12, prompt_token_ids=_prompt(200, 208))],
         EngineConfig(block_size=4, num_gpu_blocks=8),
     ),
+    "drafts": (
+        [TraceRequest("a", 0, 12, prompt_token_ids=_prompt(100, 110))],
+        EngineConfig(block_size=4, num_speculative_tokens=2),
+    ),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("case", sorted(REREADS))
 def test_a_step_reading_keys_before_its_chunk_takes_the_common_step(case):
-    """The step that reads cached keys a request never verified (after a prefix hit, or
-    after its preemption cut them) is done in one call, and the run reports the same
-    without the common step."""
+    """The step that reads cached keys a request has not verified (after a prefix hit,
+    after its preemption cut them, or after rejected drafts did) is done in one call (the
+    drafts then accepted in Python), and the run reports the same without the common
+    step."""
     trace, config = REREADS[case]
     rereads = []
     original = SymbolicExecutor._common_step
 
-    def recorded(self, meta, reqs, idx, reread):
+    def recorded(self, meta, reqs, idx, *args):
         unverified = bool((self.store.verified_len[idx] < meta.num_computed_tokens).any())
-        written, sampled = original(self, meta, reqs, idx, reread)
+        written, sampled = original(self, meta, reqs, idx, *args)
         rereads.append((unverified, sampled is not None))
         return written, sampled
 
     def report():
-        r = run(trace, "reference", config, SimOptions(), profile("unit"))
+        r = run(trace, "reference", config, SimOptions(draft_acceptance=0.5), profile("unit"))
         return r.fingerprint, r.violations, r.exit_code, r.invariants_checked, r.steps
 
     with mock.patch.object(SymbolicExecutor, "_common_step", recorded):
