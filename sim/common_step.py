@@ -1,8 +1,9 @@
 """The shadow KV's common step in one compiled call (a mixin of the symbolic executor,
 sim/symbolic.py): where a step's case may hold (a full KV-cache group and at most one
-sliding-window group after it, metadata as documented, no drafts, no block table that
-drops verified blocks), `sim/step_kernel.py` writes, reads and samples it in one call;
-where the kernel declines, the executor's phases run. A step where a request reads cached
+sliding-window group after it, metadata as documented, no block table that drops
+verified blocks), `sim/step_kernel.py` writes, reads and samples it in one call (requests
+with drafts are sampled by the rejection sampler after it); where the kernel declines, the
+executor's phases run. A step where a request reads cached
 keys it has not verified (its first step after a prefix-cache hit or a preemption) hands
 the kernel those key ranges too (`_prefix`).
 """

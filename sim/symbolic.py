@@ -57,9 +57,10 @@ a write is a scatter, a read a gather and one vectorized comparison with the ide
 gathered from the arena, a sample one scatter. Python runs per request only where a
 request's block table changed since its last check, where its verified KV grows by a
 block, and where a comparison failed (to word the violation). A step of the common case
-(no drafts, a full KV-cache group and at most one sliding-window group after it, every
-full-group read its own chunk) is one compiled call (`sim/step_kernel.py`); any other
-step takes the path above, phase by phase.
+(a full KV-cache group and at most one sliding-window group after it, every full-group
+read its own chunk or, before it, keys handed as ranges) is one compiled call
+(`sim/step_kernel.py`), the drafts then accepted in Python; any other step takes the path
+above, phase by phase.
 """
 
 from __future__ import annotations
