@@ -3,9 +3,9 @@ sim/symbolic.py): where a step's case may hold (a full KV-cache group and at mos
 sliding-window group after it, metadata as documented, no block table that drops
 verified blocks), `sim/step_kernel.py` writes, reads and samples it in one call (requests
 with drafts are sampled by the rejection sampler after it); where the kernel declines, the
-executor's phases run. A step where a request reads cached
-keys it has not verified (its first step after a prefix-cache hit or a preemption) hands
-the kernel those key ranges too (`_prefix`).
+executor's phases run. A step where a request reads cached keys it has not verified (its
+first step after a prefix-cache hit, a preemption or rejected drafts) hands the kernel
+those key ranges too (`_prefix`).
 """
 
 from __future__ import annotations
