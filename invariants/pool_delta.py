@@ -42,14 +42,14 @@ compared whole are those of requests preempted since the last check and those th
 says it rewrote in place (`take_rewritten_req_ids()`: the radix manager switching a
 request to the tree's copy of a page).
 
-`held` and `free` are arrays: a step admitting or finishing a long prompt changes thousands
-of blocks, compared at once (ref_cnt != held, free and referenced, neither free nor
-referenced); up to SMALL_IDS changed blocks they are compared as lists, where numpy's
-per-call cost would dominate. A snapshot that hands its pool as arrays (`pool_arrays()`:
-ref_cnt, in the free queue and hash changes per block id, all of it the engine's own)
-has all of this done in one compiled walk instead (pool_delta_kernels.py), and one that
-also hands its 32-byte hashes as words (`hash_words()`) has its new hashes checked as
-rows of words: the hash each block was checked with is then kept in arrays, and the full
+`held` and `free` are arrays, walked by compiled passes over the step's blocks
+(pool_delta_kernels.py): the holder counts and the distinct changed blocks in one, then,
+after the engine's ref_cnt and free-queue membership of those blocks are read by id, their
+properties in another (ref_cnt != held, free and referenced, neither free nor referenced).
+A snapshot that hands its pool as arrays (`pool_arrays()`: ref_cnt, in the free queue and
+hash changes per block id, all of it the engine's own) has all of it done in one walk, and
+one that also hands its 32-byte hashes as words (`hash_words()`) has its new hashes checked
+as rows of words: the hash each block was checked with is then kept in arrays, and the full
 check's dict is rebuilt from them only when a sweep runs. Which block breaks a property is
 left to the full sweep.
 """
@@ -73,10 +73,6 @@ from schedcheck.invariants.violation import Violation
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 _NONE: IntArray = np.zeros(0, np.int64)
-# up to this many block ids, a step's bookkeeping is done on lists: below it numpy's
-# per-call cost (about 1 us a call) is above Python's per-block cost (measured: 3 blocks
-# 3 us as lists, 7 us as arrays; 64 blocks 27 us as lists, 20 us as arrays)
-SMALL_IDS = 32
 
 
 class PoolDeltaChecker:
@@ -168,17 +164,8 @@ class PoolDeltaChecker:
         pool_arrays = getattr(snapshot, "pool_arrays", None)
         if pool_arrays is not None:  # one compiled walk (pool_delta_kernels.py)
             suspect |= self._walk_changed(snapshot, pool_arrays(), removed, added, logged)
-            return suspect or reads.num_free_entries(snapshot) != self.num_free
-        _count(self.held, removed, -1)
-        _count(self.held, added, 1)
-        ids = self._changed_ids(snapshot, removed, added, logged)
-        self.changed = ids
-        self.num_blocks_checked = ids.size
-        if ids.size:
-            check = self._few_suspect if ids.size <= SMALL_IDS else self._many_suspect
-            suspect |= check(
-                snapshot, ids, reads.ref_cnt_of(snapshot, ids), reads.is_free(snapshot, ids)
-            )
+        else:  # two compiled passes, the engine's counts of the changed blocks read between
+            suspect |= self._read_changed(snapshot, removed, added, logged)
         return suspect or reads.num_free_entries(snapshot) != self.num_free
 
     def _walk_changed(
@@ -189,71 +176,42 @@ class PoolDeltaChecker:
         added: list[int],
         logged: Collection[int],
     ) -> bool:
-        """_count, _changed_ids, _few_suspect / _many_suspect and _rehashed in one compiled
-        walk over the step's blocks, on the snapshot's own arrays (ref_cnt, in the free
-        queue, hash changes per block id)."""
-        if self._marks.size != self.held.size:
-            self._marks = np.zeros(self.held.size, np.uint8)
-        reserved = _NONE  # kept blocks are checked (SGLang's tree), reserved ones are not
-        if not hasattr(snapshot, "is_kept"):
-            reserved = np.array(getattr(snapshot, "reserved_block_ids", ()), np.int64)
+        """The holder counts, the changed blocks, their properties and the blocks whose
+        hash moved, in one compiled walk over the step's blocks, on the snapshot's own
+        arrays (ref_cnt, in the free queue, hash changes per block id)."""
         ids, suspect, num_free_delta, lost, rehashed = self._kernels.step_blocks(
-            self.held, self.free, self.hash_changes, self._marks, *pool,
-            _ids(removed), _ids(added), _ids(logged), reserved,
+            self.held, self.free, self.hash_changes, self._scratch(), *pool,
+            _ids(removed), _ids(added), _ids(logged), _reserved(snapshot),
         )  # fmt: skip
         self.changed, self.num_blocks_checked = ids, ids.size
         self.num_free += num_free_delta
         self._rehashed_now = rehashed
         return suspect or (lost.size > 0 and reads.any_lost(snapshot, lost))
 
-    def _few_suspect(
-        self, snapshot: KVSnapshot, ids: IntArray, ref_cnt: IntArray, is_free: BoolArray
-    ) -> bool:
-        """_many_suspect for a few blocks, as lists: below SMALL_IDS blocks numpy's per-call
-        cost is above Python's per-block cost."""
-        changed, refs, frees = ids.tolist(), ref_cnt.tolist(), is_free.tolist()
-        suspect = refs != self.held[ids].tolist()  # ref-cnt
-        self.num_free += sum(frees) - sum(self.free[ids].tolist())
-        self.free[ids] = is_free
-        suspect |= any([f and r > 0 for f, r in zip(frees, refs, strict=True)])
-        lost = [b for b, r, f in zip(changed, refs, frees, strict=True) if not (r or f)]
-        if lost:  # free-queue: referenced yet free; leak: unreferenced, not free, not cached
-            suspect |= reads.any_lost(snapshot, np.array(lost, np.int64))
-        return suspect
-
-    def _many_suspect(
-        self, snapshot: KVSnapshot, ids: IntArray, ref_cnt: IntArray, is_free: BoolArray
-    ) -> bool:
-        """Any changed block breaking ref-cnt, free-queue or leak, as arrays (a step admitting
-        or finishing a long prompt changes thousands of blocks); `free` updated."""
-        free = self.free
-        suspect = bool((ref_cnt != self.held[ids]).any())  # ref-cnt
-        self.num_free += int(np.count_nonzero(is_free)) - int(np.count_nonzero(free[ids]))
-        free[ids] = is_free
-        suspect |= bool((is_free & (ref_cnt > 0)).any())  # free-queue: referenced yet free
-        lost = ids[~is_free & (ref_cnt == 0)]
-        if lost.size:  # leak: unreferenced, not free, not cached
-            suspect |= reads.any_lost(snapshot, lost)
-        return suspect
-
-    def _changed_ids(
+    def _read_changed(
         self, snapshot: KVSnapshot, removed: list[int], added: list[int], logged: Collection[int]
-    ) -> IntArray:
-        """Sorted, distinct, in range, not reserved: the blocks to check this step (a set
-        in C, sorted as an array: cheaper at every size than sorting the three apart)."""
-        distinct = set(logged)
-        distinct.update(removed)
-        distinct.update(added)
-        ids = np.fromiter(distinct, np.int64, len(distinct))
-        ids.sort()
-        if ids.size and (ids[0] < 0 or ids[-1] >= self.held.size):
-            ids = ids[(ids >= 0) & (ids < self.held.size)]
-        if hasattr(snapshot, "is_kept"):  # its reserved blocks are kept ones (SGLang's tree)
-            return ids
-        for b in getattr(snapshot, "reserved_block_ids", ()):  # bounded: vLLM's null block
-            if ids.size and ids[0] <= b <= ids[-1]:
-                ids = ids[ids != b]
-        return ids
+    ) -> bool:
+        """_walk_changed for a snapshot that reads its blocks' counts by id: the holder
+        counts and the changed blocks in one compiled pass, then the engine's ref_cnt and
+        free-queue membership of those blocks, then their properties in another."""
+        ids = self._kernels.step_ids(
+            self.held, self._scratch(), _ids(removed), _ids(added), _ids(logged),
+            _reserved(snapshot),
+        )  # fmt: skip
+        self.changed, self.num_blocks_checked = ids, ids.size
+        if not ids.size:
+            return False
+        suspect, num_free_delta, lost = self._kernels.check_read(
+            self.held, self.free, ids, reads.ref_cnt_of(snapshot, ids), reads.is_free(snapshot, ids)
+        )
+        self.num_free += num_free_delta
+        return suspect or (lost.size > 0 and reads.any_lost(snapshot, lost))
+
+    def _scratch(self) -> npt.NDArray[np.uint8]:
+        """The kernels' scratch marks, one byte a block id, all 0 between calls."""
+        if self._marks.size != self.held.size:
+            self._marks = np.zeros(self.held.size, np.uint8)
+        return self._marks
 
     def _check_cached(
         self, step: int, snapshot: KVSnapshot, block_contents: BlockContents
@@ -370,10 +328,9 @@ def _ids(ids: Collection[int]) -> IntArray:
     return np.fromiter(ids, np.int64, len(ids)) if len(ids) else _NONE
 
 
-def _count(held: IntArray, ids: list[int], delta: int) -> None:
-    """held[b] += delta for each b in ids (an id may repeat: a block two tables shared)."""
-    if len(ids) <= 4:
-        for b in ids:  # bounded: 4
-            held[b] += delta
-    elif ids:
-        np.add.at(held, np.array(ids, np.int64), delta)
+def _reserved(snapshot: KVSnapshot) -> IntArray:
+    """The blocks left out of the check: the snapshot's reserved ones (vLLM's null block),
+    none where it says which blocks it keeps itself (SGLang's tree: those are checked)."""
+    if hasattr(snapshot, "is_kept"):
+        return _NONE
+    return np.array(getattr(snapshot, "reserved_block_ids", ()), np.int64)

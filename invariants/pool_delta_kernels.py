@@ -1,5 +1,6 @@
 """The incremental pool check's per-block passes, compiled (numba): one call a step, for a
-snapshot that hands its pool as arrays (`pool_arrays()`, pool_delta.py).
+snapshot that hands its pool as arrays (`pool_arrays()`, pool_delta.py); two for one that
+reads its blocks' counts by id (`step_ids`, then `check_read` on what it read).
 
 What pool_delta.py does in a dozen numpy calls and Python passes over lists (a union in a
 set, the holder counts, ref-cnt, free-queue, leak, the blocks whose hash moved), done in
@@ -62,8 +63,10 @@ def changed_ids(marks, removed, added, logged, reserved, num_blocks):
 
 @njit(cache=True, nogil=True)
 def count_holders(held, ids, delta):
-    """held[b] += delta for each entry b of ids (an id may repeat)."""
+    """held[b] += delta for each entry b of ids (an id may repeat; each in range: the
+    tables' diff keeps only those)."""
     for b in ids:  # bounded: the ids given
+        assert 0 <= b < held.size, "a held block id lies in the pool"
         held[b] += delta
 
 
@@ -95,6 +98,36 @@ def check_changed(held, free, seen_hash_changes, ref_cnt, is_free, hash_changes,
             rehashed[num_rehashed] = b
             num_rehashed += 1
     return suspect, num_free_delta, lost[:num_lost], rehashed[:num_rehashed]
+
+
+@njit(cache=True, nogil=True)
+def step_ids(held, marks, removed, added, logged, reserved):
+    """The holder counts, then the step's changed blocks (sorted): step_blocks' first
+    half, for a snapshot that reads its blocks' counts by id (no `pool_arrays`)."""
+    count_holders(held, removed, -1)
+    count_holders(held, added, 1)
+    return changed_ids(marks, removed, added, logged, reserved, held.size)
+
+
+@njit(cache=True, nogil=True)
+def check_read(held, free, ids, ref_cnt, is_free):
+    """check_changed of blocks whose counts were read by id (`ref_cnt[k]`, `is_free[k]`:
+    block ids[k]'s), their hashes looked at apart; returns (suspect, the change in blocks
+    marked free, the lost blocks). `free` is brought up to date."""
+    suspect = False
+    num_free_delta = np.int64(0)
+    lost = np.empty(ids.size, np.int64)
+    num_lost = 0
+    for k in range(ids.size):  # bounded: the changed blocks
+        b, r, f = ids[k], ref_cnt[k], is_free[k]
+        if r != held[b] or (f and r > 0):
+            suspect = True
+        if not f and r == 0:
+            lost[num_lost] = b
+            num_lost += 1
+        num_free_delta += np.int64(f) - np.int64(free[b])
+        free[b] = f
+    return suspect, num_free_delta, lost[:num_lost]
 
 
 @njit(cache=True, nogil=True)
