@@ -30,6 +30,8 @@ which also words the findings::
     add_verifiers    verifiers[b] += delta, each occurrence counted
     block_contents   each block's last identity and whether all its slots were written
                      (the pool check's view of a freshly cached block)
+    tag_identities   the identities a KV-cache group writes: each xor its tag, 0 (none
+                     known) left 0 (`tag_identity` one at a time)
 
 Identities and sampling are those of invariants/hash_model.py (SplitMix64's finalizer), one
 element at a time by the scalar kernels of invariants/hash_kernels.py.
@@ -208,8 +210,7 @@ def count_range_wrong(
             block = entries[entry + key // block_size - first_block]
             slot = block * block_size + key % block_size if block >= 0 else -1
             expected = arena_ids[base[w] + key] if key < num_tokens[w] else np.uint64(0)
-            if expected != 0:
-                expected ^= tag
+            expected = tag_identity(expected, tag)
             if expected == 0 or slot < 0 or slot >= num_slots or shadow[slot] != expected:
                 wrong += 1
         num_keys += highs[k] - lows[k]
@@ -346,3 +347,20 @@ def block_contents(shadow, block_ids, block_size):
                 break
         last[k] = shadow[start + block_size - 1]
     return last, complete
+
+
+@njit(cache=True, nogil=True)
+def tag_identity(identity, tag):
+    """The identity a KV-cache group writes for a position, or expects there: the
+    position's identity xor the group's tag (hash_model.group_tag); 0, no identity known,
+    stays 0."""
+    return identity ^ tag if identity != 0 else identity
+
+
+@njit(cache=True, nogil=True)
+def tag_identities(identities, tag):
+    """tag_identity of each identity (a new array)."""
+    out = np.empty_like(identities)
+    for k in range(identities.size):  # bounded: the identities
+        out[k] = tag_identity(identities[k], tag)
+    return out

@@ -59,6 +59,7 @@ from schedcheck.sim.shadow_kernels import (
     count_wrong,
     grow_verified,
     old_values,
+    tag_identities,
     truth_of_rows,
     write_slots,
 )
@@ -189,7 +190,7 @@ def _write_groups(slot_state, slots, group_slots, tag, positions, row_req, indic
         step,
     )  # fmt: skip
     if group_slots.size:
-        tagged = np.where(ids != 0, ids ^ tag, ids)
+        tagged = tag_identities(ids, tag)
         write_slots(
             shadow, writer_req, writer_pos, writer_step, group_slots, positions, row_req,
             indices, tagged, step,

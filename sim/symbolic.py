@@ -301,7 +301,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
             slots_of_positions=meta.slot_mapping_from_block_table,
         )
         for group in range(1, len(meta.kv_groups)):
-            tagged = np.where(written != 0, written ^ hash_model.group_tag(group), written)
+            tagged = self._kernels.tag_identities(written, hash_model.group_tag(group))
             slots = meta.slots_of_group(group)
             self._store(step, slots, meta.positions, row_req, tagged, idx, False)
         return written, true_ids
@@ -634,7 +634,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
             return set()
         key_req, keys, slots, expected = self._gather_keys(idx, todo, ranges)
         if tag:
-            expected = np.where(expected != 0, expected ^ tag, expected)
+            expected = self._kernels.tag_identities(expected, tag)
         kv_group = meta.kv_groups[group] if group else None
         return self._compare(meta, reqs, (key_req, keys, slots, expected), kv_group)
 

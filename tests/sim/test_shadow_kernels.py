@@ -310,3 +310,13 @@ def test_count_range_wrong_is_gather_keys_then_count_wrong_of_the_tagged_identit
         some_right += counts[0] < keys.size
         some_changed += counts[1] > counts[0]
     assert some_right >= 8 and some_changed >= 8  # both cases drawn often
+
+
+def test_tag_identities_tags_every_known_identity_and_leaves_none_known_at_zero():
+    tag = hash_model.group_tag(1)
+    ids = np.array([0, 5, 2**63, 2**64 - 1, 0], np.uint64)
+    got = shadow_kernels.tag_identities(ids, tag)
+    assert got.dtype == np.uint64
+    assert got.tolist() == [0, 5 ^ int(tag), 2**63 ^ int(tag), (2**64 - 1) ^ int(tag), 0]
+    assert ids.tolist() == [0, 5, 2**63, 2**64 - 1, 0]  # a new array
+    assert shadow_kernels.tag_identities(ids, np.uint64(0)).tolist() == ids.tolist()
