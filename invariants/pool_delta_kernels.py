@@ -71,36 +71,6 @@ def count_holders(held, ids, delta):
 
 
 @njit(cache=True, nogil=True)
-def check_changed(held, free, seen_hash_changes, ref_cnt, is_free, hash_changes, ids):
-    """The properties of each changed block (module docstring); returns (suspect, the
-    change in blocks marked free, the lost blocks, the rehashed blocks). `free` and
-    `seen_hash_changes` are brought up to date."""
-    suspect = False
-    num_free_delta = np.int64(0)
-    lost = np.empty(ids.size, np.int64)
-    rehashed = np.empty(ids.size, np.int64)
-    num_lost = 0
-    num_rehashed = 0
-    for b in ids:  # bounded: the changed blocks
-        r = ref_cnt[b]
-        f = is_free[b]
-        if r != held[b]:
-            suspect = True
-        if f and r > 0:
-            suspect = True
-        if not f and r == 0:
-            lost[num_lost] = b
-            num_lost += 1
-        num_free_delta += np.int64(f) - np.int64(free[b])
-        free[b] = f
-        if hash_changes[b] != seen_hash_changes[b]:
-            seen_hash_changes[b] = hash_changes[b]
-            rehashed[num_rehashed] = b
-            num_rehashed += 1
-    return suspect, num_free_delta, lost[:num_lost], rehashed[:num_rehashed]
-
-
-@njit(cache=True, nogil=True)
 def step_ids(held, marks, removed, added, logged, reserved):
     """The holder counts, then the step's changed blocks (sorted): step_blocks' first
     half, for a snapshot that reads its blocks' counts by id (no `pool_arrays`)."""
@@ -131,6 +101,22 @@ def check_read(held, free, ids, ref_cnt, is_free):
 
 
 @njit(cache=True, nogil=True)
+def check_changed(held, free, seen_hash_changes, ref_cnt, is_free, hash_changes, ids):
+    """The properties of each changed block (module docstring), on the pool's arrays by
+    block id; returns (suspect, the change in blocks marked free, the lost blocks, the
+    rehashed blocks). `free` and `seen_hash_changes` are brought up to date."""
+    suspect, num_free_delta, lost = check_read(held, free, ids, ref_cnt[ids], is_free[ids])
+    rehashed = np.empty(ids.size, np.int64)
+    num_rehashed = 0
+    for b in ids:  # bounded: the changed blocks
+        if hash_changes[b] != seen_hash_changes[b]:
+            seen_hash_changes[b] = hash_changes[b]
+            rehashed[num_rehashed] = b
+            num_rehashed += 1
+    return suspect, num_free_delta, lost, rehashed[:num_rehashed]
+
+
+@njit(cache=True, nogil=True)
 def step_blocks(
     held, free, seen_hash_changes, marks, ref_cnt, is_free, hash_changes,
     removed, added, logged, reserved,
@@ -138,9 +124,7 @@ def step_blocks(
     """One step's walk (module docstring): the holder counts, then the changed blocks and
     their properties. Returns (changed, suspect, the change in blocks marked free, lost,
     rehashed)."""
-    count_holders(held, removed, -1)
-    count_holders(held, added, 1)
-    ids = changed_ids(marks, removed, added, logged, reserved, held.size)
+    ids = step_ids(held, marks, removed, added, logged, reserved)
     suspect, num_free_delta, lost, rehashed = check_changed(
         held, free, seen_hash_changes, ref_cnt, is_free, hash_changes, ids
     )
