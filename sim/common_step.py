@@ -52,6 +52,7 @@ class CommonStep:
     block_size: int
     vocab_size: int
     num_keys_checked: int
+    _kernels: ModuleType
     _step_kernel: ModuleType
 
     def _add_verifiers(self, blocks: Sequence[int], delta: int) -> None:
@@ -118,10 +119,27 @@ class CommonStep:
     def _window(self, meta: RunnerMetadata, idx: np.ndarray) -> Window:
         """common_step's `window`: group 1's slot mapping and tag, and the store indices,
         key ranges and table entries of the windows its rows read (`_read_group`'s)."""
-        todo, lows, highs = window_ranges(meta, 1)
+        todo, lows, highs = self._window_ranges(meta, 1)
         lo, hi, entries = self._key_ranges(meta.tables_of_group(1), todo, lows, highs)
         tag = hash_model.group_tag(1)
         return meta.slots_of_group(1), tag, idx[todo], lo, hi, entries
+
+    def _window_ranges(
+        self, meta: RunnerMetadata, group: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(todo, lows, highs): the keys [lows[i], highs[i]) that request i's rows read
+        through sliding-window group `group`, and the requests todo that read any
+        (shadow_kernels.window_lows, one pass)::
+
+            window of the row at position p:  keys [max(0, p - W + 1), p]
+            keys read for request i:          [first row's window start, seq_lens[i])
+        """
+        kv_group = meta.kv_groups[group]
+        assert kv_group.kind == "sliding", f"group {group}: only sliding groups follow group 0"
+        todo, lows = self._kernels.window_lows(
+            meta.positions, meta.query_start_loc, meta.seq_lens, kv_group.sliding_window
+        )
+        return todo, lows, meta.seq_lens
 
     def _key_ranges(
         self,
@@ -180,18 +198,3 @@ def keeps_verified(req: ShadowRequest, table: tuple[int, ...]) -> bool:
     """Does `table` still start with the blocks whose keys `req` verified?"""
     n = len(req.verified_table)
     return not n or table[:n] == req.verified_table
-
-
-def window_ranges(meta: RunnerMetadata, group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(todo, lows, highs): the keys [lows[i], highs[i]) that request i's rows read through
-    sliding-window group `group`, and the requests todo that read any::
-
-        window of the row at position p:  keys [max(0, p - W + 1), p]
-        keys read for request i:          [first row's window start, seq_lens[i])
-    """
-    kv_group = meta.kv_groups[group]
-    assert kv_group.kind == "sliding", f"group {group}: only sliding groups follow group 0"
-    firsts = meta.positions[meta.query_start_loc[:-1]]
-    highs = meta.seq_lens
-    lows = np.minimum(np.maximum(firsts - (kv_group.sliding_window - 1), 0), highs)
-    return np.flatnonzero(highs > lows), lows, highs

@@ -30,6 +30,8 @@ which also words the findings::
     add_verifiers    verifiers[b] += delta, each occurrence counted
     block_contents   each block's last identity and whether all its slots were written
                      (the pool check's view of a freshly cached block)
+    window_lows      where each request's reads through a sliding window start, and the
+                     requests that read any key through it
     tag_identities   the identities a KV-cache group writes: each xor its tag, 0 (none
                      known) left 0 (`tag_identity` one at a time)
 
@@ -364,3 +366,22 @@ def tag_identities(identities, tag):
     for k in range(identities.size):  # bounded: the identities
         out[k] = tag_identity(identities[k], tag)
     return out
+
+
+@njit(cache=True, nogil=True)
+def window_lows(positions, query_start_loc, seq_lens, sliding_window):
+    """(todo, lows): request i's rows read keys [lows[i], seq_lens[i]) through a sliding
+    window of `sliding_window` keys, lows[i] the window start of its first row's position
+    p, max(0, p - sliding_window + 1) (capped at seq_lens[i]); todo, the requests with any
+    key to read."""
+    num_reqs = seq_lens.size
+    lows = np.empty(num_reqs, np.int64)
+    todo = np.empty(num_reqs, np.int64)
+    num_todo = 0
+    for i in range(num_reqs):  # bounded: the requests
+        low = min(max(positions[query_start_loc[i]] - (sliding_window - 1), 0), seq_lens[i])
+        lows[i] = low
+        if seq_lens[i] > low:
+            todo[num_todo] = i
+            num_todo += 1
+    return todo[:num_todo], lows

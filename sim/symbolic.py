@@ -77,7 +77,7 @@ from schedcheck.engines.protocol import KVCacheGroup
 from schedcheck.engines.slots import touched_entries
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.violation import Violation
-from schedcheck.sim.common_step import CommonStep, changed_tables, keeps_verified, window_ranges
+from schedcheck.sim.common_step import CommonStep, changed_tables, keeps_verified
 from schedcheck.sim.draft_acceptance import DraftAcceptance
 from schedcheck.sim.overwrites import Overwrites
 from schedcheck.sim.token_store import ShadowRequest, TokenStore, sample_and_terms
@@ -603,8 +603,8 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         self, meta: RunnerMetadata, reqs: list[ShadowRequest], idx: np.ndarray, group: int
     ) -> set[int]:
         """Read, through group `group`'s tables, exactly the keys in its rows' windows
-        (`window_ranges`)."""
-        todo, lows, highs = window_ranges(meta, group)
+        (`_window_ranges`)."""
+        todo, lows, highs = self._window_ranges(meta, group)
         if not todo.size:
             return set()
         return self._read_ranges(meta, reqs, idx, group, todo, lows, highs)

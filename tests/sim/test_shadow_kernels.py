@@ -320,3 +320,14 @@ def test_tag_identities_tags_every_known_identity_and_leaves_none_known_at_zero(
     assert got.tolist() == [0, 5 ^ int(tag), 2**63 ^ int(tag), (2**64 - 1) ^ int(tag), 0]
     assert ids.tolist() == [0, 5, 2**63, 2**64 - 1, 0]  # a new array
     assert shadow_kernels.tag_identities(ids, np.uint64(0)).tolist() == ids.tolist()
+
+
+def test_window_lows_starts_each_read_at_its_first_rows_window():
+    """Window of 4 keys: a decode at position 9 reads keys 6..9; a chunk at positions 2..5
+    reads from key 0 (its first row's window is cut at 0); a first row past its seq_len
+    (misaligned metadata) reads nothing."""
+    positions = np.array([9, 2, 3, 4, 5, 20], np.int64)
+    query_start_loc = np.array([0, 1, 5, 6], np.int64)
+    seq_lens = np.array([10, 6, 10], np.int64)
+    todo, lows = shadow_kernels.window_lows(positions, query_start_loc, seq_lens, 4)
+    assert (todo.tolist(), lows.tolist()) == ([0, 1], [6, 0, 10])
