@@ -3,7 +3,9 @@ position and request, and the KV slot of a range of positions through a block ta
 
 Built two ways, picked by size: up to SMALL_ROWS rows from lists, each pass in C (map,
 chain), where numpy's per-call cost (about 1 us) is above Python's per-row cost; above it
-by array operations. Both give the same int64 arrays (tests/sim/test_slots.py)::
+by array operations. A step of one request (most steps of a fuzz example) takes the slots
+of the blocks its rows touch, block by block. All give the same int64 arrays
+(tests/sim/test_slots.py)::
 
     position p of request i -> block_tables[i][p // block_size] * block_size
                                + p % block_size      (-1 past the table's end)
@@ -69,6 +71,10 @@ def gather_slots(
     num_reqs = len(block_tables)
     assert len(starts) == len(counts) == num_reqs
     assert min(starts, default=0) >= 0 and min(counts, default=1) >= 1
+    if num_reqs == 1:  # most steps of a small run: one request, its slots run by block
+        one = _slots_of_one(block_tables[0], starts[0], counts[0], block_size)
+        if one is not None:
+            return one
     if sum(counts) <= SMALL_ROWS:
         return np.asarray(_slots_listed(block_tables, starts, counts, block_size), np.int64)
     starts_arr = np.asarray(starts, dtype=np.int64)
@@ -88,6 +94,26 @@ def gather_slots(
     rows = np.repeat(run_start - row_start, counts_arr)
     rows += np.arange(rows.size, dtype=np.int64)
     return block_slots[rows]
+
+
+def _slots_of_one(
+    table: tuple[int, ...], start: int, count: int, block_size: int
+) -> IntArray | None:
+    """gather_slots of one request: positions [start, start + count) lie in consecutive
+    offsets of the blocks they touch, so the slots are those blocks' slots from `start`'s
+    offset on (one block: a range). None where a position lies past the table or in a
+    block whose entry is negative (rare: the caller goes position by position)."""
+    first, last = start // block_size, (start + count - 1) // block_size
+    entries = table[first : last + 1]
+    if len(entries) <= last - first or min(entries) < 0:
+        return None
+    offset = start - first * block_size
+    if first == last:
+        slot = entries[0] * block_size + offset
+        return np.arange(slot, slot + count, dtype=np.int64)
+    blocks = np.array(entries, dtype=np.int64) * block_size
+    block_slots = blocks[:, None] + np.arange(block_size, dtype=np.int64)
+    return block_slots.ravel()[offset : offset + count]
 
 
 def _slots_listed(

@@ -71,6 +71,24 @@ def test_lists_and_arrays_agree_at_every_size_around_the_threshold(monkeypatch):
         monkeypatch.setattr(slots, "SMALL_ROWS", SMALL_ROWS)
 
 
+def test_one_request_gives_the_slots_position_by_position_gives():
+    """One request's rows (its own path: one block, several, past the table, a negative
+    entry), against the slots named position by position."""
+    rng = random.Random(2)
+    num_by_blocks = 0
+    for _ in range(300):  # bounded: random cases
+        tables, starts, counts, block_size = _random_case(rng, (1, 1), [1, 4, 16], 60, 40, 30)
+        want = _slots_one_by_one(tables, starts, counts, block_size)
+        got = gather_slots(tables, starts, counts, block_size)
+        assert got.dtype == np.int64 and got.tolist() == want
+        by_blocks = slots._slots_of_one(tables[0], starts[0], counts[0], block_size)
+        num_by_blocks += by_blocks is not None
+    assert num_by_blocks > 100  # the path compared (the rest: past a table, an entry -1)
+    assert gather_slots([(3, 5, 1)], [5], [6], 4).tolist() == [21, 22, 23, 4, 5, 6]
+    assert gather_slots([(3, 5, 1)], [9], [1], 4).tolist() == [5]
+    assert gather_slots([(3,)], [2], [4], 4).tolist() == [14, 15, -1, -1]  # past the table
+
+
 def test_build_metadata_of_a_long_chunk_beside_a_decode():
     """A 70-token chunk (past SMALL_ROWS: array operations) beside one decode, block size 16:
     exact positions, slots, query starts, sequence lengths and logits rows."""
