@@ -203,7 +203,8 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         reread = self._reads_cut(reqs) or any(meta.num_computed_tokens[i] for i in first)
         if self.use_common_step and not self.violations:
             written, sampled = self._common_step(meta, reqs, idx, reread, num_known)
-            if sampled is not None and num_known:
+            if sampled is not None and num_known:  # done: every row wrote its identity
+                assert written is not None
                 sampled.update(self._accept(meta, reqs, written, set(), num_known))
         if sampled is None:
             sampled = self._step(meta, reqs, idx, num_known, written)
