@@ -93,8 +93,8 @@ class PoolDeltaChecker:
         # per block id, the engine's count of its hash changes when last looked at (engines
         # with `hash_changes_of`): a changed block whose count did not move kept its hash
         self.hash_changes: IntArray = _NONE
-        # the compiled walk (snapshots with `pool_arrays`): its scratch, one byte a block,
-        # and the blocks whose hash moved, found by the walk for _check_cached
+        # the compiled passes' scratch, one byte a block; and the blocks whose hash moved,
+        # found by the walk of a snapshot with `pool_arrays`, for _check_cached
         self._marks = np.zeros(0, np.uint8)
         self._rehashed_now: IntArray | None = None
         # snapshots with `hash_words`: the hash each block was checked with, as 4 words,
