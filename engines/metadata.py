@@ -236,9 +236,12 @@ def _drafts_and_groups(
     """The draft counts, and per KV-cache group g >= 1 the (B,) block tables and the (T,)
     slot mapping of the rows through that group's tables (empty with one group)."""
     drafts = [len(r.spec_token_ids) for r in reqs]
-    tables = tuple(tuple(r.group_table(g) for r in reqs) for g in range(1, len(kv_groups)))
+    num_draft_tokens = np.array(drafts, dtype=np.int64) if any(drafts) else _EMPTY
+    if len(kv_groups) == 1:  # most steps: no other group's tables or slots
+        return {"num_draft_tokens": num_draft_tokens, "kv_groups": kv_groups}
+    tables = tuple(tuple([r.group_table(g) for r in reqs]) for g in range(1, len(kv_groups)))
     return {
-        "num_draft_tokens": np.array(drafts, dtype=np.int64) if any(drafts) else _EMPTY,
+        "num_draft_tokens": num_draft_tokens,
         "kv_groups": kv_groups,
         "group_block_tables": tables,
         "group_slot_mappings": tuple(
