@@ -27,6 +27,8 @@ which also words the findings::
     grow_verified    verified lengths grown; the requests whose verified blocks grow
     verify_own_chunks  the common read: each request reads exactly the chunk it just wrote
                      (count_wrong of its rows, then grow_verified), or nothing is done
+    reads_from_verified  does each request read exactly its unverified keys (its chunk,
+                     and before it the ranges handed for a step after a prefix hit)?
     add_verifiers    verifiers[b] += delta, each occurrence counted
     block_contents   each block's last identity and whether all its slots were written
                      (the pool check's view of a freshly cached block)
@@ -307,7 +309,7 @@ def verify_own_chunks(
     (count_wrong is 0), grow_verified(..., who, seq_lens) and return (True, its result);
     else (False, nothing) with nothing changed."""
     none = np.empty(0, dtype=np.int64)
-    if not reads_own_chunks(verified_len, who, num_computed, seq_lens):
+    if not reads_from_verified(verified_len, who, num_computed, seq_lens, (none, none, none, none)):
         return False, none, none
     if count_wrong(shadow, slots, expected):
         return False, none, none
@@ -316,13 +318,23 @@ def verify_own_chunks(
 
 
 @njit(cache=True, nogil=True)
-def reads_own_chunks(verified_len, who, num_computed, seq_lens):
-    """Are each request's unverified keys exactly the chunk it writes now?"""
-    for i in range(who.size):  # bounded: the requests
-        low = verified_len[who[i]]
-        if low != num_computed[i] or seq_lens[i] <= low:
+def reads_from_verified(verified_len, indices, num_computed, seq_lens, prefix):
+    """Does each request read exactly its unverified keys: its chunk, and before it the
+    range `prefix` lists for it (keys [verified_len, num_computed), in batch order), if
+    any?"""
+    reqs, lows, highs, _ = prefix
+    k = 0
+    for i in range(indices.size):  # bounded: the requests
+        low = verified_len[indices[i]]
+        if low > num_computed[i] or seq_lens[i] <= num_computed[i]:
             return False
-    return True
+        if low < num_computed[i]:
+            if k == reqs.size or reqs[k] != i or lows[k] != low:
+                return False
+            if highs[k] != num_computed[i]:
+                return False
+            k += 1
+    return k == reqs.size
 
 
 @njit(cache=True, nogil=True)

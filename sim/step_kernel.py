@@ -59,6 +59,7 @@ from schedcheck.sim.shadow_kernels import (
     count_wrong,
     grow_verified,
     old_values,
+    reads_from_verified,
     tag_identities,
     truth_of_rows,
     write_slots,
@@ -158,26 +159,6 @@ def _count_ranges_wrong(base, num_tokens, arena_ids, indices, prefix, window, bl
         )
         num_keys += num_window_keys
     return wrong, num_keys
-
-
-@njit(cache=True, nogil=True)
-def reads_from_verified(verified_len, indices, num_computed, seq_lens, prefix):
-    """Does each request read exactly its unverified keys: its chunk, and before it the
-    range `prefix` lists for it (keys [verified_len, num_computed), in batch order), if
-    any?"""
-    reqs, lows, highs, _ = prefix
-    k = 0
-    for i in range(indices.size):  # bounded: the requests
-        low = verified_len[indices[i]]
-        if low > num_computed[i] or seq_lens[i] <= num_computed[i]:
-            return False
-        if low < num_computed[i]:
-            if k == reqs.size or reqs[k] != i or lows[k] != low:
-                return False
-            if highs[k] != num_computed[i]:
-                return False
-            k += 1
-    return k == reqs.size
 
 
 @njit(cache=True, nogil=True)
