@@ -84,8 +84,7 @@ def gather_slots(
     offsets = np.zeros(num_reqs, dtype=np.int64)
     np.cumsum(num_touched[:-1], out=offsets[1:])
     flat = touched_entries(block_tables, first_blocks.tolist(), num_touched.tolist())
-    # every slot of every touched block, in order; each request's rows are one run of it
-    block_slots = (flat[:, None] * block_size + np.arange(block_size, dtype=np.int64)).ravel()
+    block_slots = _block_slots(flat, block_size)  # each request's rows: one run of it
     if flat.size and flat.min() < 0:  # past the end of a table: -1 for its whole block
         block_slots[np.repeat(flat < 0, block_size)] = -1
     row_start = np.zeros(num_reqs, dtype=np.int64)
@@ -111,9 +110,13 @@ def _slots_of_one(
     if first == last:
         slot = entries[0] * block_size + offset
         return np.arange(slot, slot + count, dtype=np.int64)
-    blocks = np.array(entries, dtype=np.int64) * block_size
-    block_slots = blocks[:, None] + np.arange(block_size, dtype=np.int64)
-    return block_slots.ravel()[offset : offset + count]
+    return _block_slots(np.array(entries, dtype=np.int64), block_size)[offset : offset + count]
+
+
+def _block_slots(blocks: IntArray, block_size: int) -> IntArray:
+    """Every slot of every block of `blocks`, in order: block b's are b * block_size +
+    0 .. block_size - 1."""
+    return (blocks[:, None] * block_size + np.arange(block_size, dtype=np.int64)).ravel()
 
 
 def _slots_listed(
