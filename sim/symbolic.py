@@ -199,7 +199,8 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         written, sampled = None, None
         # a first step after a prefix hit, or after verified keys were cut, hands the common
         # step the keys read before the chunks; it samples the requests without drafts,
-        # and the rejection sampler then takes those with drafts
+        # and the rejection sampler then takes those with drafts. A step that found
+        # something already (a copy, a discarded write, a misplaced draft) takes the phases
         reread = self._reads_cut(reqs) or any(meta.num_computed_tokens[i] for i in first)
         if self.use_common_step and not self.violations:
             written, sampled = self._common_step(meta, reqs, idx, reread, num_known)
