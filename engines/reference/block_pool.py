@@ -41,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from schedcheck.engines.protocol import hash_words_of
+from schedcheck.engines.reference.per_block import add_at, any_at, release_at, set_at
 from schedcheck.engines.reference.snapshot import readonly_view
 
 
@@ -138,10 +139,9 @@ class BlockPool:
         if not self.cached_hash_of_block.keys().isdisjoint(block_ids):
             self._evict_many([b for b in block_ids if b in self.cached_hash_of_block])
         if block_ids:
-            ids = np.fromiter(block_ids, np.int64, num_blocks)  # one conversion, three uses
-            assert not self.ref_cnt[ids].any(), "a free block had holders"
-            self.ref_cnt[ids] = 1
-            self.in_free_queue[ids] = False
+            assert not any_at(self.ref_cnt, block_ids), "a free block had holders"
+            set_at(self.ref_cnt, block_ids, 1)
+            set_at(self.in_free_queue, block_ids, False)
             if self.change_log is not None:
                 self.change_log.extend(block_ids)
         return block_ids
@@ -153,9 +153,8 @@ class BlockPool:
         queue = self.free_block_queue
         for block_id in block_ids:
             queue.pop(block_id, None)
-        ids = np.fromiter(block_ids, np.int64, len(block_ids))
-        self.ref_cnt[ids] += 1
-        self.in_free_queue[ids] = False
+        add_at(self.ref_cnt, block_ids, 1)
+        set_at(self.in_free_queue, block_ids, False)
         if self.change_log is not None:
             self.change_log.extend(block_ids)
 
@@ -166,18 +165,14 @@ class BlockPool:
         """
         if not ordered_block_ids:
             return
-        ids = np.fromiter(ordered_block_ids, np.int64, len(ordered_block_ids))
-        ref_cnt = self.ref_cnt
-        ref_cnt[ids] -= 1
-        left = ref_cnt[ids]  # read once: each block's holders after this free
-        assert (left >= 0).all(), "ref_cnt went negative: double free"
+        freed = release_at(self.ref_cnt, ordered_block_ids)
         if self.change_log is not None:
             self.change_log.extend(ordered_block_ids)
-        queue, freed = self.free_block_queue, ids[left == 0]
-        for block_id in freed.tolist():  # bounded: the blocks freed
+        queue = self.free_block_queue
+        for block_id in freed:  # bounded: the blocks freed
             assert block_id not in queue  # (a loop: OrderedDict.update is slower, measured)
             queue[block_id] = None
-        self.in_free_queue[freed] = True
+        set_at(self.in_free_queue, freed, True)
 
     def cache_full_blocks(
         self,
@@ -202,10 +197,9 @@ class BlockPool:
         ):  # the common case, in bulk: fresh blocks, content no one cached yet
             cached.update(zip(new_hashes, new_ids, strict=True))
             cached_hash_of_block.update(zip(new_ids, new_hashes, strict=True))
-            ids = np.fromiter(new_ids, np.int64, len(new_ids))
-            self.hash_changes_of_block[ids] += 1
+            add_at(self.hash_changes_of_block, new_ids, 1)
             if self.cached_now is not None:
-                self.cached_now[ids] = True
+                set_at(self.cached_now, new_ids, True)
                 self.hash_words_pending.append((new_ids, new_hashes))
             assert len(cached) == len(cached_hash_of_block), "one block per hash"
             self.cache_version += 1

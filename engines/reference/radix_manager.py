@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from schedcheck.engines.reference.kv_manager import EMPTY_HIT, PrefixHit, cdiv
+from schedcheck.engines.reference.per_block import add_at, any_at, release_at
 from schedcheck.engines.reference.radix_cache import RadixCache, TreeNode
 from schedcheck.engines.reference.request import Request
 from schedcheck.engines.reference.snapshot import CountedDeque, ManagerSnapshot, readonly_view
@@ -139,7 +140,7 @@ class RadixKVManager:
             pages.block_ids.extend(hit.block_ids)
             pages.num_tree_pages = len(hit.block_ids)
             pages.last_node = node
-            self.ref_cnt[list(hit.block_ids)] += 1
+            add_at(self.ref_cnt, hit.block_ids, 1)
         taken = self._take_pages(pages, num_new_pages)
         assert taken
         self._table_tuples.pop(request_id, None)
@@ -157,7 +158,7 @@ class RadixKVManager:
             self._evict(num_pages - len(free_pool))
         new_block_ids = [free_pool.popleft() for _ in range(num_pages)]
         self._check_unheld(new_block_ids, "a free page had holders")
-        self.ref_cnt[new_block_ids] += 1
+        add_at(self.ref_cnt, new_block_ids, 1)
         pages.block_ids.extend(new_block_ids)
         return True
 
@@ -176,12 +177,8 @@ class RadixKVManager:
         self.free_pool.extend(freed)
 
     def _check_unheld(self, block_ids: list[int], message: str) -> None:
-        """Pages going to (or leaving) the free pool have no holder (a few read one by one:
-        numpy's gather of a short list costs more than the reads)."""
-        if len(block_ids) <= 32:
-            assert not any(map(self.ref_cnt.item, block_ids)), message
-        else:
-            assert not self.ref_cnt[block_ids].any(), message
+        """Pages going to (or leaving) the free pool have no holder."""
+        assert not any_at(self.ref_cnt, block_ids), message
 
     # -- after a step ----------------------------------------------------------------------
 
@@ -255,11 +252,10 @@ class RadixKVManager:
         block_ids = pages.block_ids
         tree_ids = block_ids[: pages.num_tree_pages]
         private_ids = block_ids[pages.num_tree_pages :]
-        if tree_ids:
-            self.ref_cnt[tree_ids] -= 1
+        add_at(self.ref_cnt, tree_ids, -1)
         if private_ids:
-            self.ref_cnt[private_ids] -= 1
-            assert not self.ref_cnt[private_ids].any(), "a private page had other holders"
+            freed = release_at(self.ref_cnt, private_ids)
+            assert freed == private_ids, "a private page had other holders"
             self.free_pool.extend(reversed(private_ids))
         if pages.last_node is not None:
             self.tree.unlock(pages.last_node)
