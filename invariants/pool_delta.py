@@ -331,6 +331,7 @@ def _ids(ids: Collection[int]) -> IntArray:
 def _reserved(snapshot: KVSnapshot) -> IntArray:
     """The blocks left out of the check: the snapshot's reserved ones (vLLM's null block),
     none where it says which blocks it keeps itself (SGLang's tree: those are checked)."""
-    if hasattr(snapshot, "is_kept"):
+    reserved = getattr(snapshot, "reserved_block_ids", ())
+    if hasattr(snapshot, "is_kept") or not len(reserved):
         return _NONE
-    return np.array(getattr(snapshot, "reserved_block_ids", ()), np.int64)
+    return np.array(reserved, np.int64)

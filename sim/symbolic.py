@@ -89,6 +89,7 @@ _INDEX = operator.attrgetter("index")
 _COMPUTED = operator.attrgetter("num_computed_tokens")
 _SCHEDULED = operator.attrgetter("num_scheduled_tokens")
 _NO_IDS = np.zeros(0, dtype=U64)  # an empty identity array, shared (never written)
+FEW_BLOCKS = 8  # _add_verifiers: up to here a loop, past it the compiled kernel
 
 
 class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
@@ -713,9 +714,15 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
 
     def _add_verifiers(self, blocks: Sequence[int], delta: int) -> None:
         """verifiers[b] += delta for each b in blocks, each occurrence counted (a block
-        named twice, an engine's bug, counts twice)."""
-        if blocks:
+        named twice, an engine's bug, counts twice). A few in a loop (most steps: a block
+        or two; the kernel's call and the list's conversion cost more), many compiled."""
+        if len(blocks) > FEW_BLOCKS:
             self._kernels.add_verifiers(self.verifiers, np.asarray(blocks, I64), delta)
+            return
+        verifiers = self.verifiers
+        for b in blocks:  # bounded: FEW_BLOCKS
+            assert 0 <= b < verifiers.size, "a verified block lies in the pool"
+            verifiers[b] += delta
 
     def _unverify(self, req: ShadowRequest, keep_len: int) -> None:
         keep_blocks = keep_len // self.block_size

@@ -287,3 +287,18 @@ def test_a_recompute_of_equal_kv_into_a_block_a_live_request_verified_is_reporte
         1,
     )
     assert w.message == "writes slot 7 of block 1, which holds key 7 of live request A"
+
+
+def test_add_verifiers_counts_each_occurrence_in_the_loop_and_in_the_kernel():
+    """A few blocks are counted in a loop, many by the compiled kernel: the same counts,
+    a block named twice counted twice (an engine's bug)."""
+    from schedcheck.sim.symbolic import FEW_BLOCKS
+
+    few = [1, 3, 1]
+    many = [2] * (FEW_BLOCKS + 1) + [5]
+    assert len(few) <= FEW_BLOCKS < len(many)
+    ex = SymbolicExecutor(num_blocks=8, block_size=4)
+    ex._add_verifiers(few, 1)
+    ex._add_verifiers(many, 1)
+    ex._add_verifiers([3], -1)
+    assert ex.verifiers.tolist() == [0, 2, FEW_BLOCKS + 1, 0, 0, 1, 0, 0]
