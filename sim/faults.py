@@ -58,11 +58,12 @@ class FaultInjector:
     def __init__(
         self,
         faults: Mapping[str, float],
-        rng: np.random.Generator,
+        rng: Callable[[], np.random.Generator],
         engine: FaultInjectable | None,
         call: Callable[..., str | None],
     ) -> None:
         self.faults, self.rng, self.engine, self.call = faults, rng, engine, call
+        self.armed = any(p > 0.0 for p in faults.values())  # else no step draws
 
     def fire(
         self,
@@ -74,11 +75,13 @@ class FaultInjector:
         """Draw this step's faults and fire them; each that did something is appended to
         `fired` ("step N: kind: what"). `mid_prefill`: the live requests between two
         chunks of their prefill (`abort` aborts one)."""
-        for kind in draw_faults(self.faults, self.rng):
+        if not self.armed:
+            return
+        for kind in draw_faults(self.faults, self.rng()):
             if kind == "abort-mid-chunk":
                 what = self._abort_one(mid_prefill(), abort)
             elif self.engine is not None:
-                what = self.call("inject_fault", self.engine.inject_fault, kind, self.rng)
+                what = self.call("inject_fault", self.engine.inject_fault, kind, self.rng())
             else:
                 what = None
             if what:
@@ -87,6 +90,6 @@ class FaultInjector:
     def _abort_one(self, candidates: list[str], abort: Callable[[str], None]) -> str | None:
         if not candidates:
             return None
-        victim = candidates[int(self.rng.integers(len(candidates)))]
+        victim = candidates[int(self.rng().integers(len(candidates)))]
         abort(victim)
         return f"aborted {victim}"

@@ -25,7 +25,6 @@ import time
 from collections.abc import Generator, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
 import simpy
 
 from schedcheck.engines.capabilities import EngineRefusal
@@ -58,6 +57,7 @@ from schedcheck.sim.result import (  # re-exported: the loop's API
     SimOptions,
     call_engine,
 )
+from schedcheck.sim.run_rng import RunRng
 from schedcheck.sim.speculation import Drafts, make_speculation
 from schedcheck.sim.step_checks import StepChecks
 from schedcheck.traces.errors import TraceError
@@ -116,7 +116,7 @@ class Simulation:
         self.step_index = 0  # the step this turn schedules: schedule() calls before it
         self.done = False
         self.progress = _progress(options.progress)
-        self.rng = np.random.default_rng(options.seed)  # the run's one generator (faults)
+        self.rng = RunRng(options.seed)  # the run's one generator (faults, drafts)
         self.coverage = Coverage(config.block_size, config.num_lookahead_tokens)
         self.kv_groups = config.kv_cache_groups
         parts = (self.engine, self.executor, self.rng, self.checks.accounting, self.coverage)

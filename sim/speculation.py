@@ -19,7 +19,7 @@ itself (sim/pipelined.py); the engine learns them only as placeholders.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Callable, Container
 
 import numpy as np
 
@@ -99,7 +99,7 @@ def make_speculation(
     options: SimOptions,
     engine: Engine,
     executor: ExecutorParts,
-    rng: np.random.Generator,
+    rng: Callable[[], np.random.Generator],
     accounting: AccountingChecker,
     coverage: Coverage,
 ) -> Speculation | None:
@@ -118,5 +118,5 @@ def make_speculation(
             f"num_speculative_tokens={k}: executor {options.executor!r} does not "
             "verify drafts (use symbolic or tensor)"
         )
-    drafter = Drafter(k, options.draft_acceptance, rng, options.vocab_size)
+    drafter = Drafter(k, options.draft_acceptance, rng(), options.vocab_size)
     return Speculation(engine, drafter, accounting, coverage)
