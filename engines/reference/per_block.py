@@ -31,7 +31,7 @@ def add_at(values: npt.NDArray[np.integer], block_ids: Sequence[int], delta: int
         values[block_id] += delta
 
 
-def set_at(values: npt.NDArray[np.generic], block_ids: Sequence[int], value: object) -> None:
+def set_at(values: npt.NDArray[np.generic], block_ids: Sequence[int], value: int | bool) -> None:
     """values[block_ids] = value."""
     if len(block_ids) > FEW_IDS:
         values[np.fromiter(block_ids, np.int64, len(block_ids))] = value
@@ -53,9 +53,9 @@ def release_at(ref_cnt: npt.NDArray[np.integer], block_ids: Sequence[int]) -> li
     add_at(ref_cnt, block_ids, -1)
     if len(block_ids) > FEW_IDS:
         ids = np.fromiter(block_ids, np.int64, len(block_ids))
-        left = ref_cnt[ids]  # read once: each block's holders after this release
-        assert (left >= 0).all(), "ref_cnt went negative: double free"
-        return list(ids[left == 0].tolist())
+        holders = ref_cnt[ids]  # read once: each block's holders after this release
+        assert (holders >= 0).all(), "ref_cnt went negative: double free"
+        return list(ids[holders == 0].tolist())
     left = list(map(ref_cnt.item, block_ids))
     assert min(left, default=0) >= 0, "ref_cnt went negative: double free"
     return [block_id for block_id, count in zip(block_ids, left, strict=True) if count == 0]
