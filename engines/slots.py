@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -110,7 +110,23 @@ def _slots_of_one(
     if first == last:
         slot = entries[0] * block_size + offset
         return np.arange(slot, slot + count, dtype=np.int64)
+    if count <= SMALL_ROWS:  # a run per block, from ranges: one numpy call, not four
+        runs = _block_runs(entries, first, start, start + count, block_size)
+        return np.fromiter(itertools.chain.from_iterable(runs), np.int64, count)
     return _block_slots(np.array(entries, dtype=np.int64), block_size)[offset : offset + count]
+
+
+def _block_runs(
+    entries: Sequence[int], first: int, start: int, end: int, block_size: int
+) -> Iterator[range]:
+    """The slots of positions [start, end), one range per block they touch (`entries[j]`:
+    the entry of logical block first + j, all of them >= 0)."""
+    lo = start
+    for k, block in enumerate(entries, first):  # bounded: the blocks it touches
+        hi = min(end, (k + 1) * block_size)
+        shift = (block - k) * block_size  # position p of logical block k -> p + shift
+        yield range(lo + shift, hi + shift)
+        lo = hi
 
 
 def _block_slots(blocks: IntArray, block_size: int) -> IntArray:
@@ -148,12 +164,7 @@ def _slots_listed(
         entries = table[first : last + 1]
         if len(entries) <= last - first or min(entries) < 0:
             return _slots_one_by_one(block_tables, starts, counts, block_size)
-        lo = start
-        for k, block in enumerate(entries, first):  # bounded: the blocks it touches
-            hi = min(end, (k + 1) * block_size)
-            shift = (block - k) * block_size  # position p of logical block k -> p + shift
-            runs.append(range(lo + shift, hi + shift))
-            lo = hi
+        runs += _block_runs(entries, first, start, end, block_size)
     return np.fromiter(itertools.chain.from_iterable(runs), np.int64, sum(counts))
 
 

@@ -87,6 +87,9 @@ def test_one_request_gives_the_slots_position_by_position_gives():
     assert gather_slots([(3, 5, 1)], [5], [6], 4).tolist() == [21, 22, 23, 4, 5, 6]
     assert gather_slots([(3, 5, 1)], [9], [1], 4).tolist() == [5]
     assert gather_slots([(3,)], [2], [4], 4).tolist() == [14, 15, -1, -1]  # past the table
+    long = [tuple(range(40, 10, -1))]  # past SMALL_ROWS rows: by arrays, not ranges
+    want = _slots_one_by_one(long, [3], [slots.SMALL_ROWS + 7], 4)
+    assert gather_slots(long, [3], [slots.SMALL_ROWS + 7], 4).tolist() == want
 
 
 def test_build_metadata_of_a_long_chunk_beside_a_decode():
