@@ -50,6 +50,10 @@ class BlockPoolChecker:
         # the last check's per-block counts of holders and of free-queue entries (O(pool)
         # to build): the incremental checker's resync after a sweep takes them
         self.last_read: tuple[np.ndarray, np.ndarray] | None = None
+        # the counts, compiled (numba): imported with the first checker (see sim/symbolic.py)
+        from schedcheck.invariants import pool_census
+
+        self._census = pool_census
 
     @property
     def hash_order(self) -> list[bytes]:
@@ -68,15 +72,18 @@ class BlockPoolChecker:
         tables = snapshot.block_tables()
         out.extend(_check_owners(step, tables, live_request_ids))
         ref_cnt = np.asarray(snapshot.ref_cnt(), dtype=np.int64)
-        held = _count_holders(tables, snapshot.num_blocks)
-        out.extend(_check_ref_cnt(step, ref_cnt, held, reserved))
+        table_ids = np.fromiter(itertools.chain.from_iterable(tables.values()), np.int64)
         cached = snapshot.cached_blocks()
         free_ids = free_id_array(snapshot)
+        cached_ids = np.fromiter(cached, np.int64, len(cached))
+        census = self._census.take_census(
+            step, table_ids, ref_cnt, free_ids, cached_ids, reserved, snapshot.num_blocks
+        )
+        out.extend(census.ref_cnt_findings)
         out.extend(_check_free_count(step, free_ids.size, snapshot))
-        counts = _count_free(free_ids, ref_cnt.size)
-        out.extend(_check_free_queue(step, counts, ref_cnt, cached, reserved))
+        out.extend(census.free_queue_findings)
         out.extend(self._check_cached(step, cached, block_contents))
-        self.last_read = (held, counts)
+        self.last_read = (census.held, census.counts)
         return [_with_holder(v, tables, snapshot.block_size) for v in out]
 
     def _check_cached(
@@ -251,14 +258,6 @@ def free_id_array(snapshot: KVSnapshot) -> np.ndarray:
     return np.fromiter(ids, np.int64)
 
 
-def _count_holders(tables, num_blocks: int) -> np.ndarray:
-    if not tables:
-        return np.zeros(num_blocks, dtype=np.int64)
-    flat = np.fromiter(itertools.chain.from_iterable(tables.values()), np.int64)
-    flat = flat[(flat >= 0) & (flat < num_blocks)]
-    return np.bincount(flat, minlength=num_blocks)
-
-
 def _check_owners(step: int, tables, live) -> list[Violation]:
     stale = [rid for rid in tables if rid not in live and len(tables[rid]) > 0]
     return [
@@ -270,22 +269,6 @@ def _check_owners(step: int, tables, live) -> list[Violation]:
             found=f"{len(tables[rid])} blocks",
         )
         for rid in stale[:1]
-    ]
-
-
-def _check_ref_cnt(step: int, ref_cnt, held, reserved) -> list[Violation]:
-    diff = ref_cnt != held
-    diff[reserved] = False
-    return [
-        Violation(
-            "block-pool.ref-cnt",
-            step,
-            f"block {int(b)} has ref_cnt {int(ref_cnt[b])} but {int(held[b])} block tables hold it",
-            block=int(b),
-            expected=str(int(held[b])),
-            found=str(int(ref_cnt[b])),
-        )
-        for b in np.flatnonzero(diff)[:1]
     ]
 
 
@@ -304,52 +287,6 @@ def _check_free_count(step: int, num_walked: int, snapshot: KVSnapshot) -> list[
             found=str(int(count())),
         )
     ]
-
-
-def _count_free(free_ids: np.ndarray, num_blocks: int) -> np.ndarray:
-    """Per block id, how many times the free queue names it."""
-    if not free_ids.size:
-        return np.zeros(num_blocks, np.int64)
-    return np.bincount(free_ids, minlength=num_blocks)
-
-
-def _check_free_queue(step: int, counts, ref_cnt, cached, reserved) -> list[Violation]:
-    """`counts`: per block id, its entries in the free queue."""
-    out: list[Violation] = []
-    for b in np.flatnonzero(counts > 1)[:1]:
-        out.append(
-            Violation(
-                "block-pool.free-queue",
-                step,
-                f"block {int(b)} is in the free queue {int(counts[b])} times",
-                block=int(b),
-            )
-        )
-    for b in np.flatnonzero((counts > 0) & (ref_cnt > 0))[:1]:
-        out.append(
-            Violation(
-                "block-pool.free-queue",
-                step,
-                f"block {int(b)} is in the free queue with ref_cnt {int(ref_cnt[b])}: "
-                "a referenced block could be evicted",
-                block=int(b),
-            )
-        )
-    lost = (counts == 0) & (ref_cnt == 0)
-    lost[reserved] = False
-    if cached:
-        lost[np.fromiter(cached, np.int64, len(cached))] = False
-    for b in np.flatnonzero(lost)[:1]:
-        out.append(
-            Violation(
-                "block-pool.leak",
-                step,
-                f"block {int(b)} has ref_cnt 0 but is neither free nor cached: "
-                "it can never be allocated again",
-                block=int(b),
-            )
-        )
-    return out
 
 
 def check_no_leak(step: int, snapshot: KVSnapshot) -> list[Violation]:
