@@ -37,6 +37,9 @@ DRAFT = np.uint64(0xD2AF_7D2A_F7D2_AF7D)  # a drafter's KV entry: tokens not kno
 GROUP_SALT = np.uint64(0x6B76_6772_6F75_7000)  # "kvgroup": tags a KV-cache group's entries
 
 
+SALTS_KEPT = 1024  # salt_identity's memory: salts are few (a tenant's, a user's)
+
+
 @functools.cache  # a few groups; each step reads its groups' tags (about 8 us to mix one)
 def group_tag(group: int) -> np.uint64:
     """xor-ed into the identities group `group` writes: each KV-cache group has its own
@@ -48,8 +51,10 @@ def group_tag(group: int) -> np.uint64:
     return np.uint64(mix64(np.asarray([GROUP_SALT + np.uint64(group)], dtype=np.uint64))[0])
 
 
+@functools.lru_cache(maxsize=SALTS_KEPT)
 def salt_identity(cache_salt: str | None) -> int:
-    """The identity a salted request's sum starts from (0 without a salt)."""
+    """The identity a salted request's sum starts from (0 without a salt); a run's few
+    salts are asked for again at every request's add and finish (a sha256 each)."""
     if cache_salt is None:
         return 0
     digest = hashlib.sha256(b"schedcheck-cache-salt:" + cache_salt.encode("utf-8")).digest()
