@@ -121,9 +121,11 @@ def _config_key(config: EngineConfig) -> tuple[tuple[str, Any], ...]:
     """`config`'s fields as a hashable key (`extra` as its sorted items)."""
     extra = tuple(sorted(config.extra.items()))
     return tuple(
-        (f.name, extra if f.name == "extra" else getattr(config, f.name))
-        for f in dataclasses.fields(config)
+        (name, extra if name == "extra" else getattr(config, name)) for name in _CONFIG_FIELDS
     )
+
+
+_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(EngineConfig))  # read once
 
 
 @functools.lru_cache(maxsize=VLLM_CONFIGS_KEPT)
