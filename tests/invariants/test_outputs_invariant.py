@@ -45,3 +45,18 @@ def test_returned_tokens_must_be_the_sampled_ones():
     out = check_finished(5, finished, prompt, other, 3, VOCAB)
     assert [v.invariant for v in out] == ["outputs.returned", "outputs.unchunked"]
     assert out[0].position == 11 and out[1].position == 11
+
+
+def test_returned_tokens_compared_as_ints_whatever_their_type_and_length():
+    prompt = np.arange(10, dtype=np.int64)
+    finished, sampled = _finish(prompt, 3)
+    as_numpy = FinishedRequest("r0", tuple(np.int32(t) for t in sampled), "length")
+    assert check_finished(5, as_numpy, prompt, sampled, 3, VOCAB) == []
+    short = FinishedRequest("r0", finished.output_token_ids[:2], "stop")
+    [v] = check_finished(5, short, prompt, sampled, 3, VOCAB)
+    assert (v.invariant, v.position, v.expected, v.found) == (
+        "outputs.returned",
+        12,
+        str(int(sampled[2])),
+        "end",
+    )
