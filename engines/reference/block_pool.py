@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from schedcheck.engines.protocol import hash_words_of
-from schedcheck.engines.reference.per_block import add_at, any_at, release_at, set_at
+from schedcheck.engines.reference.per_block import add_at, any_at, ids_of, release_at, set_at
 from schedcheck.engines.reference.snapshot import readonly_view
 
 
@@ -139,9 +139,10 @@ class BlockPool:
         if not self.cached_hash_of_block.keys().isdisjoint(block_ids):
             self._evict_many([b for b in block_ids if b in self.cached_hash_of_block])
         if block_ids:
-            assert not any_at(self.ref_cnt, block_ids), "a free block had holders"
-            set_at(self.ref_cnt, block_ids, 1)
-            set_at(self.in_free_queue, block_ids, False)
+            ids = ids_of(block_ids)  # one conversion (many ids), three uses
+            assert not any_at(self.ref_cnt, ids), "a free block had holders"
+            set_at(self.ref_cnt, ids, 1)
+            set_at(self.in_free_queue, ids, False)
             if self.change_log is not None:
                 self.change_log.extend(block_ids)
         return block_ids
@@ -153,8 +154,9 @@ class BlockPool:
         queue = self.free_block_queue
         for block_id in block_ids:
             queue.pop(block_id, None)
-        add_at(self.ref_cnt, block_ids, 1)
-        set_at(self.in_free_queue, block_ids, False)
+        ids = ids_of(block_ids)
+        add_at(self.ref_cnt, ids, 1)
+        set_at(self.in_free_queue, ids, False)
         if self.change_log is not None:
             self.change_log.extend(block_ids)
 
@@ -197,9 +199,10 @@ class BlockPool:
         ):  # the common case, in bulk: fresh blocks, content no one cached yet
             cached.update(zip(new_hashes, new_ids, strict=True))
             cached_hash_of_block.update(zip(new_ids, new_hashes, strict=True))
-            add_at(self.hash_changes_of_block, new_ids, 1)
+            ids = ids_of(new_ids)
+            add_at(self.hash_changes_of_block, ids, 1)
             if self.cached_now is not None:
-                set_at(self.cached_now, new_ids, True)
+                set_at(self.cached_now, ids, True)
                 self.hash_words_pending.append((new_ids, new_hashes))
             assert len(cached) == len(cached_hash_of_block), "one block per hash"
             self.cache_version += 1

@@ -20,42 +20,60 @@ import numpy as np
 import numpy.typing as npt
 
 FEW_IDS = 16  # up to here a loop of scalar reads and writes beats one fancy index
+IdArray = npt.NDArray[np.int64]
+BlockIds = Sequence[int] | IdArray  # a list for a few ids, an int64 array for many
 
 
-def add_at(values: npt.NDArray[np.integer], block_ids: Sequence[int], delta: int) -> None:
+def ids_of(block_ids: Sequence[int]) -> BlockIds:
+    """The ids as the functions here read them at least cost: the list itself for a few,
+    one int64 array for many (a caller that hands them to several functions converts the
+    list once, not once a call)."""
+    if len(block_ids) > FEW_IDS:
+        return _array(block_ids)
+    return block_ids
+
+
+def _array(block_ids: BlockIds) -> IdArray:
+    if isinstance(block_ids, np.ndarray):
+        return block_ids
+    return np.fromiter(block_ids, np.int64, len(block_ids))
+
+
+def add_at(values: npt.NDArray[np.integer], block_ids: BlockIds, delta: int) -> None:
     """values[block_ids] += delta."""
     if len(block_ids) > FEW_IDS:
-        values[np.fromiter(block_ids, np.int64, len(block_ids))] += delta
+        values[_array(block_ids)] += delta
         return
     for block_id in dict.fromkeys(block_ids):  # bounded: FEW_IDS; once each, as numpy
         values[block_id] += delta
 
 
-def set_at(values: npt.NDArray[np.generic], block_ids: Sequence[int], value: int | bool) -> None:
+def set_at(values: npt.NDArray[np.generic], block_ids: BlockIds, value: int | bool) -> None:
     """values[block_ids] = value."""
     if len(block_ids) > FEW_IDS:
-        values[np.fromiter(block_ids, np.int64, len(block_ids))] = value
+        values[_array(block_ids)] = value
         return
     for block_id in block_ids:  # bounded: FEW_IDS
         values[block_id] = value
 
 
-def any_at(values: npt.NDArray[np.generic], block_ids: Sequence[int]) -> bool:
+def any_at(values: npt.NDArray[np.generic], block_ids: BlockIds) -> bool:
     """values[block_ids].any()."""
     if len(block_ids) > FEW_IDS:
-        return bool(values[np.fromiter(block_ids, np.int64, len(block_ids))].any())
+        return bool(values[_array(block_ids)].any())
     return any(map(values.item, block_ids))
 
 
 def release_at(ref_cnt: npt.NDArray[np.integer], block_ids: Sequence[int]) -> list[int]:
     """ref_cnt[block_ids] -= 1; the ids whose count reached 0, in the order given (an id
     listed twice, twice). AssertionError where a count went negative: a double free."""
-    add_at(ref_cnt, block_ids, -1)
     if len(block_ids) > FEW_IDS:
-        ids = np.fromiter(block_ids, np.int64, len(block_ids))
+        ids = _array(block_ids)  # converted once: the release and the read
+        ref_cnt[ids] -= 1
         holders = ref_cnt[ids]  # read once: each block's holders after this release
         assert (holders >= 0).all(), "ref_cnt went negative: double free"
         return list(ids[holders == 0].tolist())
+    add_at(ref_cnt, block_ids, -1)
     left = list(map(ref_cnt.item, block_ids))
     assert min(left, default=0) >= 0, "ref_cnt went negative: double free"
     return [block_id for block_id, count in zip(block_ids, left, strict=True) if count == 0]

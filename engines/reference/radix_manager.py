@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from schedcheck.engines.reference.kv_manager import EMPTY_HIT, PrefixHit, cdiv
-from schedcheck.engines.reference.per_block import add_at, any_at, release_at
+from schedcheck.engines.reference.per_block import BlockIds, add_at, any_at, ids_of, release_at
 from schedcheck.engines.reference.radix_cache import RadixCache, TreeNode
 from schedcheck.engines.reference.request import Request
 from schedcheck.engines.reference.snapshot import CountedDeque, ManagerSnapshot, readonly_view
@@ -157,8 +157,9 @@ class RadixKVManager:
                 return False
             self._evict(num_pages - len(free_pool))
         new_block_ids = [free_pool.popleft() for _ in range(num_pages)]
-        self._check_unheld(new_block_ids, "a free page had holders")
-        add_at(self.ref_cnt, new_block_ids, 1)
+        ids = ids_of(new_block_ids)  # one conversion (many ids), two uses
+        self._check_unheld(ids, "a free page had holders")
+        add_at(self.ref_cnt, ids, 1)
         pages.block_ids.extend(new_block_ids)
         return True
 
@@ -176,7 +177,7 @@ class RadixKVManager:
             self._check_unheld(freed, "evicted a page a request holds")
         self.free_pool.extend(freed)
 
-    def _check_unheld(self, block_ids: list[int], message: str) -> None:
+    def _check_unheld(self, block_ids: BlockIds, message: str) -> None:
         """Pages going to (or leaving) the free pool have no holder."""
         assert not any_at(self.ref_cnt, block_ids), message
 

@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schedcheck.engines.reference.per_block import FEW_IDS, add_at, any_at, release_at, set_at
+from schedcheck.engines.reference.per_block import (
+    FEW_IDS,
+    add_at,
+    any_at,
+    ids_of,
+    release_at,
+    set_at,
+)
 
 NUM_BLOCKS = 64
 ID_LISTS = st.lists(st.integers(0, NUM_BLOCKS - 1), max_size=2 * FEW_IDS + 4)
@@ -50,3 +57,18 @@ def test_release_at_refuses_a_double_free(num_ids: int) -> None:
     ref_cnt = np.zeros(NUM_BLOCKS, dtype=np.int64)
     with pytest.raises(AssertionError, match="double free"):
         release_at(ref_cnt, list(range(num_ids)))
+
+
+@given(ID_LISTS, st.integers(-3, 3))
+def test_ids_converted_once_give_what_the_list_gives(ids: list[int], delta: int) -> None:
+    """ids_of: the list itself for a few ids, one int64 array for many; each helper reads
+    either the same."""
+    once = ids_of(ids)
+    assert (once is ids) is (len(ids) <= FEW_IDS)
+    by_list, by_once = np.arange(NUM_BLOCKS, dtype=np.int64), np.arange(NUM_BLOCKS, dtype=np.int64)
+    add_at(by_list, ids, delta)
+    add_at(by_once, once, delta)
+    set_at(by_list, ids[:3], 0)
+    set_at(by_once, ids_of(ids[:3]), 0)
+    assert by_list.tolist() == by_once.tolist()
+    assert any_at(by_list, ids) is any_at(by_once, once)

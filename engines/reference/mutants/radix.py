@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from schedcheck.engines.reference.mutants.parts import EngineParts
+from schedcheck.engines.reference.per_block import BlockIds
 from schedcheck.engines.reference.radix_cache import RadixCache
 from schedcheck.engines.reference.radix_manager import RadixKVManager, _RequestPages
 from schedcheck.engines.reference.request import Request
@@ -58,7 +59,7 @@ class RadixAbortFreesTreePages(RadixKVManager):
         if pages.last_node is not None:
             self.tree.unlock(pages.last_node)
 
-    def _check_unheld(self, block_ids: list[int], message: str) -> None:
+    def _check_unheld(self, block_ids: BlockIds, message: str) -> None:
         pass  # pages this bug freed are handed out while the tree still holds them
 
 
