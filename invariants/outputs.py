@@ -32,9 +32,10 @@ def check_finished(
     """`unchunked=False` when the tokens come from a real model (the tensor executor does
     its own comparison against unchunked execution)."""
     rid = finished.request_id
-    returned = np.asarray(finished.output_token_ids, dtype=np.int64)
+    num_returned = len(finished.output_token_ids)
     out: list[Violation] = []
     if list(finished.output_token_ids) != sampled.tolist():  # as ints, compared in C
+        returned = np.asarray(finished.output_token_ids, dtype=np.int64)
         k = _first_difference(returned, sampled)
         out.append(
             Violation(
@@ -51,17 +52,17 @@ def check_finished(
     num_outputs_max = max_tokens
     if max_model_len is not None:
         num_outputs_max = min(max_tokens, max_model_len - prompt.size)
-    if finished.reason == "length" and returned.size != num_outputs_max:
+    if finished.reason == "length" and num_returned != num_outputs_max:
         cap = "" if max_model_len is None else f", max_model_len {max_model_len}"
         out.append(
             Violation(
                 "outputs.length",
                 step,
-                f"finished for length with {returned.size} outputs of a {prompt.size}-token "
+                f"finished for length with {num_returned} outputs of a {prompt.size}-token "
                 f"prompt; max_tokens is {max_tokens}{cap}",
                 request_id=rid,
                 expected=str(num_outputs_max),
-                found=str(returned.size),
+                found=str(num_returned),
             )
         )
     k = hash_model.outputs_consistent(prompt, sampled, vocab_size, salt) if unchunked else -1
