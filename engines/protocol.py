@@ -23,6 +23,7 @@ request samples a token this step iff its chunk reaches `num_tokens`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -317,11 +318,13 @@ class KVCacheGroup:
 KV_GROUP_KINDS = ("full", "sliding")
 
 
+@functools.lru_cache(maxsize=64)  # a run asks some ten times; a campaign has a few specs
 def parse_kv_groups(spec: str) -> tuple[KVCacheGroup, ...]:
     """`full`, `full,sliding:128`, ... -> groups; ValueError saying what is wrong.
 
     Group 0 is full attention (its table is ScheduledRequest.block_table); every later one
-    is a sliding window of W >= 1 tokens."""
+    is a sliding window of W >= 1 tokens. The groups are frozen: one tuple serves every
+    config with the same spec."""
     groups: list[KVCacheGroup] = []
     for i, item in enumerate(spec.split(",")):
         kind, _, window = item.strip().partition(":")

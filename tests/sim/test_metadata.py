@@ -1,8 +1,16 @@
 """Runner metadata: exact arrays for the layout drawn in engines/metadata.py's docstring."""
 
-import numpy as np
+import dataclasses
 
-from schedcheck.engines.metadata import build_metadata, gather_slots
+import numpy as np
+import pytest
+
+from schedcheck.engines.metadata import (
+    RunnerMetadata,
+    _runner_metadata,
+    build_metadata,
+    gather_slots,
+)
 from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
 from schedcheck.engines.reference.mutants import apply_runner_mutant
 
@@ -101,3 +109,20 @@ def test_batch_mask_marks_the_given_requests_and_through_row_req_their_rows():
     assert m.batch_mask({2, 0}).tolist() == [True, False, True]
     assert m.batch_mask(set()).tolist() == [False, False, False]
     assert m.batch_mask({1})[m.row_req].tolist() == [False, False, False, True, False, False]
+
+
+def test_built_metadata_equals_the_dataclass_built_from_the_same_fields():
+    """build_metadata skips the frozen __init__: the same fields and defaults, still frozen."""
+    m = build_metadata(_docstring_step(), block_size=4)
+    values = {f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name != "kv_groups"}
+    again = RunnerMetadata(**values)
+    assert [getattr(m, f.name) is getattr(again, f.name) for f in dataclasses.fields(m)] == [
+        True
+    ] * len(dataclasses.fields(m))
+    assert type(m) is RunnerMetadata and repr(m) == repr(again)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.block_size = 8  # type: ignore[misc]
+    with pytest.raises(AssertionError, match="positions"):
+        _runner_metadata(**{k: v for k, v in values.items() if k != "positions"})
+    with pytest.raises(AssertionError, match="typo"):
+        _runner_metadata(**values, typo=1)
