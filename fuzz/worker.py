@@ -28,7 +28,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 
 from schedcheck.fuzz.database import FailureDB
-from schedcheck.fuzz.global_rngs import numpy_restored_per_round
+from schedcheck.fuzz.global_rngs import global_rngs_restored_per_round
 from schedcheck.fuzz.scenario import Scenario, scenarios
 from schedcheck.fuzz.seeds import round_seed
 from schedcheck.fuzz.shrink import shrink_scenario
@@ -222,7 +222,7 @@ def run_round(
         seed(round_seed(job.campaign_seed, round_index))(given(scenarios(job.spec))(fuzz_example))
     )
     try:
-        with numpy_restored_per_round():
+        with global_rngs_restored_per_round():
             test()
     except FoundBug as bug:  # Hypothesis finished shrinking: its minimal example
         return probe, Scenario.from_json_text(bug.scenario_json)
