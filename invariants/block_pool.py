@@ -291,7 +291,10 @@ def _check_free_count(step: int, num_walked: int, snapshot: KVSnapshot) -> list[
 
 def check_no_leak(step: int, snapshot: KVSnapshot) -> list[Violation]:
     """Once every request finished, no block is referenced (sglang#1858)."""
-    ref_cnt = np.asarray(snapshot.ref_cnt(), dtype=np.int64).copy()
+    ref_cnt = np.asarray(snapshot.ref_cnt(), dtype=np.int64)
+    if not np.count_nonzero(ref_cnt):  # the common case, in one call: nothing referenced
+        return []
+    ref_cnt = ref_cnt.copy()
     ref_cnt[np.asarray(getattr(snapshot, "reserved_block_ids", ()), dtype=np.int64)] = 0
     return [
         Violation(
