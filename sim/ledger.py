@@ -20,7 +20,6 @@ conversation may now be released).
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
@@ -56,15 +55,20 @@ class LiveRequest:
     )
 
     def __init__(
-        self, request: EngineRequest, trace_request: TraceRequest, prompt_of: PromptOf | None
+        self,
+        trace_request: TraceRequest,
+        prompt_token_ids: np.ndarray,
+        arrival_time_s: float,
+        prompt_of: PromptOf | None,
     ) -> None:
-        self.request_id, self.max_tokens = request.request_id, request.max_tokens
-        self.arrival_time_s, self.priority = request.arrival_time_s, request.priority
-        self.cache_salt, self.num_prompt_tokens = request.cache_salt, request.num_prompt_tokens
+        """The EngineRequest's fields, as `Ledger.admit` hands them to the engine."""
+        self.request_id, self.max_tokens = trace_request.request_id, trace_request.output_length
+        self.arrival_time_s, self.priority = arrival_time_s, trace_request.priority
+        self.cache_salt, self.num_prompt_tokens = trace_request.cache_salt, prompt_token_ids.size
         if trace_request.parent_request_id is not None:  # its prompt holds a parent's
             prompt_of = None  # outputs, and a parent read later in a trace would change it
         self._trace_request, self._prompt_of = trace_request, prompt_of
-        self._prompt = None if prompt_of is not None else request.prompt_token_ids
+        self._prompt = None if prompt_of is not None else prompt_token_ids
 
     def prompt(self) -> np.ndarray:
         """The prompt, as a call (the EngineRequest's prompt_source): built at the first
@@ -102,19 +106,20 @@ class Ledger:
 
     def admit(self, release: Release, now_s: float) -> EngineRequest:
         """The request a release hands the engine at time `now_s`, now live."""
-        trace_req = release.request
+        trace_req, prompt = release.request, release.prompt_token_ids
+        live = LiveRequest(trace_req, prompt, now_s, self.prompt_of)
         request = EngineRequest(
-            request_id=trace_req.request_id,
-            prompt_token_ids=release.prompt_token_ids,
-            max_tokens=trace_req.output_length,
+            request_id=live.request_id,
+            prompt_token_ids=prompt,
+            max_tokens=live.max_tokens,
             arrival_time_s=now_s,
-            priority=trace_req.priority,
-            cache_salt=trace_req.cache_salt,
+            priority=live.priority,
+            cache_salt=live.cache_salt,
+            # the engine may keep no prompt while it waits: it asks the ledger, which
+            # builds the prompt once for the engine and the executor
+            prompt_source=live.prompt if self.prompt_of is not None else None,
         )
-        live = self.live[request.request_id] = LiveRequest(request, trace_req, self.prompt_of)
-        if self.prompt_of is not None:  # the engine may keep no prompt while it waits: it
-            # asks the ledger, which builds the prompt once for the engine and the executor
-            request = dataclasses.replace(request, prompt_source=live.prompt)
+        self.live[request.request_id] = live
         self.num_tokens[request.request_id] = request.num_prompt_tokens
         self.sampled[request.request_id] = []
         return request

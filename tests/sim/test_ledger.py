@@ -85,3 +85,28 @@ def test_context_quotes_the_last_steps_of_a_request():
         " 4 blocks, last [8, 9, 3]",
     )
     assert ledger.context("unknown") == ()
+
+
+def test_admit_hands_the_trace_requests_fields_and_a_prompt_source_where_prompts_are_rebuilt():
+    built = []
+
+    def prompt_of(trace_request):
+        built.append(trace_request.request_id)
+        return np.array([5, 6, 7], np.int64)
+
+    result = RunResult("reference", EngineConfig(), SimOptions(), profile("unit"))
+    rebuilding = Ledger(2, result, lambda rid, done: None, prompt_of)
+    trace_request = TraceRequest(
+        "a", 0.0, 4, prompt_token_ids=(5, 6, 7), priority=2, cache_salt="s"
+    )
+    request = rebuilding.admit(Release(trace_request, np.array([5, 6, 7], np.int64)), 2.5)
+    fields = (request.request_id, request.max_tokens, request.arrival_time_s, request.priority)
+    assert (*fields, request.cache_salt, request.prompt_token_ids.tolist()) == (
+        "a", 4, 2.5, 2, "s", [5, 6, 7],
+    )  # fmt: skip
+    assert request.prompt_source is not None and built == []  # kept no prompt: built on asking
+    assert request.prompt_source().tolist() == [5, 6, 7] and built == ["a"]
+    live = rebuilding.live["a"]
+    assert (live.max_tokens, live.num_prompt_tokens, live.arrival_time_s) == (4, 3, 2.5)
+    keeping, _ = _ledger([])  # no prompt_of: every prompt is kept, and none rebuilt
+    assert _admit(keeping, "b").prompt_source is None
