@@ -232,11 +232,18 @@ _FIELD_NAMES = frozenset(f.name for f in _FIELDS)
 _REQUIRED = frozenset(
     f.name for f in _FIELDS if f.default is MISSING and f.default_factory is MISSING
 )
-_DEFAULTS = {  # the defaults' values: each factory gives the one shared empty array
-    f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
-    for f in _FIELDS
-    if f.name not in _REQUIRED
-}
+
+
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    """A field's default value (a factory's: the one shared empty array)."""
+    if f.default is not MISSING:
+        return f.default
+    factory = f.default_factory
+    assert callable(factory), f"{f.name} has a default"
+    return factory()
+
+
+_DEFAULTS = {f.name: _default_of(f) for f in _FIELDS if f.name not in _REQUIRED}
 
 
 def _runner_metadata(**values: Any) -> RunnerMetadata:
