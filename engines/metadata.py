@@ -248,7 +248,7 @@ _DEFAULTS = {f.name: _default_of(f) for f in _FIELDS if f.name not in _REQUIRED}
 
 def _runner_metadata(**values: Any) -> RunnerMetadata:
     """RunnerMetadata(**values), built without the frozen dataclass' __init__, which sets
-    each of its 23 fields through object.__setattr__ (4.7 us a step; this 2.5 us). The same
+    each of its 22 fields through object.__setattr__ (4.7 us a step; this 2.5 us). The same
     fields, defaults filled in; frozen from here on as any RunnerMetadata."""
     assert _REQUIRED <= values.keys() <= _FIELD_NAMES, sorted(values.keys() ^ _FIELD_NAMES)
     meta: RunnerMetadata = object.__new__(RunnerMetadata)

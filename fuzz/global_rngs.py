@@ -5,8 +5,8 @@ their states after it (`hypothesis.internal.entropy.deterministic_PRNG`), so a t
 draws from `random` or `np.random` without a seed still runs the same every time. It
 reads each state before the example and puts it back after: for numpy's global generator
 (managed once numpy is imported) `np.random.get_state` and `set_state` take 114 us, and
-the `random` module's and Hypothesis' own `Random` 40 us more, together about 2.5 % of a
-fuzz example on the reference engine, for generators no code of schedcheck draws from
+the `random` module's and Hypothesis' own `Random` some 10-30 us more, together about 2 %
+of a fuzz example on the reference engine, for generators no code of schedcheck draws from
 (each run draws from its own seeded `np.random.Generator`; an engine under test may).
 
 `global_rngs_restored_per_round()` keeps what an example sees and changes when the states
