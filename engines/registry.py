@@ -10,6 +10,7 @@ built).
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -53,10 +54,12 @@ def fit_config(name: str, config: EngineConfig) -> EngineConfig:
 
 def _load(name: str, path: str) -> Callable[..., Any]:
     module_name, _, attr = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise EngineLoadError(f"engine {name!r}: cannot import {module_name}: {exc}") from exc
+    module = sys.modules.get(module_name)  # imported already: what import_module returns
+    if module is None:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise EngineLoadError(f"engine {name!r}: cannot import {module_name}: {exc}") from exc
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise EngineLoadError(f"engine {name!r}: {module_name} has no callable {attr!r}")
