@@ -229,21 +229,16 @@ def build_metadata(
 
 _FIELDS = dataclasses.fields(RunnerMetadata)
 _FIELD_NAMES = frozenset(f.name for f in _FIELDS)
-_REQUIRED = frozenset(
-    f.name for f in _FIELDS if f.default is MISSING and f.default_factory is MISSING
-)
 
 
 def _default_of(f: dataclasses.Field[Any]) -> Any:
-    """A field's default value (a factory's: the one shared empty array)."""
-    if f.default is not MISSING:
-        return f.default
+    """A field's default value (a factory's: the one shared empty array); MISSING for a
+    field the caller must give."""
     factory = f.default_factory
-    assert callable(factory), f"{f.name} has a default"
-    return factory()
+    return factory() if callable(factory) else f.default
 
 
-_DEFAULTS = {f.name: _default_of(f) for f in _FIELDS if f.name not in _REQUIRED}
+_DEFAULTS = {f.name: d for f in _FIELDS if (d := _default_of(f)) is not MISSING}
 
 
 def _runner_metadata(**values: Any) -> RunnerMetadata:
