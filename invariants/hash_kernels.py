@@ -6,7 +6,7 @@ thousand elements, where numpy's per-call cost is most of the work. Each kernel 
 exactly those values: uint64 arithmetic wraps as numpy's does, and a token is taken as
 its int64 bits (numpy's astype(uint64))::
 
-    mix64(v)                 SplitMix64's finalizer of one uint64 (traces/tokens.py)
+    mix64(v)                 SplitMix64's finalizer of one uint64 (traces/token_kernel.py)
     term(position, token), sample_token(identity, span, salt)
                              the same of one element (the shadow KV's kernels call them)
     terms(positions, tokens) mix64((token << 32) | position), elementwise
@@ -33,19 +33,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from schedcheck.traces.tokens import FIRST_TOKEN_ID, MIX64_GOLDEN, MIX64_M1, MIX64_M2
+from schedcheck.traces.token_kernel import mix64
+from schedcheck.traces.tokens import FIRST_TOKEN_ID
 
 _FIRST_TOKEN = np.uint64(FIRST_TOKEN_ID)
 _SHIFT = np.uint64(32)
-
-
-@njit(cache=True, nogil=True)
-def mix64(value):
-    """traces.tokens.mix64 of one uint64."""
-    z = value + MIX64_GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * MIX64_M1
-    z = (z ^ (z >> np.uint64(27))) * MIX64_M2
-    return z ^ (z >> np.uint64(31))
 
 
 @njit(cache=True, nogil=True)
