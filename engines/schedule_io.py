@@ -30,29 +30,23 @@ class Fingerprint:
 
     def __init__(self) -> None:
         self._sha = hashlib.sha256()
-        self._tables: dict[str, tuple[int, ...]] = {}
-        self._raw_ids: dict[str, bytes] = {}  # request id -> its UTF-8, while it runs
+        # request id -> (its block table as last encoded, its id's UTF-8), while it runs
+        self._seen: dict[str, tuple[tuple[int, ...], bytes]] = {}
         self.num_steps = 0
 
     def update(self, output: SchedulerOutput) -> None:
-        tables, raw_ids = self._tables, self._raw_ids
+        seen = self._seen
         ints = [output.step, len(output.scheduled)]
-        parts: list[bytes] = []
+        parts: list[Any] = []  # bytes, and int64 token arrays (bytes-like: joined in place)
         for req in output.scheduled:
             rid = req.request_id
             table = req.block_table
-            prev = tables.get(rid, ())
-            if table is prev:  # engines that cache their tuples: O(1) in the common case
-                keep = len(table)
-            elif len(prev) <= len(table) and table[: len(prev)] == prev:
-                keep = len(prev)
-            else:
-                keep = 0
-            tables[rid] = table
-            raw_id = raw_ids.get(rid)
-            if raw_id is None:
-                raw_id = raw_ids[rid] = rid.encode("utf-8")
             num_blocks = len(table)
+            entry = seen.get(rid)
+            if entry is not None and entry[0] is table:  # engines that cache their tuples
+                raw_id, keep = entry[1], num_blocks  # O(1) in the common case
+            else:
+                raw_id, keep = self._new_table(rid, table, entry)
             ints += (
                 len(raw_id),
                 req.num_computed_tokens,
@@ -70,7 +64,7 @@ class Fingerprint:
                 ints += _extension_ints(req)
             parts.append(raw_id)
             tokens = req.token_ids
-            parts.append(tokens.tobytes() if tokens.dtype is _LE_I64 else _le_bytes(tokens))
+            parts.append(tokens if tokens.dtype is _LE_I64 else _le_bytes(tokens))
         copies = output.block_copies
         ints.append(len(copies))
         for pair in copies:
@@ -81,12 +75,30 @@ class Fingerprint:
                 raw_id = rid.encode("utf-8")
                 ints.append(len(raw_id))
                 parts.append(raw_id)
-                tables.pop(rid, None)
-                raw_ids.pop(rid, None)
+                seen.pop(rid, None)
         # int64 in native order: little-endian on every supported host
         self._sha.update(array("q", ints).tobytes())
-        self._sha.update(b"".join(parts))
+        self._sha.update(_joined(parts))
         self.num_steps += 1
+
+    def _new_table(
+        self,
+        rid: str,
+        table: tuple[int, ...],
+        entry: tuple[tuple[int, ...], bytes] | None,
+    ) -> tuple[bytes, int]:
+        """A request's table that is not the one last encoded: (its id's UTF-8, how many
+        of its blocks the last one gives: all of it when it is a prefix, else none)."""
+        if entry is None:
+            prev, raw_id = (), rid.encode("utf-8")
+        else:
+            prev, raw_id = entry
+        if len(prev) <= len(table) and table[: len(prev)] == prev:
+            keep = len(prev)
+        else:
+            keep = 0
+        self._seen[rid] = (table, raw_id)
+        return raw_id, keep
 
     def hexdigest(self) -> str:
         return self._sha.hexdigest()
@@ -97,6 +109,15 @@ _LE_I64 = np.dtype("<i8")  # a chunk's tokens as they are hashed
 
 def _le_bytes(tokens: np.ndarray) -> bytes:
     return tokens.astype(_LE_I64, copy=False).tobytes()
+
+
+def _joined(parts: list[Any]) -> bytes:
+    """The parts' bytes, one after another; a token array is read in place, or through
+    tobytes() where it is not contiguous (the same bytes: C order)."""
+    try:
+        return b"".join(parts)
+    except TypeError:  # a strided view of tokens
+        return b"".join(p.tobytes() if isinstance(p, np.ndarray) else p for p in parts)
 
 
 _EXTENSION_MARK = -(1 << 62)  # never a count or a block id: starts the extension
