@@ -93,10 +93,8 @@ class Fingerprint:
             prev, raw_id = (), rid.encode("utf-8")
         else:
             prev, raw_id = entry
-        if len(prev) <= len(table) and table[: len(prev)] == prev:
-            keep = len(prev)
-        else:
-            keep = 0
+        is_prefix = len(prev) <= len(table) and table[: len(prev)] == prev
+        keep = len(prev) if is_prefix else 0
         self._seen[rid] = (table, raw_id)
         return raw_id, keep
 
