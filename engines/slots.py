@@ -3,9 +3,9 @@ position and request, and the KV slot of a range of positions through a block ta
 
 Built two ways, picked by size: up to SMALL_ROWS rows from lists, each pass in C (map,
 chain), where numpy's per-call cost (about 1 us) is above Python's per-row cost; above it
-by array operations. A step of one request (most steps of a fuzz example) takes the slots
-of the blocks its rows touch, block by block. All give the same int64 arrays
-(tests/sim/test_slots.py)::
+in one compiled pass each (slot_kernel.py). A step of one request (most steps of a fuzz
+example) takes the slots of the blocks its rows touch, block by block. All give the same
+int64 arrays (tests/sim/test_slots.py)::
 
     position p of request i -> block_tables[i][p // block_size] * block_size
                                + p % block_size      (-1 past the table's end)
@@ -46,10 +46,9 @@ def rows_of(computed: list[int], counts: list[int], starts: list[int]) -> tuple[
             np.fromiter(position_iter, np.int64, num_rows),
             np.fromiter(row_iter, np.int64, num_rows),
         )
-    counts_arr = np.array(counts, dtype=np.int64)
-    row_req = np.repeat(np.arange(num_reqs, dtype=np.int64), counts_arr)
-    shift = np.array(list(map(operator.sub, computed, starts[:-1])), dtype=np.int64)
-    return np.arange(num_rows, dtype=np.int64) + shift[row_req], row_req
+    from schedcheck.engines import slot_kernel  # numba: with the first long step
+
+    return slot_kernel.rows(np.array(computed, np.int64), np.array(counts, np.int64), num_rows)
 
 
 def gather_slots(
@@ -77,22 +76,13 @@ def gather_slots(
             return one
     if sum(counts) <= SMALL_ROWS:
         return np.asarray(_slots_listed(block_tables, starts, counts, block_size), np.int64)
-    starts_arr = np.asarray(starts, dtype=np.int64)
-    counts_arr = np.asarray(counts, dtype=np.int64)
-    first_blocks = starts_arr // block_size
-    num_touched = (starts_arr + counts_arr - 1) // block_size + 1 - first_blocks
-    offsets = np.zeros(num_reqs, dtype=np.int64)
-    np.cumsum(num_touched[:-1], out=offsets[1:])
+    from schedcheck.engines import slot_kernel  # numba: with the first long step
+
+    starts_arr = np.array(starts, dtype=np.int64)
+    counts_arr = np.array(counts, dtype=np.int64)
+    first_blocks, num_touched = slot_kernel.touched(starts_arr, counts_arr, block_size)
     flat = touched_entries(block_tables, first_blocks.tolist(), num_touched.tolist())
-    block_slots = _block_slots(flat, block_size)  # each request's rows: one run of it
-    if flat.size and flat.min() < 0:  # past the end of a table: -1 for its whole block
-        block_slots[np.repeat(flat < 0, block_size)] = -1
-    row_start = np.zeros(num_reqs, dtype=np.int64)
-    np.cumsum(counts_arr[:-1], out=row_start[1:])
-    run_start = offsets * block_size + starts_arr % block_size
-    rows = np.repeat(run_start - row_start, counts_arr)
-    rows += np.arange(rows.size, dtype=np.int64)
-    return block_slots[rows]
+    return slot_kernel.slots(flat, starts_arr, counts_arr, block_size)
 
 
 def _slots_of_one(
@@ -189,9 +179,11 @@ def touched_entries(
     block_tables: Sequence[tuple[int, ...]], first: list[int], num: list[int]
 ) -> IntArray:
     """Entries [first[i], first[i] + num[i]) of each table, concatenated; -1 past its end."""
-    parts = [t[lo : lo + n] for t, lo, n in zip(block_tables, first, num, strict=True)]
-    short = [i for i, (part, n) in enumerate(zip(parts, num, strict=True)) if len(part) < n]
-    for i in short:  # rare: past the end of the table (an out-of-bounds access)
-        parts[i] = (*parts[i], *(-1,) * (num[i] - len(parts[i])))
+    assert len(block_tables) == len(first) == len(num)
+    ranges = map(slice, first, map(operator.add, first, num))
+    parts = list(map(operator.getitem, block_tables, ranges))  # in C
+    if list(map(len, parts)) != num:  # rare: past the end of a table (out of bounds)
+        for i, n in enumerate(num):  # bounded: the batch
+            parts[i] = (*parts[i], *(-1,) * (n - len(parts[i])))
     total = sum(num)
     return np.fromiter(itertools.chain.from_iterable(parts), np.int64, total)

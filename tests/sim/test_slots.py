@@ -1,5 +1,5 @@
 """engines/slots.py: the per-row arrays of a step, built from lists (small steps) or by
-array operations (long chunks); both give the same int64 arrays, with exact values."""
+compiled passes (long chunks); both give the same int64 arrays, with exact values."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_lists_and_arrays_agree_at_every_size_around_the_threshold(monkeypatch):
         assert gather_slots(tables, starts, counts, block_size).tolist() == want
         listed = slots._slots_listed(tables, starts, counts, block_size)
         assert np.asarray(listed).tolist() == want
-        monkeypatch.setattr(slots, "SMALL_ROWS", 0)  # every step by array operations
+        monkeypatch.setattr(slots, "SMALL_ROWS", 0)  # every step by the compiled passes
         assert gather_slots(tables, starts, counts, block_size).tolist() == want
         monkeypatch.setattr(slots, "SMALL_ROWS", SMALL_ROWS)
 
