@@ -113,13 +113,14 @@ class BlockPool:
     def get_cached_block(self, block_hash: bytes) -> int | None:
         return self.cached_block_hash_to_block.get(block_hash)
 
-    def num_evictions_of(self, block_ids: npt.NDArray[np.int64]) -> int:
-        """The eviction counts of these blocks, summed."""
-        return int(self.evictions_of_block[block_ids].sum())
-
-    def none_evicted(self, block_ids: npt.NDArray[np.int64], num_evictions: int) -> bool:
-        """Was none of these blocks evicted since their counts summed to `num_evictions`?"""
-        return self.num_evictions_of(block_ids) == num_evictions
+    def num_not_evicted(
+        self, block_ids: npt.NDArray[np.int64], evictions: npt.NDArray[np.int64]
+    ) -> int:
+        """How many of `block_ids`, from the first, were not evicted since their eviction
+        counts were `evictions` (all of them: len(block_ids))."""
+        assert block_ids.shape == evictions.shape
+        moved = np.flatnonzero(self.evictions_of_block[block_ids] != evictions)
+        return int(moved[0]) if moved.size else len(block_ids)
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         """Pop `num_blocks` blocks from the head of the free queue, evicting their hashes."""

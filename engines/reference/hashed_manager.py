@@ -56,13 +56,14 @@ class HashedKVManager:
         """The longest cached prefix of the request's block hashes, capped (see above).
 
         Memoized per waiting request (vllm#18957 looks up every step; so does this, in
-        effect): at an unchanged cache version the same hit; else, if none of the old hit's
-        blocks was evicted since (a hash leaves the cache only with its block's eviction,
-        and is never re-pointed), the old hit still holds, and only the hashes past it are
+        effect): at an unchanged cache version the same hit; else the old hit up to its
+        first block evicted since still holds (a hash leaves the cache only with its
+        block's eviction, and is never re-pointed), and only the hashes past that are
         looked up::
 
-            block_hashes:  | h0 .. h(k-1): the old hit, still cached | hk ...  looked up |
+            block_hashes:  | h0 .. h(k-1): not evicted, still cached | hk ...  looked up |
                            0                                         k        max_num_blocks
+                           (k: the old hit's length if none of its blocks was evicted)
         """
         if not self.enable_caching:
             return EMPTY_HIT
@@ -73,17 +74,18 @@ class HashedKVManager:
             return memo.hit  # the cache has not changed since: the same hit
         max_num_blocks = self._max_cache_hit_tokens(request) // self.block_size
         hit, ids = EMPTY_HIT, _NO_IDS
-        if memo is not None and pool.none_evicted(memo.ids, memo.num_evictions):
+        if memo is not None:
+            num_kept = min(pool.num_not_evicted(memo.ids, memo.evictions), max_num_blocks)
             hit, ids = memo.hit, memo.ids
-            if len(hit.block_ids) > max_num_blocks:  # rare: a lower cap than before
-                hit = PrefixHit(hit.block_ids[:max_num_blocks], max_num_blocks * self.block_size)
-                ids = ids[:max_num_blocks]
+            if num_kept < len(ids):  # a block evicted since, or a lower cap than before
+                hit = PrefixHit(hit.block_ids[:num_kept], num_kept * self.block_size)
+                ids = ids[:num_kept]
         more = self._longest_hit(request.block_hashes, max_num_blocks, len(hit.block_ids))
         if more:
             block_ids = hit.block_ids + tuple(more)
             hit = PrefixHit(block_ids, len(block_ids) * self.block_size)
             ids = np.array(block_ids, np.int64)
-        memo = _HitMemo(key, hit, ids, pool.num_evictions_of(ids))
+        memo = _HitMemo(key, hit, ids, pool.evictions_of_block[ids])
         self._hit_memo[request.request_id] = memo
         return hit
 
@@ -306,13 +308,13 @@ class HashedKVSnapshot(ManagerSnapshot):
 @dataclass(frozen=True, slots=True)
 class _HitMemo:
     """A waiting request's last prefix lookup: at `key` (cache version, num_tokens) it
-    found `hit`, whose blocks are `ids`; `num_evictions`: their eviction counts summed then
-    (counts only grow: an equal sum later means none was evicted since)."""
+    found `hit`, whose blocks are `ids`; `evictions`: each one's eviction count then (a
+    count that moved since: that block was evicted)."""
 
     key: tuple[int, int]
     hit: PrefixHit
     ids: npt.NDArray[np.int64]
-    num_evictions: int
+    evictions: npt.NDArray[np.int64]
 
 
 _NO_IDS: npt.NDArray[np.int64] = np.zeros(0, np.int64)

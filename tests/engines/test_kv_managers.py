@@ -126,8 +126,16 @@ def test_hashed_lookup_grows_past_its_old_hit_while_no_hit_block_was_evicted():
     assert manager.get_computed_blocks(b).block_ids == grown.block_ids
 
 
-def test_hashed_lookup_walks_again_once_a_hit_block_was_evicted():
+def test_hashed_lookup_walks_again_from_the_first_hit_block_evicted(monkeypatch):
     manager = _manager("hashed", num_blocks=6)
+    starts = []
+    walk = manager._longest_hit
+
+    def recorded(block_hashes, max_num_blocks, start=0):
+        starts.append(start)
+        return walk(block_hashes, max_num_blocks, start)
+
+    monkeypatch.setattr(manager, "_longest_hit", recorded)
     a = _req("A", range(8))
     _run_chunk(manager, a, 8)  # blocks 0, 1 cached, then free (1 at the queue's head)
     manager.free(a)
@@ -138,7 +146,11 @@ def test_hashed_lookup_walks_again_once_a_hit_block_was_evicted():
     assert manager.get_computed_blocks(b).block_ids == (0, 1)  # none of its blocks went
     manager.block_pool.get_new_blocks(2)  # 5, then 1: block 1's hash is evicted
     assert manager.block_pool.evictions_of_block[1] == 1
+    starts.clear()
     assert manager.get_computed_blocks(b).block_ids == (0,)  # block 0's hash is still cached
+    assert starts == [1]  # the walk starts at block 1, the first evicted since
+    manager._hit_memo.clear()  # a walk from scratch finds the same hit
+    assert manager.get_computed_blocks(b).block_ids == (0,) and starts == [1, 0]
 
 
 def test_radix_decode_pages_join_the_tree_at_finish():
