@@ -26,7 +26,8 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE, FIRST_TOKEN_ID, mix64
+from schedcheck.traces.mix64 import mix64
+from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE, FIRST_TOKEN_ID
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]

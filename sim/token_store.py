@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from schedcheck.invariants import hash_model
-from schedcheck.traces.tokens import FIRST_TOKEN_ID, mix64
+from schedcheck.traces.mix64 import mix64
+from schedcheck.traces.tokens import FIRST_TOKEN_ID
 
 I64 = np.int64
 U64 = np.uint64

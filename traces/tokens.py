@@ -12,35 +12,11 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from schedcheck.traces.mix64 import mix64
+
 DEFAULT_VOCAB_SIZE = 32_000
 FIRST_TOKEN_ID = 3  # 0..2 are left to special tokens (pad, bos, eos)
-# SplitMix64's finalizer constants (mix64; invariants/hash_kernels.py compiles the same mix)
-MIX64_M1 = np.uint64(0xBF58476D1CE4E5B9)
-MIX64_M2 = np.uint64(0x94D049BB133111EB)
-MIX64_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 HASH_ID_SHIFT = 20  # token j of hash id h is keyed by h * 2**HASH_ID_SHIFT + j
-
-
-_S27, _S30, _S31 = np.uint64(27), np.uint64(30), np.uint64(31)
-
-
-def mix64(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """SplitMix64's finalizer, elementwise; wraps modulo 2**64. An array's integer
-    arithmetic wraps silently, so it is done in place on one copy; a scalar's would warn,
-    so it runs under an error state that ignores the overflow (the same values)."""
-    if not isinstance(values, np.ndarray) or values.ndim == 0:
-        with np.errstate(over="ignore"):
-            z = values + MIX64_GOLDEN
-            z = (z ^ (z >> _S30)) * MIX64_M1
-            z = (z ^ (z >> _S27)) * MIX64_M2
-            return z ^ (z >> _S31)
-    z = values + MIX64_GOLDEN
-    z ^= z >> _S30
-    z *= MIX64_M1
-    z ^= z >> _S27
-    z *= MIX64_M2
-    z ^= z >> _S31
-    return z
 
 
 def expand_hash_ids(
@@ -56,7 +32,8 @@ def expand_hash_ids(
 
     ids = _checked_ids(hash_ids, hash_block_size, input_length, vocab_size)
     span = np.uint64(vocab_size - FIRST_TOKEN_ID)
-    return token_kernel.expand(ids, hash_block_size, input_length, span)
+    shift = np.uint64(HASH_ID_SHIFT)
+    return token_kernel.expand(ids, hash_block_size, input_length, span, shift, FIRST_TOKEN_ID)
 
 
 def expand_hash_ids_numpy(

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from schedcheck.invariants import hash_model
-from schedcheck.traces.tokens import FIRST_TOKEN_ID, mix64
+from schedcheck.traces.mix64 import mix64
+from schedcheck.traces.tokens import FIRST_TOKEN_ID
 
 U64_MAX = 2**64 - 1
 
