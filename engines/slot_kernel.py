@@ -43,17 +43,23 @@ def touched(starts, counts, block_size):
 
 @njit(cache=True, nogil=True)
 def slots(entries, starts, counts, block_size):
-    """The slot of each row, request after request (every count >= 1)."""
+    """The slot of each row, request after request (every count >= 1), block by block:
+    a block's rows take its consecutive slots (no division per row)."""
     out = np.empty(counts.sum(), np.int64)
     k = 0
-    entry_start = 0  # request i's first touched entry in `entries`
+    entry = 0  # the entry of request i's first touched block in `entries`
     for i in range(starts.size):  # bounded: the batch
         start, end = starts[i], starts[i] + counts[i]
         first = start // block_size
-        for position in range(start, end):  # bounded: its rows
-            block = entries[entry_start + position // block_size - first]
-            out[k] = block * block_size + position % block_size if block >= 0 else -1
-            k += 1
-        entry_start += (end - 1) // block_size + 1 - first
-    assert entry_start == entries.size
+        for j in range(first, (end - 1) // block_size + 1):  # bounded: its blocks
+            block = entries[entry + j - first]
+            lo, hi = max(start, j * block_size), min(end, (j + 1) * block_size)
+            slot = block * block_size + lo - j * block_size if block >= 0 else -1
+            for _ in range(lo, hi):  # bounded: the block's rows
+                out[k] = slot
+                k += 1
+                if block >= 0:
+                    slot += 1
+        entry += (end - 1) // block_size + 1 - first
+    assert entry == entries.size and k == out.size
     return out

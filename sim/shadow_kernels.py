@@ -204,23 +204,42 @@ def count_range_wrong(
     """(keys wrong, keys read) of the reads gather_keys lists for these ranges (`who`:
     each range's store index), each expected identity xor `tag` where it is not 0: a key
     is wrong where its slot is outside the cache (or -1), holds another identity, or the
-    key is past the request's known tokens (expected 0). Nothing is written."""
-    num_slots = shadow.size
+    key is past the request's known tokens (expected 0). Nothing is written. Walked block
+    by block: a block's keys read its consecutive slots (no division per key)."""
     wrong, num_keys, entry = 0, 0, 0
     for k in range(who.size):  # bounded: the ranges
-        assert highs[k] > lows[k] >= 0, "a range of keys"
-        w, first_block = who[k], lows[k] // block_size
-        for key in range(lows[k], highs[k]):  # bounded: its keys
-            block = entries[entry + key // block_size - first_block]
-            slot = block * block_size + key % block_size if block >= 0 else -1
-            expected = arena_ids[base[w] + key] if key < num_tokens[w] else np.uint64(0)
-            expected = tag_identity(expected, tag)
-            if expected == 0 or slot < 0 or slot >= num_slots or shadow[slot] != expected:
-                wrong += 1
-        num_keys += highs[k] - lows[k]
-        entry += (highs[k] - 1) // block_size + 1 - first_block
+        low, high = lows[k], highs[k]
+        assert high > low >= 0, "a range of keys"
+        first_block = low // block_size
+        for j in range(first_block, (high - 1) // block_size + 1):  # bounded: its blocks
+            block = entries[entry + j - first_block]
+            start, stop = max(low, j * block_size), min(high, (j + 1) * block_size)
+            wrong += _block_keys_wrong(
+                base[who[k]], num_tokens[who[k]], arena_ids, block, block_size, j, start, stop,
+                shadow, tag,
+            )  # fmt: skip
+        num_keys += high - low
+        entry += (high - 1) // block_size + 1 - first_block
     assert entry == entries.size, "the entries the ranges touch, each once"
     return wrong, num_keys
+
+
+@njit(cache=True, nogil=True)
+def _block_keys_wrong(base, num_known, arena_ids, block, block_size, j, start, stop, shadow, tag):
+    """count_range_wrong's keys [start, stop) of logical block j, read through `block`."""
+    wrong = 0
+    in_cache = block >= 0 and (block + 1) * block_size <= shadow.size
+    slot = block * block_size + start - j * block_size
+    for key in range(start, stop):  # bounded: one block's keys
+        expected = arena_ids[base + key] if key < num_known else np.uint64(0)
+        expected = tag_identity(expected, tag)
+        if in_cache:
+            if expected == 0 or shadow[slot] != expected:
+                wrong += 1
+        elif expected == 0 or block < 0 or not 0 <= slot < shadow.size or shadow[slot] != expected:
+            wrong += 1  # -1, or a block past the cache's end: slot by slot
+        slot += 1
+    return wrong
 
 
 @njit(cache=True, nogil=True)
