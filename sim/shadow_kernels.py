@@ -130,16 +130,32 @@ def count_verified_overwrites(
     slots_of_positions,
 ):  # fmt: skip
     """The writes over KV (old[w] != 0) that a live request verified, other than the
-    writer's own keys before its position (its own last, partly verified block)."""
+    writer's own keys before its position (its own last, partly verified block). A block
+    size that is a power of two divides by a shift (most writes overwrite old KV in a
+    full cache: two divisions each)."""
     count = 0
+    shift = _log2_or_minus_one(block_size)
     for w in range(slots.size):  # bounded: the writes
         if old[w] != 0:
-            held = verifiers[slots[w] // block_size]
+            if shift >= 0:
+                slot_block, position_block = slots[w] >> shift, positions[w] >> shift
+            else:
+                slot_block, position_block = slots[w] // block_size, positions[w] // block_size
+            held = verifiers[slot_block]
             writer = store_indices[batch[w]]
-            own = slots_of_positions and positions[w] // block_size < verified_blocks[writer]
+            own = slots_of_positions and position_block < verified_blocks[writer]
             if held > (1 if own else 0):
                 count += 1
     return count
+
+
+@njit(cache=True, nogil=True)
+def _log2_or_minus_one(n):
+    """k where n == 2**k (n >= 1), else -1."""
+    k = 0
+    while (1 << k) < n:  # bounded: 63 doublings
+        k += 1
+    return k if (1 << k) == n else -1
 
 
 @njit(cache=True, nogil=True)

@@ -136,6 +136,40 @@ def test_store_writes_declines_a_slot_outside_the_cache_and_writes_nothing(slot)
         assert got.tolist() == want.tolist()
 
 
+@pytest.mark.parametrize("block_size", [16, 12, 1])
+def test_count_verified_overwrites_counts_writes_over_verified_kv(block_size):
+    """Against its definition, write by write: a write over KV (old != 0) whose block some
+    live request verified, less the writer's own verification of its position's block
+    (where slots name positions). A power of two divides by a shift, 12 does not."""
+    for seed in range(8):  # bounded: random cases
+        rng = np.random.default_rng(seed)
+        num_writes, num_blocks = 40, 6
+        verifiers = rng.integers(0, 3, num_blocks)
+        verified_blocks = rng.integers(0, 4, 5)
+        slots = rng.integers(0, num_blocks * block_size, num_writes)
+        positions = rng.integers(0, 4 * block_size, num_writes)
+        batch = rng.integers(0, 3, num_writes)
+        store_indices = rng.permutation(5)[:3]
+        old = rng.integers(0, 2, num_writes).astype(U64)
+        for slots_of_positions in (True, False):
+            want = 0
+            for w in range(num_writes):  # bounded: the writes
+                own = slots_of_positions and (
+                    positions[w] // block_size < verified_blocks[store_indices[batch[w]]]
+                )
+                want += bool(old[w]) and verifiers[slots[w] // block_size] > (1 if own else 0)
+            got = shadow_kernels.count_verified_overwrites(
+                verifiers, verified_blocks, slots, positions, batch, store_indices, old,
+                block_size, slots_of_positions,
+            )  # fmt: skip
+            assert got == want
+
+
+def test_log2_or_minus_one():
+    got = [shadow_kernels._log2_or_minus_one(n) for n in (1, 2, 3, 12, 16, 17, 2**40)]
+    assert got == [0, 1, -1, -1, 4, -1, 40]
+
+
 def test_count_wrong_and_count_misaligned():
     shadow = np.array([5, 6, 0, 8], dtype=U64)
     slots = np.array([0, 1, 2, 3, 3])
