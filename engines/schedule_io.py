@@ -89,8 +89,9 @@ class Fingerprint:
     ) -> tuple[bytes, int]:
         """A request's table that is not the one last encoded: (its id's UTF-8, how many
         of its blocks the last one gives: all of it when it is a prefix, else none)."""
+        prev: tuple[int, ...] = ()
         if entry is None:
-            prev, raw_id = (), rid.encode("utf-8")
+            raw_id = rid.encode("utf-8")
         else:
             prev, raw_id = entry
         is_prefix = len(prev) <= len(table) and table[: len(prev)] == prev
