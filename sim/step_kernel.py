@@ -7,8 +7,8 @@ are the chunk it writes now and read right (and, after a prefix-cache hit or a
 preemption, the cached keys before it: `prefix`), and each sampling row samples after its
 request's last known token. `common_step` does that step's write, read and sample
 (symbolic.py's `_write`, `_check_alignment`, `_read` and `_sample`) in one call of the
-kernels of shadow_kernels.py, where the Python path makes five calls and builds a dozen
-arrays between them::
+kernels of shadow_kernels.py and sample_kernels.py, where the Python path makes five
+calls and builds a dozen arrays between them::
 
     cases checked, nothing changed yet        reads_from_verified, can_append,
                                               count_misaligned, truth_of_rows,
@@ -50,9 +50,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from schedcheck.sim.sample_kernels import append_samples, can_append
 from schedcheck.sim.shadow_kernels import (
-    append_samples,
-    can_append,
     count_misaligned,
     count_range_wrong,
     count_verified_overwrites,

@@ -110,9 +110,10 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         self.vocab_size = vocab_size
         # the per-step loops, compiled (numba): imported with the first executor, so that a
         # process that never simulates never loads numba and LLVM (0.4 s, 110 MB)
-        from schedcheck.sim import shadow_kernels, step_kernel
+        from schedcheck.sim import sample_kernels, shadow_kernels, step_kernel
 
         self._kernels = shadow_kernels
+        self._sample_kernels = sample_kernels
         self._step_kernel = step_kernel
         self.shadow = np.zeros(self.num_slots, dtype=U64)  # 0 = never written
         self.writer_req = np.full(self.num_slots, -1, dtype=np.int32)
@@ -565,7 +566,7 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
         writers = idx[batch]
         store = self.store
         span = self.vocab_size - FIRST_TOKEN_ID
-        appended, sampled = self._kernels.sample_append(
+        appended, sampled = self._sample_kernels.sample_append(
             store.ids, store.tokens, store.base, store.num_tokens, store.cap, writers, batch,
             identity, positions, span,
         )  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 
 from schedcheck.engines import slots as slots_module
 from schedcheck.invariants import hash_model
-from schedcheck.sim import shadow_kernels
+from schedcheck.sim import sample_kernels, shadow_kernels
 from schedcheck.sim.token_store import TokenStore, sample_and_terms
 from schedcheck.traces.tokens import FIRST_TOKEN_ID
 
@@ -189,7 +189,7 @@ def test_sample_append_samples_and_appends_as_the_numpy_path(seed):
     batch = np.array([0, 1, 3])
     positions = mine.num_tokens[writers] - 1
     identity = rng.integers(1, 1 << 63, 3).astype(U64)
-    ok, tokens = shadow_kernels.sample_append(
+    ok, tokens = sample_kernels.sample_append(
         mine.ids, mine.tokens, mine.base, mine.num_tokens, mine.cap, writers, batch,
         identity, positions, VOCAB_SIZE - FIRST_TOKEN_ID,
     )  # fmt: skip
@@ -212,7 +212,7 @@ def test_sample_append_declines_without_changing_anything():
         (np.array([1, 1]), store.num_tokens[writers] - 1),  # a request twice
     )
     for batch, positions in cases:
-        ok, tokens = shadow_kernels.sample_append(
+        ok, tokens = sample_kernels.sample_append(
             store.ids, store.tokens, store.base, store.num_tokens, store.cap, writers, batch,
             identity, positions, VOCAB_SIZE - FIRST_TOKEN_ID,
         )  # fmt: skip

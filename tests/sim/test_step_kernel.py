@@ -25,7 +25,7 @@ from schedcheck.engines.slots import touched_entries
 from schedcheck.fuzz.scenario import Scenario, scenarios
 from schedcheck.fuzz.swarm import SwarmSpec
 from schedcheck.invariants import hash_model
-from schedcheck.sim import shadow_kernels, step_kernel
+from schedcheck.sim import sample_kernels, shadow_kernels, step_kernel
 from schedcheck.sim.common_step import NO_PREFIX, NO_WINDOW
 from schedcheck.sim.cost_model import profile
 from schedcheck.sim.loop import SimOptions, run
@@ -118,7 +118,7 @@ class Step:
         )
         grown, num_blocks, num_prefix_keys = self.python_read(true_ids)
         batch = self.row_req[self.logits]
-        appended, tokens = k.sample_append(
+        appended, tokens = sample_kernels.sample_append(
             s.ids, s.tokens, s.base, s.num_tokens, s.cap, self.indices[batch], batch,
             true_ids[self.logits], self.positions[self.logits], SPAN,
         )  # fmt: skip
