@@ -103,7 +103,10 @@ def _slots_of_one(
     if count <= SMALL_ROWS:  # a run per block, from ranges: one numpy call, not four
         runs = _block_runs(entries, first, start, start + count, block_size)
         return np.fromiter(itertools.chain.from_iterable(runs), np.int64, count)
-    return _block_slots(np.array(entries, dtype=np.int64), block_size)[offset : offset + count]
+    from schedcheck.engines import slot_kernel  # numba: with the first long step
+
+    one = np.array([start], np.int64), np.array([count], np.int64)
+    return slot_kernel.slots(np.array(entries, np.int64), *one, block_size)
 
 
 def _block_runs(
@@ -117,12 +120,6 @@ def _block_runs(
         shift = (block - k) * block_size  # position p of logical block k -> p + shift
         yield range(lo + shift, hi + shift)
         lo = hi
-
-
-def _block_slots(blocks: IntArray, block_size: int) -> IntArray:
-    """Every slot of every block of `blocks`, in order: block b's are b * block_size +
-    0 .. block_size - 1."""
-    return (blocks[:, None] * block_size + np.arange(block_size, dtype=np.int64)).ravel()
 
 
 def _slots_listed(
