@@ -113,11 +113,15 @@ class BlockPool:
     def get_cached_block(self, block_hash: bytes) -> int | None:
         return self.cached_block_hash_to_block.get(block_hash)
 
+    def evictions_of(self, block_ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Each block's eviction count now (a copy: `num_not_evicted` compares it later)."""
+        return self.evictions_of_block[block_ids]
+
     def num_not_evicted(
         self, block_ids: npt.NDArray[np.int64], evictions: npt.NDArray[np.int64]
     ) -> int:
         """How many of `block_ids`, from the first, were not evicted since their eviction
-        counts were `evictions` (all of them: len(block_ids))."""
+        counts were `evictions` (`evictions_of` then; all of them: len(block_ids))."""
         assert block_ids.shape == evictions.shape
         moved = np.flatnonzero(self.evictions_of_block[block_ids] != evictions)
         return int(moved[0]) if moved.size else len(block_ids)

@@ -85,7 +85,7 @@ class HashedKVManager:
             block_ids = hit.block_ids + tuple(more)
             hit = PrefixHit(block_ids, len(block_ids) * self.block_size)
             ids = np.array(block_ids, np.int64)
-        memo = _HitMemo(key, hit, ids, pool.evictions_of_block[ids])
+        memo = _HitMemo(key, hit, ids, pool.evictions_of(ids))
         self._hit_memo[request.request_id] = memo
         return hit
 
