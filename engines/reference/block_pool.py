@@ -15,9 +15,10 @@ a prompt sits nearer the head of the queue and is evicted before its prefix::
 
     free(request with blocks [7, 3, 9])  ->  free_block_queue: ... 9, 3, 7   (tail first)
 
-The queue is an OrderedDict keyed by block id (insertion order is the LRU order; removal
-from the middle is O(1)); decisions never depend on set or hash order. There is no null
-block: every block id is usable.
+The queue is a doubly linked list in arrays (free_queue.py: removal from the middle is
+O(1), and a prefill's or a finished request's blocks move in one compiled pass);
+decisions never depend on set or hash order. There is no null block: every block id is
+usable.
 
 `change_log` (off until a checker turns it on through the snapshot) collects the ids of the
 blocks whose ref_cnt, hash or free-queue position changed, so that the block-pool invariants
@@ -34,14 +35,21 @@ and always hits the first, which amounts to the same).
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from schedcheck.engines.protocol import hash_words_of
-from schedcheck.engines.reference.per_block import add_at, any_at, ids_of, release_at, set_at
+from schedcheck.engines.reference.free_queue import FreeBlockQueue, as_ids
+from schedcheck.engines.reference.per_block import (
+    FEW_IDS,
+    add_at,
+    any_at,
+    ids_of,
+    release_at,
+    set_at,
+)
 from schedcheck.engines.reference.snapshot import readonly_view
 
 
@@ -72,8 +80,8 @@ class BlockPool:
         self.cached_block_hash_to_block: dict[bytes, int] = {}
         # The inverse map, kept incrementally so that a snapshot costs nothing.
         self.cached_hash_of_block: dict[int, bytes] = {}
-        self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-        self.in_free_queue: npt.NDArray[np.bool_] = np.ones(num_blocks, dtype=bool)
+        self.free_block_queue = FreeBlockQueue(num_blocks)
+        self.in_free_queue: npt.NDArray[np.bool_] = self.free_block_queue.in_queue  # the same
         # Bumped whenever the set of cached hashes changes: a lookup made at an unchanged
         # version would find the same hit.
         self.cache_version = 0
@@ -128,43 +136,33 @@ class BlockPool:
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         """Pop `num_blocks` blocks from the head of the free queue, evicting their hashes."""
-        assert 0 <= num_blocks <= len(self.free_block_queue), "caller checks the free count"
-        queue = self.free_block_queue
+        ids = self.free_block_queue.popleft_many(num_blocks)  # asserts the free count
+        block_ids: list[int] = ids.tolist()
+        cached = self.cached_hash_of_block
         if num_blocks == 1:  # the decode path: no numpy fancy indexing
-            block_id = queue.popitem(last=False)[0]
-            self.in_free_queue[block_id] = False
-            if block_id in self.cached_hash_of_block:
+            block_id = block_ids[0]
+            if block_id in cached:
                 self._evict(block_id)
             assert self.ref_cnt[block_id] == 0, "a free block had holders"
             self.ref_cnt[block_id] = 1
             if self.change_log is not None:
                 self.change_log.append(block_id)
-            return [block_id]
-        block_ids = list(itertools.islice(queue, num_blocks))  # the head, in order
-        for block_id in block_ids:  # bounded: num_blocks (faster than popitem, measured)
-            del queue[block_id]
-        cached = self.cached_hash_of_block
+            return block_ids
         if not cached.keys().isdisjoint(block_ids):
             self._evict_many(list(filter(cached.__contains__, block_ids)))
-        if block_ids:
-            ids = ids_of(block_ids)  # one conversion (many ids), three uses
-            assert not any_at(self.ref_cnt, ids), "a free block had holders"
-            set_at(self.ref_cnt, ids, 1)
-            set_at(self.in_free_queue, ids, False)
-            if self.change_log is not None:
-                self.change_log.extend(block_ids)
+        held = ids if num_blocks > FEW_IDS else block_ids  # the form per_block reads fastest
+        assert not any_at(self.ref_cnt, held), "a free block had holders"
+        set_at(self.ref_cnt, held, 1)
+        if self.change_log is not None:
+            self.change_log.extend(block_ids)
         return block_ids
 
     def touch(self, block_ids: Sequence[int]) -> None:
         """Take one more reference on each block of a cache hit (removed from the queue)."""
         if not block_ids:
             return
-        queue = self.free_block_queue
-        for block_id in block_ids:
-            queue.pop(block_id, None)
-        ids = ids_of(block_ids)
-        add_at(self.ref_cnt, ids, 1)
-        set_at(self.in_free_queue, ids, False)
+        self.free_block_queue.remove_many(as_ids(block_ids))
+        add_at(self.ref_cnt, ids_of(block_ids), 1)
         if self.change_log is not None:
             self.change_log.extend(block_ids)
 
@@ -178,11 +176,7 @@ class BlockPool:
         freed = release_at(self.ref_cnt, ordered_block_ids)
         if self.change_log is not None:
             self.change_log.extend(ordered_block_ids)
-        queue = self.free_block_queue
-        for block_id in freed:  # bounded: the blocks freed
-            assert block_id not in queue  # (a loop: OrderedDict.update is slower, measured)
-            queue[block_id] = None
-        set_at(self.in_free_queue, freed, True)
+        self.free_block_queue.append_many(as_ids(freed))  # asserts none was queued
 
     def cache_full_blocks(
         self,

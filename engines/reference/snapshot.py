@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections import deque
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
 import numpy as np
@@ -20,14 +20,15 @@ def readonly_view(array: npt.NDArray[G]) -> npt.NDArray[G]:
 
 
 class KeysSequence(Sequence[int]):
-    """The keys of an OrderedDict as a Sequence: iteration, len and `in` cost no copy.
+    """A queue of block ids (the pool's free queue) as a Sequence: len and `in` cost no
+    copy, iteration what the queue's costs.
 
     Indexing materializes the keys once per call site (it is only for convenience).
     """
 
     __slots__ = ("_queue",)
 
-    def __init__(self, queue: OrderedDict[int, None]) -> None:
+    def __init__(self, queue: Collection[int]) -> None:
         self._queue = queue
 
     def __len__(self) -> int:

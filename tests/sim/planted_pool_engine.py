@@ -3,8 +3,8 @@ request finishes; `planted` records (step, block) so a test can assert where it 
 
     ref-cnt     free_blocks leaves one reference on the request's tail block
     lost        free_blocks drops the tail block instead of queueing it
-    free-twice  the snapshot's free queue names the tail block twice (a linked-list queue
-                appended twice; our OrderedDict cannot hold it, so it is planted in the view)
+    free-twice  the snapshot's free queue names the tail block twice (vLLM's linked list
+                appended twice; ours refuses it, so it is planted in the view)
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class _PlantedPool(BlockPool):
         else:
             super().free_blocks(ordered_block_ids)
             if fault == "lost":
-                del self.free_block_queue[tail]
+                self.free_block_queue.remove_many(np.array([tail], np.int64))
 
 
 class _TwiceSnapshot:

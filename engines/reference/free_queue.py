@@ -1,0 +1,87 @@
+"""The block pool's free queue: LRU order as a doubly linked list in two arrays.
+
+vLLM's FreeKVCacheBlockQueue links KVCacheBlock objects; here the links are int64 arrays
+indexed by block id, closed into a ring by a sentinel S = num_blocks::
+
+    S -> 7 -> 3 -> 9 -> 4 -> S            head 7 (evicted / reused first), tail 4
+
+    popleft_many(2)      -> [7, 3]         S -> 9 -> 4 -> S
+    append_many([3, 7])                    S -> 9 -> 4 -> 3 -> 7 -> S
+    remove_many([4])     (a cache hit)     S -> 9 -> 3 -> 7 -> S
+
+Each operation is one compiled pass over its blocks (free_queue_kernels.py), where an
+OrderedDict costs a Python step a block: a prefill's hundreds of new blocks, a finished
+request's thousands freed. `in_queue[b]` says whether b is queued; the pool hands it to
+the pool check as its `in_free_queue` array (the same array, kept exact by every pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+IdArray = npt.NDArray[np.int64]
+
+
+class FreeBlockQueue:
+    """Block ids in LRU order; all of them at first, ascending."""
+
+    __slots__ = ("_k", "in_queue", "next_of", "num_free_blocks", "prev_of")
+
+    def __init__(self, num_blocks: int) -> None:
+        assert num_blocks >= 1
+        from schedcheck.engines.reference import free_queue_kernels  # numba: with an engine
+
+        self._k = free_queue_kernels
+        # block b's neighbours; index num_blocks is the sentinel (next: head, prev: tail)
+        self.next_of: IdArray = np.arange(1, num_blocks + 2, dtype=np.int64)
+        self.next_of[num_blocks] = 0
+        self.prev_of: IdArray = np.arange(-1, num_blocks, dtype=np.int64)
+        self.prev_of[0] = num_blocks
+        self.in_queue: npt.NDArray[np.bool_] = np.ones(num_blocks, dtype=bool)
+        self.num_free_blocks = num_blocks
+
+    def __len__(self) -> int:
+        return self.num_free_blocks
+
+    def __contains__(self, block_id: object) -> bool:
+        if not isinstance(block_id, int | np.integer):
+            return False
+        return bool(0 <= block_id < self.in_queue.size and self.in_queue[block_id])
+
+    def __iter__(self) -> Iterator[int]:
+        """Head first (a copy: the queue may change while the caller iterates)."""
+        return iter(self.block_ids().tolist())
+
+    def block_ids(self) -> IdArray:
+        """The queued blocks, head first."""
+        return self._k.walk(self.next_of, self.num_free_blocks)
+
+    def popleft_many(self, num_blocks: int) -> IdArray:
+        """Unlink the `num_blocks` blocks at the head, in queue order."""
+        assert 0 <= num_blocks <= self.num_free_blocks, "caller checks the free count"
+        out = np.empty(num_blocks, np.int64)
+        self._k.pop_head(self.next_of, self.prev_of, self.in_queue, out)
+        self.num_free_blocks -= num_blocks
+        return out
+
+    def append_many(self, block_ids: IdArray) -> None:
+        """Link `block_ids` (none queued already, each once) at the tail, in order."""
+        linked = self._k.push_tail(self.next_of, self.prev_of, self.in_queue, block_ids)
+        self.num_free_blocks += linked
+        assert linked == block_ids.size, f"block {block_ids[linked]} is queued already"
+
+    def remove_many(self, block_ids: IdArray) -> int:
+        """Unlink those of `block_ids` that are queued; how many were."""
+        removed = int(self._k.unlink(self.next_of, self.prev_of, self.in_queue, block_ids))
+        self.num_free_blocks -= removed
+        return removed
+
+
+def as_ids(block_ids: Sequence[int] | IdArray) -> IdArray:
+    """Block ids as the queue takes them: an int64 array."""
+    if isinstance(block_ids, np.ndarray) and block_ids.dtype == np.int64:
+        return block_ids
+    return np.fromiter(block_ids, np.int64, len(block_ids))
