@@ -83,6 +83,18 @@ def test_same_content_cached_once():
     assert pool.cached_hash_of_block == {0: _h(7)}
 
 
+def test_a_chunk_with_one_hash_cached_elsewhere_caches_the_others_in_order():
+    """h2 is block 0's already: the chunk's other blocks are cached, in order, and the
+    maps stay each other's inverse."""
+    pool = BlockPool(5)
+    a = pool.get_new_blocks(1)
+    pool.cache_full_blocks(a, [_h(2)], 0, 1)
+    chunk = pool.get_new_blocks(3)
+    pool.cache_full_blocks(chunk, [_h(1), _h(2), _h(3)], 0, 3)
+    assert list(pool.cached_block_hash_to_block.items()) == [(_h(2), 0), (_h(1), 1), (_h(3), 3)]
+    assert pool.cached_hash_of_block == {0: _h(2), 1: _h(1), 3: _h(3)}
+
+
 def test_double_free_is_caught():
     pool = BlockPool(2)
     blocks = pool.get_new_blocks(1)
