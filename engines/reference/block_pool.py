@@ -136,18 +136,18 @@ class BlockPool:
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         """Pop `num_blocks` blocks from the head of the free queue, evicting their hashes."""
-        ids = self.free_block_queue.popleft_many(num_blocks)  # asserts the free count
-        block_ids: list[int] = ids.tolist()
         cached = self.cached_hash_of_block
-        if num_blocks == 1:  # the decode path: no numpy fancy indexing
-            block_id = block_ids[0]
+        if num_blocks == 1:  # the decode path: no numpy array made
+            block_id = self.free_block_queue.popleft()  # asserts the free count
             if block_id in cached:
                 self._evict(block_id)
             assert self.ref_cnt[block_id] == 0, "a free block had holders"
             self.ref_cnt[block_id] = 1
             if self.change_log is not None:
                 self.change_log.append(block_id)
-            return block_ids
+            return [block_id]
+        ids = self.free_block_queue.popleft_many(num_blocks)  # asserts the free count
+        block_ids: list[int] = ids.tolist()
         if not cached.keys().isdisjoint(block_ids):
             self._evict_many(list(filter(cached.__contains__, block_ids)))
         held = ids if num_blocks > FEW_IDS else block_ids  # the form per_block reads fastest

@@ -28,18 +28,23 @@ IdArray = npt.NDArray[np.int64]
 class FreeBlockQueue:
     """Block ids in LRU order; all of them at first, ascending."""
 
-    __slots__ = ("_k", "in_queue", "next_of", "num_free_blocks", "prev_of")
+    __slots__ = ("_k", "in_queue", "links", "num_free_blocks")
 
     def __init__(self, num_blocks: int) -> None:
         assert num_blocks >= 1
         from schedcheck.engines.reference import free_queue_kernels  # numba: with an engine
 
         self._k = free_queue_kernels
-        # block b's neighbours; index num_blocks is the sentinel (next: head, prev: tail)
-        self.next_of: IdArray = np.arange(1, num_blocks + 2, dtype=np.int64)
-        self.next_of[num_blocks] = 0
-        self.prev_of: IdArray = np.arange(-1, num_blocks, dtype=np.int64)
-        self.prev_of[0] = num_blocks
+        # block b's neighbours: links[0, b] the next, links[1, b] the one before; index
+        # num_blocks is the sentinel (its next: the head, the one before it: the tail)
+        self.links: IdArray = np.stack(
+            [
+                np.arange(1, num_blocks + 2, dtype=np.int64),
+                np.arange(-1, num_blocks, dtype=np.int64),
+            ]
+        )
+        self.links[0, num_blocks] = 0
+        self.links[1, 0] = num_blocks
         self.in_queue: npt.NDArray[np.bool_] = np.ones(num_blocks, dtype=bool)
         self.num_free_blocks = num_blocks
 
@@ -57,25 +62,31 @@ class FreeBlockQueue:
 
     def block_ids(self) -> IdArray:
         """The queued blocks, head first."""
-        return self._k.walk(self.next_of, self.num_free_blocks)
+        return self._k.walk(self.links, self.num_free_blocks)
+
+    def popleft(self) -> int:
+        """Unlink the block at the head."""
+        assert self.num_free_blocks >= 1, "caller checks the free count"
+        self.num_free_blocks -= 1
+        return int(self._k.pop_one(self.links, self.in_queue))
 
     def popleft_many(self, num_blocks: int) -> IdArray:
         """Unlink the `num_blocks` blocks at the head, in queue order."""
         assert 0 <= num_blocks <= self.num_free_blocks, "caller checks the free count"
         out = np.empty(num_blocks, np.int64)
-        self._k.pop_head(self.next_of, self.prev_of, self.in_queue, out)
+        self._k.pop_head(self.links, self.in_queue, out)
         self.num_free_blocks -= num_blocks
         return out
 
     def append_many(self, block_ids: IdArray) -> None:
         """Link `block_ids` (none queued already, each once) at the tail, in order."""
-        linked = self._k.push_tail(self.next_of, self.prev_of, self.in_queue, block_ids)
+        linked = self._k.push_tail(self.links, self.in_queue, block_ids)
         self.num_free_blocks += linked
         assert linked == block_ids.size, f"block {block_ids[linked]} is queued already"
 
     def remove_many(self, block_ids: IdArray) -> int:
         """Unlink those of `block_ids` that are queued; how many were."""
-        removed = int(self._k.unlink(self.next_of, self.prev_of, self.in_queue, block_ids))
+        removed = int(self._k.unlink(self.links, self.in_queue, block_ids))
         self.num_free_blocks -= removed
         return removed
 

@@ -24,15 +24,15 @@ def test_all_blocks_queued_at_first_in_ascending_order():
     queue = FreeBlockQueue(5)
     assert list(queue) == [0, 1, 2, 3, 4]
     assert len(queue) == 5 and _flags(queue) == [0, 1, 2, 3, 4]
-    assert queue.next_of.tolist() == [1, 2, 3, 4, 5, 0]  # 5 is the sentinel: 0 the head
-    assert queue.prev_of.tolist() == [5, 0, 1, 2, 3, 4]  # and 4 the tail
+    assert queue.links[0].tolist() == [1, 2, 3, 4, 5, 0]  # 5 is the sentinel: 0 the head
+    assert queue.links[1].tolist() == [5, 0, 1, 2, 3, 4]  # and 4 the tail
 
 
 def test_the_docstring_walk():
     queue = FreeBlockQueue(10)
     queue.remove_many(_ids(*range(10)))
     queue.append_many(_ids(7, 3, 9, 4))
-    assert queue.popleft_many(2).tolist() == [7, 3]
+    assert queue.popleft() == 7 and queue.popleft_many(1).tolist() == [3]
     assert list(queue) == [9, 4]
     queue.append_many(_ids(3, 7))
     assert list(queue) == [9, 4, 3, 7]
@@ -64,6 +64,9 @@ def test_appending_a_queued_block_is_refused_and_the_queue_stays_whole():
     assert list(queue) == [2, 3, 1] and len(queue) == 3  # 1 linked, then the refusal
     with pytest.raises(AssertionError, match="caller checks the free count"):
         queue.popleft_many(4)
+    queue.popleft_many(3)
+    with pytest.raises(AssertionError, match="caller checks the free count"):
+        queue.popleft()
 
 
 def test_membership():
@@ -82,7 +85,7 @@ def test_as_ids():
 
 
 _OPS = st.lists(
-    st.tuples(st.sampled_from(["pop", "append", "remove"]), st.lists(st.integers(0, 11))),
+    st.tuples(st.sampled_from(["pop", "pop one", "append", "remove"]), st.lists(st.integers(0, 11))),
     max_size=40,
 )
 
@@ -94,7 +97,9 @@ def test_the_same_order_as_an_ordered_dict(ops):
     num_blocks = 12
     queue, model = FreeBlockQueue(num_blocks), OrderedDict.fromkeys(range(num_blocks))
     for op, ids in ops:  # bounded: 40 operations
-        if op == "pop":
+        if op == "pop one" and model:
+            assert queue.popleft() == model.popitem(last=False)[0]
+        elif op == "pop":
             n = min(len(ids), len(model))
             expected = [model.popitem(last=False)[0] for _ in range(n)]
             assert queue.popleft_many(n).tolist() == expected
