@@ -106,18 +106,20 @@ def run_pairs(args: argparse.Namespace) -> dict[str, Any]:
     for i in range(args.pairs):  # bounded: --pairs
         full = measure(args if i == 0 else later, check_invariants=True)
         peak_mb = peak_mb or peak_rss_mb()  # the first checked run's: the process's first
-        bare = full if args.invariants_only else measure(args, check_invariants=False)
-        assert bare["fingerprint"] == full["fingerprint"], "invariants must not change the schedule"
+        bare = None if args.invariants_only else measure(args, check_invariants=False)
+        if bare is not None:
+            assert bare["fingerprint"] == full["fingerprint"], "invariants must not change it"
         pairs.append((full, bare))
         gc.collect()  # a run's cycles (the curve holds its simulation) freed before the next
     full, bare = pairs[0]
     at = full.get(f"peak_rss_mb_at_{args.rss_at_requests}_requests")
-    ratios = [f["cpu_time_s"] / b["cpu_time_s"] for f, b in pairs]  # CPU time ratios
+    # CPU time ratios (none with --invariants-only: no bare run)
+    ratios = [f["cpu_time_s"] / b["cpu_time_s"] for f, b in pairs if b is not None]
     return {
         "bare": bare,
         "invariants": full,
-        "invariant_overhead": statistics.median(ratios),
-        "invariant_overhead_first": ratios[0],
+        "invariant_overhead": statistics.median(ratios) if ratios else None,
+        "invariant_overhead_first": ratios[0] if ratios else None,
         "invariant_overhead_pairs": ratios,
         "faster_than_real_time_cpu": full["sim_per_cpu"],
         "peak_rss_mb": peak_mb,
@@ -226,6 +228,8 @@ def main() -> int:
         print()
         return 0
     for name, r in (("bare", bare), ("invariants", full)):
+        if r is None:  # --invariants-only
+            continue
         print(
             f"{name:10s} {r['requests']} requests, {r['steps']} steps, {r['sim_time_s']:.0f} s "
             f"simulated in {r['cpu_time_s']:.1f} s CPU ({r['wall_time_s']:.1f} s wall): "
@@ -233,6 +237,9 @@ def main() -> int:
             f"({r['num_gpu_blocks']} blocks, {r['pool_sweeps']} full pool sweeps)"
         )
     overhead = report["invariant_overhead"]
+    overhead_text = (
+        "" if overhead is None else f"invariant overhead {overhead:.2f}x (goal <= 1.3x), "
+    )
     if args.pairs > 1:
         ratios = ", ".join(f"{r:.2f}x" for r in report["invariant_overhead_pairs"])
         print(f"{args.pairs} pairs, alternately: {ratios}; the median below")
@@ -242,7 +249,7 @@ def main() -> int:
         ratio = report["peak_rss_growth"]
         growth = f" ({ratio:.2f}x the {at:.0f} MB after {args.rss_at_requests} requests)"
     print(
-        f"invariant overhead {overhead:.2f}x (goal <= 1.3x), {full['sim_per_cpu']:.1f}x real "
+        f"{overhead_text}{full['sim_per_cpu']:.1f}x real "
         f"time per CPU second (goal >= 50x), peak RSS {peak_mb:.0f} MB"
         f"{growth}; load average {load}"
     )

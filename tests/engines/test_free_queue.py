@@ -85,7 +85,9 @@ def test_as_ids():
 
 
 _OPS = st.lists(
-    st.tuples(st.sampled_from(["pop", "pop one", "append", "remove"]), st.lists(st.integers(0, 11))),
+    st.tuples(
+        st.sampled_from(["pop", "pop one", "append", "remove"]), st.lists(st.integers(0, 11))
+    ),
     max_size=40,
 )
 

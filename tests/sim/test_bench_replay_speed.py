@@ -53,3 +53,13 @@ def test_only_the_first_checked_run_writes_the_curve(tmp_path, monkeypatch):
     assert paths == [str(tmp_path / "curve.jsonl"), None]  # a later run would overwrite it
     samples = (tmp_path / "curve.jsonl").read_text().splitlines()
     assert len(samples) == report["invariants"]["steps"] // 4
+
+
+def test_invariants_only_reports_no_bare_run_and_no_overhead(tmp_path):
+    bench = _bench()
+    args = _args(bench, tmp_path, pairs=1)
+    args.invariants_only = True
+    report = bench.run_pairs(args)
+    assert report["bare"] is None and report["invariants"]["finished"] == 3
+    assert report["invariant_overhead"] is None and report["invariant_overhead_pairs"] == []
+    assert report["faster_than_real_time_cpu"] == report["invariants"]["sim_per_cpu"]
