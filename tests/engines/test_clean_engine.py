@@ -24,6 +24,8 @@ CLEAN_MODULES = [
             "hashed_manager",
             "radix_manager",
             "block_pool",
+            "free_queue",
+            "free_queue_kernels",
             "block_hash",
             "radix_cache",
             "request",
