@@ -59,11 +59,16 @@ class Phases:
         setattr(obj, attr, self.wrap(name, getattr(obj, attr)))
 
 
-def window_simulation(args: argparse.Namespace, check_invariants: bool = True) -> Simulation:
+def window_simulation(
+    args: argparse.Namespace, check_invariants: bool = True, num_gpu_blocks: int | None = None
+) -> Simulation:
     """The window (`--trace`, `--max-requests`, `--block-size`) through the reference
     engine: every invariant, or the bare loop (the hash-model executor, no shadow KV, no
-    checks), as replay_speed.py builds them; not run yet."""
-    config = LLAMA3_8B_H100.engine_config(args.block_size, block_manager="hashed")
+    checks), as replay_speed.py builds them; not run yet. `num_gpu_blocks`: the
+    deployment's pool where None."""
+    config = LLAMA3_8B_H100.engine_config(
+        args.block_size, block_manager="hashed", num_gpu_blocks=num_gpu_blocks
+    )
     requests = iter_trace(args.trace, "mooncake", max_requests=args.max_requests)
     executor = "symbolic" if check_invariants else "hash"
     options = SimOptions(check_invariants=check_invariants, executor=executor)
