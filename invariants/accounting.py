@@ -46,12 +46,56 @@ class AccountingChecker:
     def check_step(
         self, output: SchedulerOutput, known_num_tokens: Mapping[str, int]
     ) -> list[Violation]:
-        cfg = self.config
         step = output.step
-        out: list[Violation] = []
         for rid in output.preempted_req_ids + output.finished_req_ids:
             self.next_start.pop(rid, None)
-        total = output.total_num_scheduled_tokens
+        total, out = self._check_requests(step, output.scheduled, known_num_tokens)
+        return [*self._check_budget(output, total), *out]
+
+    def _check_requests(
+        self, step: int, scheduled: tuple[ScheduledRequest, ...], known: Mapping[str, int]
+    ) -> tuple[int, list[Violation]]:
+        """(the step's scheduled tokens, the findings of every chunk): each request's
+        properties at once, the detail only on a failure."""
+        out: list[Violation] = []
+        seen: set[str] = set()
+        total = 0
+        bs, next_start = self.config.block_size, self.next_start
+        for req in scheduled:  # bounded: the step's requests
+            rid = req.request_id
+            ncomp, nsched, ntok = req.num_computed_tokens, req.num_scheduled_tokens, req.num_tokens
+            total += nsched
+            end = ncomp + nsched
+            ndraft = len(req.spec_token_ids)
+            start = next_start.get(rid)
+            if (  # the common case, all properties at once; the detail only on a failure
+                rid not in seen
+                and 0 <= ncomp < ntok
+                and 1 <= nsched <= ntok + ndraft - ncomp
+                and (ndraft == 0 or end - ndraft == ntok)
+                and req.token_ids.size == nsched
+                and known.get(rid, ntok) == ntok
+                and len(req.block_table) * bs >= end
+                and (ncomp == start or (ncomp == req.num_cached_tokens and (start or 0) <= ncomp))
+            ):
+                seen.add(rid)
+                next_start[rid] = end
+                continue
+            if rid in seen:
+                out.append(
+                    Violation(
+                        "accounting.duplicate", step, "scheduled twice in one step", request_id=rid
+                    )
+                )
+            seen.add(rid)
+            out.extend(self._check_request(step, req, known.get(rid)))
+        return total, out
+
+    def _check_budget(self, output: SchedulerOutput, total: int) -> list[Violation]:
+        """budget: `total` scheduled tokens (less the decodes' where they are not bounded by
+        it) within max_num_batched_tokens, and at most max_num_seqs requests."""
+        cfg, step = self.config, output.step
+        out: list[Violation] = []
         if not self.decodes_within_budget:
             total -= sum(r.num_scheduled_tokens for r in output.scheduled if _decodes(r))
         if total > cfg.max_num_batched_tokens:
@@ -73,38 +117,6 @@ class AccountingChecker:
                     f"{len(output.scheduled)} requests run, max_num_seqs is {cfg.max_num_seqs}",
                 )
             )
-        seen: set[str] = set()
-        bs, next_start = cfg.block_size, self.next_start
-        for req in output.scheduled:
-            rid = req.request_id
-            ncomp, nsched, ntok = req.num_computed_tokens, req.num_scheduled_tokens, req.num_tokens
-            end = ncomp + nsched
-            ndraft = len(req.spec_token_ids)
-            start = next_start.get(rid)
-            if (  # the common case, all properties at once; the detail only on a failure
-                rid not in seen
-                and 0 <= ncomp < ntok
-                and 1 <= nsched <= ntok + ndraft - ncomp
-                and (ndraft == 0 or end - ndraft == ntok)
-                and req.token_ids.size == nsched
-                and known_num_tokens.get(rid, ntok) == ntok
-                and len(req.block_table) * bs >= end
-                and (ncomp == start or (ncomp == req.num_cached_tokens and (start or 0) <= ncomp))
-            ):
-                seen.add(rid)
-                next_start[rid] = end
-                continue
-            if req.request_id in seen:
-                out.append(
-                    Violation(
-                        "accounting.duplicate",
-                        step,
-                        "scheduled twice in one step",
-                        request_id=req.request_id,
-                    )
-                )
-            seen.add(req.request_id)
-            out.extend(self._check_request(step, req, known_num_tokens.get(req.request_id)))
         return out
 
     def _check_request(self, step: int, req, known: int | None) -> list[Violation]:
