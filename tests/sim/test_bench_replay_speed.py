@@ -63,3 +63,22 @@ def test_invariants_only_reports_no_bare_run_and_no_overhead(tmp_path):
     assert report["bare"] is None and report["invariants"]["finished"] == 3
     assert report["invariant_overhead"] is None and report["invariant_overhead_pairs"] == []
     assert report["faster_than_real_time_cpu"] == report["invariants"]["sim_per_cpu"]
+
+
+def test_the_warm_up_child_replays_a_few_requests_and_its_cpu_is_returned(tmp_path, monkeypatch):
+    bench = _bench()
+    monkeypatch.setattr(bench, "WARMUP_REQUESTS", 2)
+    calls = []
+    run = bench.subprocess.run
+
+    def recorded(command, **kw):
+        calls.append(command)
+        return run(command, **kw)
+
+    monkeypatch.setattr(bench.subprocess, "run", recorded)
+    cpu_s = bench.warm_kernels(_args(bench, tmp_path, pairs=1))
+    assert cpu_s > 0 and len(calls) == 1
+    command = calls[0]
+    assert command[command.index("--max-requests") + 1] == "2"
+    assert command[command.index("--num-blocks") + 1] == str(bench.WARMUP_NUM_BLOCKS)
+    assert "--no-warmup" in command  # the child does not warm up a child of its own
