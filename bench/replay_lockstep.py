@@ -37,7 +37,13 @@ from typing import Any
 
 from lockstep import spread
 from replay_phases import TRACE as TRACE  # the window (the tests read it here)
-from replay_phases import load_average_line, print_json, window_parser, window_simulation
+from replay_phases import (
+    load_average_line,
+    print_json,
+    warm_up,
+    window_parser,
+    window_simulation,
+)
 
 from schedcheck.sim.loop import RunResult, Simulation
 
@@ -119,7 +125,10 @@ def run_side(
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """Both sides in lockstep; their totals, ratio and per-slice ratios."""
+    """Both sides in lockstep (after replay_phases' warm-up of each, untimed); their
+    totals, ratio and per-slice ratios."""
+    warm_up(args, True)
+    warm_up(args, False)
     sims = [window_simulation(args, True), window_simulation(args, False)]
     baton = Baton()
     cpu_s: list[list[float]] = [[], []]

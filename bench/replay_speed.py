@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from replay_phases import WARMUP_NUM_BLOCKS, WARMUP_REQUESTS  # replayed first, in a child
+
 from schedcheck.sim.deployment import LLAMA3_8B_H100
 from schedcheck.sim.loop import SimOptions, Simulation
 from schedcheck.traces import iter_trace
@@ -97,10 +99,6 @@ def measure(args: argparse.Namespace, check_invariants: bool) -> dict[str, float
         "pool_sweeps": sim.pool.num_sweeps,
         "fingerprint": result.fingerprint,
     }
-
-
-# replayed first in a child process, checked and bare (see warm_kernels)
-WARMUP_REQUESTS, WARMUP_NUM_BLOCKS = 30, 2048
 
 
 def warm_kernels(args: argparse.Namespace) -> float:

@@ -39,22 +39,22 @@ from lockstep import (
     where_imported,
 )
 from replay_lockstep import run_in_slices
-from replay_phases import load_average_line, print_json, window_parser, window_simulation
-
-# a child first replays this many requests through a pool this small, untimed: a fresh
-# tree compiles its kernels then, those of evictions and prefix hits included (3 requests
-# through the deployment's pool left them to compile inside the timed replay: a base
-# checked out afresh read 0.90x of itself)
-WARMUP_REQUESTS, WARMUP_NUM_BLOCKS = 30, 2048
+from replay_phases import (
+    load_average_line,
+    print_json,
+    warm_up,
+    window_parser,
+    window_simulation,
+)
 
 
 def child(args: argparse.Namespace) -> int:
-    """A side's process: the window's replay, one slice a line of stdin (after a replay of
-    its first WARMUP_REQUESTS requests through WARMUP_NUM_BLOCKS blocks, not timed: the
-    compiled kernels load or compile)."""
+    """A side's process: the window's replay, one slice a line of stdin (after replay_phases'
+    warm-up, not timed: the compiled kernels load or compile; 3 requests through the
+    deployment's pool left those of evictions and prefix hits to compile in the timed
+    replay, and a base checked out afresh read 0.90x of itself)."""
     check = args.side == "checked"
-    warmup = argparse.Namespace(**{**vars(args), "max_requests": WARMUP_REQUESTS})
-    window_simulation(warmup, check, WARMUP_NUM_BLOCKS).run()
+    warm_up(args, check)
     sim = window_simulation(args, check)
 
     def next_turn(slice_cpu_s: float) -> None:

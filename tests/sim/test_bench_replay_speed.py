@@ -8,11 +8,13 @@ import argparse
 import statistics
 from pathlib import Path
 
-from bench_loader import load_bench
+import pytest
+from bench_loader import imported_bench
 
 
-def _bench():
-    return load_bench("replay_speed")
+@pytest.fixture
+def bench(monkeypatch):
+    yield from imported_bench(monkeypatch, "replay_speed", "replay_phases")
 
 
 def _args(bench, tmp_path: Path, pairs: int) -> argparse.Namespace:
@@ -24,8 +26,7 @@ def _args(bench, tmp_path: Path, pairs: int) -> argparse.Namespace:
     )  # fmt: skip
 
 
-def test_three_pairs_report_their_ratios_and_the_median(tmp_path):
-    bench = _bench()
+def test_three_pairs_report_their_ratios_and_the_median(bench, tmp_path):
     report = bench.run_pairs(_args(bench, tmp_path, pairs=3))
     ratios = report["invariant_overhead_pairs"]
     assert len(ratios) == 3 and min(ratios) > 0
@@ -38,8 +39,7 @@ def test_three_pairs_report_their_ratios_and_the_median(tmp_path):
     assert report["peak_rss_growth"] is None and report["peak_rss_mb"] > 0
 
 
-def test_only_the_first_checked_run_writes_the_curve(tmp_path, monkeypatch):
-    bench = _bench()
+def test_only_the_first_checked_run_writes_the_curve(bench, tmp_path, monkeypatch):
     monkeypatch.setattr(bench.Curve, "SAMPLE_STEPS", 4)
     paths = []
     init = bench.Curve.__init__
@@ -55,8 +55,7 @@ def test_only_the_first_checked_run_writes_the_curve(tmp_path, monkeypatch):
     assert len(samples) == report["invariants"]["steps"] // 4
 
 
-def test_invariants_only_reports_no_bare_run_and_no_overhead(tmp_path):
-    bench = _bench()
+def test_invariants_only_reports_no_bare_run_and_no_overhead(bench, tmp_path):
     args = _args(bench, tmp_path, pairs=1)
     args.invariants_only = True
     report = bench.run_pairs(args)
@@ -65,8 +64,9 @@ def test_invariants_only_reports_no_bare_run_and_no_overhead(tmp_path):
     assert report["faster_than_real_time_cpu"] == report["invariants"]["sim_per_cpu"]
 
 
-def test_the_warm_up_child_replays_a_few_requests_and_its_cpu_is_returned(tmp_path, monkeypatch):
-    bench = _bench()
+def test_the_warm_up_child_replays_a_few_requests_and_its_cpu_is_returned(
+    bench, tmp_path, monkeypatch
+):
     monkeypatch.setattr(bench, "WARMUP_REQUESTS", 2)
     calls = []
     run = bench.subprocess.run
