@@ -60,7 +60,7 @@ def set_at(values: npt.NDArray[np.generic], block_ids: BlockIds, value: int | bo
 def any_at(values: npt.NDArray[np.generic], block_ids: BlockIds) -> bool:
     """values[block_ids].any()."""
     if len(block_ids) > FEW_IDS:
-        return bool(values[_array(block_ids)].any())
+        return bool(np.count_nonzero(values[_array(block_ids)]))  # .any(), a third the cost
     return any(map(values.item, block_ids))
 
 
@@ -71,7 +71,7 @@ def release_at(ref_cnt: npt.NDArray[np.integer], block_ids: Sequence[int]) -> li
         ids = _array(block_ids)  # converted once: the release and the read
         ref_cnt[ids] -= 1
         holders = ref_cnt[ids]  # read once: each block's holders after this release
-        assert (holders >= 0).all(), "ref_cnt went negative: double free"
+        assert not np.count_nonzero(holders < 0), "ref_cnt went negative: double free"
         return list(ids[holders == 0].tolist())
     add_at(ref_cnt, block_ids, -1)
     left = list(map(ref_cnt.item, block_ids))
