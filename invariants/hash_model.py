@@ -150,5 +150,6 @@ def outputs_consistent(
     if outputs.size == 0:
         return -1
     expected = unchunked_outputs(prompt, int(outputs.size), vocab_size, salt)
-    bad = np.flatnonzero(expected != outputs)
-    return int(bad[0]) if bad.size else -1
+    bad = expected != outputs
+    first = int(bad.argmax())  # the first True (argmax stops there); 0 where none is
+    return first if bad[first] else -1

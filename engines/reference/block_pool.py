@@ -131,8 +131,9 @@ class BlockPool:
         """How many of `block_ids`, from the first, were not evicted since their eviction
         counts were `evictions` (`evictions_of` then; all of them: len(block_ids))."""
         assert block_ids.shape == evictions.shape
-        moved = np.flatnonzero(self.evictions_of_block[block_ids] != evictions)
-        return int(moved[0]) if moved.size else len(block_ids)
+        moved = self.evictions_of_block[block_ids] != evictions
+        first = int(moved.argmax()) if moved.size else 0  # the first True (argmax stops there)
+        return first if moved.size and moved[first] else len(block_ids)
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         """Pop `num_blocks` blocks from the head of the free queue, evicting their hashes."""

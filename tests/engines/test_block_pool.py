@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from schedcheck.engines.reference.block_pool import BlockPool
@@ -208,3 +209,18 @@ def test_hash_words_flush_row_by_row_and_in_batch_alike(num_rows):
     pool.hash_words_pending = [(ids, [*hashes[:-1], b"short"])]
     pool.flush_hash_words()
     assert pool.hash_words is None and pool.cached_now is None
+
+
+def test_num_not_evicted_counts_the_blocks_before_the_first_evicted_since():
+    pool = BlockPool(6)
+    blocks = pool.get_new_blocks(3)  # [0, 1, 2]
+    pool.cache_full_blocks(blocks, [_h(1), _h(2), _h(3)], 0, 3)
+    ids = np.array(blocks, np.int64)
+    before = pool.evictions_of(ids)
+    assert pool.num_not_evicted(ids, before) == 3  # none evicted
+    pool.free_blocks(blocks[::-1])  # queue: 3, 4, 5, 2, 1, 0
+    pool.get_new_blocks(4)  # takes 3, 4, 5 and 2, evicting block 2's hash
+    assert pool.num_not_evicted(ids, before) == 2
+    assert pool.num_not_evicted(ids[:0], before[:0]) == 0
+    pool.get_new_blocks(2)  # takes 1 and 0
+    assert pool.num_not_evicted(ids, before) == 0
