@@ -111,9 +111,10 @@ class CommonStep:
         and the keys [verified_len, num_computed) each reads through its block table (as
         `_read` reads them; a request verified past its chunk's start declines the step)."""
         lows, highs = self.store.verified_len[idx], meta.num_computed_tokens
-        todo = np.flatnonzero(lows < highs)
-        if not todo.size:
+        behind = lows < highs
+        if not np.count_nonzero(behind):  # most steps (before flatnonzero: a third the cost)
             return NO_PREFIX
+        todo = np.flatnonzero(behind)
         return (todo, *self._key_ranges(meta.block_tables, todo, lows, highs))
 
     def _window(self, meta: RunnerMetadata, idx: np.ndarray) -> Window:

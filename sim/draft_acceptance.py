@@ -77,8 +77,9 @@ class DraftAcceptance(BadReads):
             req.num_tokens = n  # drop the drafts; append what was generated instead
             if meta.positions[rows[batch == i][0]] != n - 1:
                 continue  # reported by _extend_with_drafts
-            rejected = np.flatnonzero(drafts != mine[: drafts.size])
-            num_accepted = int(rejected[0]) if rejected.size else int(drafts.size)
+            rejected = drafts != mine[: drafts.size]
+            first = int(rejected.argmax()) if rejected.size else 0  # argmax: the first True
+            num_accepted = first if rejected.size and rejected[first] else int(drafts.size)
             generated = mine[: num_accepted + 1]
             terms = hash_model.terms(np.arange(n, n + generated.size, dtype=I64), generated)
             for token, term in zip(generated.tolist(), terms.tolist(), strict=True):
