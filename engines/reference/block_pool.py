@@ -41,11 +41,11 @@ import numpy as np
 import numpy.typing as npt
 
 from schedcheck.engines.protocol import hash_words_of
-from schedcheck.engines.reference.free_queue import FreeBlockQueue, as_ids
+from schedcheck.engines.reference.free_queue import FreeBlockQueue
 from schedcheck.engines.reference.per_block import (
-    FEW_IDS,
     add_at,
     any_at,
+    id_array,
     ids_of,
     release_at,
     set_at,
@@ -151,7 +151,7 @@ class BlockPool:
         block_ids: list[int] = ids.tolist()
         if not cached.keys().isdisjoint(block_ids):
             self._evict_many(list(filter(cached.__contains__, block_ids)))
-        held = ids if num_blocks > FEW_IDS else block_ids  # the form per_block reads fastest
+        held = ids_of(ids)  # the form per_block reads fastest
         assert not any_at(self.ref_cnt, held), "a free block had holders"
         set_at(self.ref_cnt, held, 1)
         if self.change_log is not None:
@@ -162,8 +162,9 @@ class BlockPool:
         """Take one more reference on each block of a cache hit (removed from the queue)."""
         if not block_ids:
             return
-        self.free_block_queue.remove_many(as_ids(block_ids))
-        add_at(self.ref_cnt, ids_of(block_ids), 1)
+        ids = id_array(block_ids)  # one conversion, two uses
+        self.free_block_queue.remove_many(ids)
+        add_at(self.ref_cnt, ids_of(ids), 1)
         if self.change_log is not None:
             self.change_log.extend(block_ids)
 
@@ -177,7 +178,7 @@ class BlockPool:
         freed = release_at(self.ref_cnt, ordered_block_ids)
         if self.change_log is not None:
             self.change_log.extend(ordered_block_ids)
-        self.free_block_queue.append_many(as_ids(freed))  # asserts none was queued
+        self.free_block_queue.append_many(id_array(freed))  # asserts none was queued
 
     def cache_full_blocks(
         self,

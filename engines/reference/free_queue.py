@@ -17,7 +17,7 @@ the pool check as its `in_free_queue` array (the same array, kept exact by every
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -89,10 +89,3 @@ class FreeBlockQueue:
         removed = int(self._k.unlink(self.links, self.in_queue, block_ids))
         self.num_free_blocks -= removed
         return removed
-
-
-def as_ids(block_ids: Sequence[int] | IdArray) -> IdArray:
-    """Block ids as the queue takes them: an int64 array."""
-    if isinstance(block_ids, np.ndarray) and block_ids.dtype == np.int64:
-        return block_ids
-    return np.fromiter(block_ids, np.int64, len(block_ids))

@@ -24,17 +24,18 @@ IdArray = npt.NDArray[np.int64]
 BlockIds = Sequence[int] | IdArray  # a list for a few ids, an int64 array for many
 
 
-def ids_of(block_ids: Sequence[int]) -> BlockIds:
-    """The ids as the functions here read them at least cost: the list itself for a few,
-    one int64 array for many (a caller that hands them to several functions converts the
-    list once, not once a call)."""
+def ids_of(block_ids: BlockIds) -> BlockIds:
+    """The ids as the functions here read them at least cost: a list for a few, one int64
+    array for many (a caller that hands them to several functions converts them once, not
+    once a call; ids already in an int64 array are not copied)."""
     if len(block_ids) > FEW_IDS:
-        return _array(block_ids)
-    return block_ids
+        return id_array(block_ids)
+    return block_ids.tolist() if isinstance(block_ids, np.ndarray) else block_ids
 
 
-def _array(block_ids: BlockIds) -> IdArray:
-    if isinstance(block_ids, np.ndarray):
+def id_array(block_ids: BlockIds) -> IdArray:
+    """Block ids as an int64 array: the array itself where they are one already."""
+    if isinstance(block_ids, np.ndarray) and block_ids.dtype == np.int64:
         return block_ids
     return np.fromiter(block_ids, np.int64, len(block_ids))
 
@@ -42,7 +43,7 @@ def _array(block_ids: BlockIds) -> IdArray:
 def add_at(values: npt.NDArray[np.integer], block_ids: BlockIds, delta: int) -> None:
     """values[block_ids] += delta."""
     if len(block_ids) > FEW_IDS:
-        values[_array(block_ids)] += delta
+        values[id_array(block_ids)] += delta
         return
     for block_id in dict.fromkeys(block_ids):  # bounded: FEW_IDS; once each, as numpy
         values[block_id] += delta
@@ -51,7 +52,7 @@ def add_at(values: npt.NDArray[np.integer], block_ids: BlockIds, delta: int) -> 
 def set_at(values: npt.NDArray[np.generic], block_ids: BlockIds, value: int | bool) -> None:
     """values[block_ids] = value."""
     if len(block_ids) > FEW_IDS:
-        values[_array(block_ids)] = value
+        values[id_array(block_ids)] = value
         return
     for block_id in block_ids:  # bounded: FEW_IDS
         values[block_id] = value
@@ -60,7 +61,7 @@ def set_at(values: npt.NDArray[np.generic], block_ids: BlockIds, value: int | bo
 def any_at(values: npt.NDArray[np.generic], block_ids: BlockIds) -> bool:
     """values[block_ids].any()."""
     if len(block_ids) > FEW_IDS:
-        return bool(np.count_nonzero(values[_array(block_ids)]))  # .any(), a third the cost
+        return bool(np.count_nonzero(values[id_array(block_ids)]))  # .any(), a third the cost
     return any(map(values.item, block_ids))
 
 
@@ -68,7 +69,7 @@ def release_at(ref_cnt: npt.NDArray[np.integer], block_ids: Sequence[int]) -> li
     """ref_cnt[block_ids] -= 1; the ids whose count reached 0, in the order given (an id
     listed twice, twice). AssertionError where a count went negative: a double free."""
     if len(block_ids) > FEW_IDS:
-        ids = _array(block_ids)  # converted once: the release and the read
+        ids = id_array(block_ids)  # converted once: the release and the read
         ref_cnt[ids] -= 1
         holders = ref_cnt[ids]  # read once: each block's holders after this release
         assert not np.count_nonzero(holders < 0), "ref_cnt went negative: double free"

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schedcheck.engines.reference.free_queue import FreeBlockQueue, as_ids
+from schedcheck.engines.reference.free_queue import FreeBlockQueue
+from schedcheck.engines.reference.per_block import id_array
 
 
 def _ids(*block_ids: int) -> np.ndarray:
@@ -77,13 +78,6 @@ def test_membership():
     assert -1 not in queue and 3 not in queue and "1" not in queue
 
 
-def test_as_ids():
-    arr = _ids(4, 5)
-    assert as_ids(arr) is arr
-    assert as_ids([3, 1]).tolist() == [3, 1] and as_ids([3, 1]).dtype == np.int64
-    assert as_ids(()).tolist() == []
-
-
 _OPS = st.lists(
     st.tuples(
         st.sampled_from(["pop", "pop one", "append", "remove"]), st.lists(st.integers(0, 11))
@@ -108,12 +102,12 @@ def test_the_same_order_as_an_ordered_dict(ops):
         elif op == "append":
             fresh = list(dict.fromkeys(b for b in ids if b not in model))
             model.update(dict.fromkeys(fresh))
-            queue.append_many(as_ids(fresh))
+            queue.append_many(id_array(fresh))
         else:
             expected_count = len([b for b in dict.fromkeys(ids) if b in model])
             for b in ids:
                 model.pop(b, None)
-            assert queue.remove_many(as_ids(ids)) == expected_count
+            assert queue.remove_many(id_array(ids)) == expected_count
         assert list(queue) == list(model)
         assert len(queue) == len(model)
         assert _flags(queue) == sorted(model)

@@ -12,6 +12,7 @@ from schedcheck.engines.reference.per_block import (
     FEW_IDS,
     add_at,
     any_at,
+    id_array,
     ids_of,
     release_at,
     set_at,
@@ -72,3 +73,14 @@ def test_ids_converted_once_give_what_the_list_gives(ids: list[int], delta: int)
     set_at(by_once, ids_of(ids[:3]), 0)
     assert by_list.tolist() == by_once.tolist()
     assert any_at(by_list, ids) is any_at(by_once, once)
+
+
+def test_id_array_converts_once_and_ids_of_takes_an_array_too() -> None:
+    arr = np.array([4, 5], np.int64)
+    assert id_array(arr) is arr
+    assert id_array([3, 1]).tolist() == [3, 1] and id_array([3, 1]).dtype == np.int64
+    assert id_array(np.array([2], np.int32)).dtype == np.int64
+    assert id_array(()).tolist() == []
+    assert ids_of(arr) == [4, 5]  # a few: the list the loops read
+    many = np.arange(FEW_IDS + 1, dtype=np.int64)
+    assert ids_of(many) is many  # many: the array itself, not copied
