@@ -26,6 +26,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from schedcheck.engines.arrays import first_true
 from schedcheck.traces.mix64 import mix64
 from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE, FIRST_TOKEN_ID
 
@@ -150,6 +151,4 @@ def outputs_consistent(
     if outputs.size == 0:
         return -1
     expected = unchunked_outputs(prompt, int(outputs.size), vocab_size, salt)
-    bad = expected != outputs
-    first = int(bad.argmax())  # the first True (argmax stops there); 0 where none is
-    return first if bad[first] else -1
+    return first_true(expected != outputs, -1)

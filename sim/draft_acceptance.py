@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from schedcheck.engines.arrays import first_true
 from schedcheck.engines.metadata import RunnerMetadata
 from schedcheck.invariants import hash_model
 from schedcheck.sim.bad_reads import BadReads
@@ -77,9 +78,7 @@ class DraftAcceptance(BadReads):
             req.num_tokens = n  # drop the drafts; append what was generated instead
             if meta.positions[rows[batch == i][0]] != n - 1:
                 continue  # reported by _extend_with_drafts
-            rejected = drafts != mine[: drafts.size]
-            first = int(rejected.argmax()) if rejected.size else 0  # argmax: the first True
-            num_accepted = first if rejected.size and rejected[first] else int(drafts.size)
+            num_accepted = first_true(drafts != mine[: drafts.size], int(drafts.size))
             generated = mine[: num_accepted + 1]
             terms = hash_model.terms(np.arange(n, n + generated.size, dtype=I64), generated)
             for token, term in zip(generated.tolist(), terms.tolist(), strict=True):

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from schedcheck.engines.arrays import first_true
 from schedcheck.engines.protocol import hash_words_of
 from schedcheck.engines.reference.free_queue import FreeBlockQueue
 from schedcheck.engines.reference.per_block import (
@@ -131,9 +132,7 @@ class BlockPool:
         """How many of `block_ids`, from the first, were not evicted since their eviction
         counts were `evictions` (`evictions_of` then; all of them: len(block_ids))."""
         assert block_ids.shape == evictions.shape
-        moved = self.evictions_of_block[block_ids] != evictions
-        first = int(moved.argmax()) if moved.size else 0  # the first True (argmax stops there)
-        return first if moved.size and moved[first] else len(block_ids)
+        return first_true(self.evictions_of_block[block_ids] != evictions, len(block_ids))
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         """Pop `num_blocks` blocks from the head of the free queue, evicting their hashes."""
