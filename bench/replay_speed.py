@@ -105,7 +105,7 @@ def warm_kernels(args: argparse.Namespace) -> float:
     """Replay the trace's first WARMUP_REQUESTS requests through a pool of WARMUP_NUM_BLOCKS
     blocks, checked and bare, in a child process, so that a fresh tree compiles its
     kernels there (numba keeps them on disk), not inside the measured runs' CPU time and
-    peak RSS (LLVM's: about 9 s and 150 MB on a fresh clone). Returns the child's CPU s."""
+    peak RSS (LLVM's: about 20 s and 160 MB on a fresh clone). Returns the child's CPU s."""
     command = [
         sys.executable, __file__, "--trace", args.trace, "--block-size", str(args.block_size),
         "--block-manager", args.block_manager, "--max-requests", str(WARMUP_REQUESTS),

@@ -41,6 +41,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from replay_phases import WARMUP_NUM_BLOCKS, WARMUP_REQUESTS  # the replays' warm-up
+
 from schedcheck.engines.protocol import EngineConfig, EngineRequest
 from schedcheck.traces.load import iter_trace
 
@@ -48,9 +50,6 @@ DEFAULT_TRACE = (
     Path(__file__).resolve().parents[1] / "traces/corpus/real/mooncake/conversation_trace.jsonl.xz"
 )
 TOKEN_LO, TOKEN_SPAN = 3, 31_000
-# the harness first replays this many requests through a pool this small, untimed (its
-# first timed run compiled the kernels of a fresh tree: 6.95x where the next run read 3.39x)
-WARMUP_REQUESTS, WARMUP_NUM_BLOCKS = 30, 2048
 
 
 @dataclass
@@ -270,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: no requests in the window", file=sys.stderr)
         return 2
     if not args.no_harness:  # untimed: a fresh tree compiles the harness's kernels here
+        # (its first timed run did: 6.95x where the next run read 3.39x)
         warm = dataclasses.replace(engine_config(args, reqs), num_gpu_blocks=WARMUP_NUM_BLOCKS)
         run_harness(warm, reqs[:WARMUP_REQUESTS], args)
     reports = []
