@@ -203,3 +203,13 @@ def check_base(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error("give the base: --base-commit REV or --base-path DIR")
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
+    if args.base_path is not None and not has_package(args.base_path):
+        parser.error(
+            f"--base-path {args.base_path}: no schedcheck/fuzz/__init__.py under it (a link "
+            "whose worktree is gone?): the base would import the installed schedcheck"
+        )
+
+
+def has_package(path: Path) -> bool:
+    """Does `path` hold a schedcheck package whose files exist (links followed)?"""
+    return (path / "schedcheck" / "fuzz" / "__init__.py").is_file()

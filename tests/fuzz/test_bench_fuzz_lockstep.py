@@ -102,3 +102,24 @@ def test_the_base_is_required_and_the_counts_positive(benches, capsys):
             fuzz_lockstep.parse_args(argv)
         assert exit_info.value.code == 2
     assert "give the base" in capsys.readouterr().err
+
+
+def test_a_base_path_whose_links_dangle_is_refused(benches, tmp_path, capsys):
+    """A base linked to a worktree since removed would import the installed schedcheck:
+    head against itself, reported as a ratio against the base."""
+    lockstep, fuzz_lockstep = benches
+    tree = tmp_path / "tree"
+    (tree / "fuzz").mkdir(parents=True)
+    (tree / "fuzz" / "__init__.py").write_text("")
+    (tree / "pyproject.toml").write_text(
+        '[tool.setuptools]\npackage-dir = { "schedcheck.fuzz" = "fuzz" }\n'
+    )
+    link = lockstep.link_package(tree, tmp_path / "link")
+    assert lockstep.has_package(link)
+    (tree / "fuzz" / "__init__.py").unlink()
+    (tree / "fuzz").rmdir()
+    assert not lockstep.has_package(link)
+    with pytest.raises(SystemExit) as exited:
+        fuzz_lockstep.parse_args(["--base-path", str(link)])
+    assert exited.value.code == 2
+    assert "no schedcheck/fuzz/__init__.py" in capsys.readouterr().err
