@@ -74,6 +74,7 @@ class CampaignResult:
     options: CampaignOptions
     finding: dict[str, Any] | None = None
     examples: int = 0
+    repeats: int = 0  # examples whose scenario their worker had judged already (verdict_memo)
     coverage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RARE_PATHS, 0))
     raw: list[dict[str, Any]] = field(default_factory=list)
     clean_failures: list[dict[str, Any]] = field(default_factory=list)
@@ -96,6 +97,7 @@ class CampaignResult:
         kind = message["type"]
         if kind == "progress":
             self.examples += int(message["examples"])
+            self.repeats += int(message.get("repeats", 0))
             self.coverage = merge(self.coverage, message["coverage"])
             self.progress.append((round(time.time() - self.started_at_s, 3), self.examples))
             for knob, counts in sorted(message.get("configs", {}).items()):

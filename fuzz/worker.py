@@ -11,6 +11,8 @@
               ├─ ddmin removes whole requests Hypothesis could not (same kind)
               └─ the shrunk bundle is saved and reported; the worker stops
 
+A worker remembers the verdicts of the scenarios it judged last (verdict_memo.py): an
+example that repeats one is not run again, and counts as an example and as a repeat.
 Between rounds the worker checks the budget and whether the campaign asked it to stop.
 Everything it tells the campaign goes through `report(message)`: plain dicts, so they
 cross a process boundary.
@@ -34,6 +36,7 @@ from schedcheck.fuzz.seeds import round_seed
 from schedcheck.fuzz.shrink import shrink_scenario
 from schedcheck.fuzz.swarm import SwarmSpec
 from schedcheck.fuzz.verdict import Verdict, judge
+from schedcheck.fuzz.verdict_memo import VerdictMemo
 from schedcheck.sim.bundles import save_bundle
 from schedcheck.sim.coverage import merge
 
@@ -96,12 +99,14 @@ class RoundProbe:
     shrink_deadline_s: float = 0.0
     clean_failure: dict[str, Any] | None = None
     configs: dict[str, dict[str, int]] = field(default_factory=dict)  # knob -> value -> count
+    memo: VerdictMemo = field(default_factory=VerdictMemo)  # the worker's, across rounds
+    repeats: int = 0  # examples whose scenario the memo had judged already
 
     def __call__(self, scenario: Scenario) -> None:
         if self.detected_at_s is not None and self._shrink_over():
             raise ShrinkDone
-        verdict = judge(scenario)
-        self._count(verdict)
+        verdict, repeated = self.memo.judge(scenario)
+        self._count(verdict, repeated)
         if self.detected_at_s is None:
             tally_config(self.configs, scenario)
         if verdict.clean_failed and self.clean_failure is None:
@@ -113,9 +118,10 @@ class RoundProbe:
                 self._first_failure(scenario, verdict)
             raise FoundBug(scenario.dumps())
 
-    def _count(self, verdict: Verdict) -> None:
+    def _count(self, verdict: Verdict, repeated: bool) -> None:
         if self.detected_at_s is None:
             self.examples += 1
+            self.repeats += repeated
             self.coverage = merge(self.coverage, verdict.coverage)
         else:
             self.shrink_runs += 1
@@ -210,10 +216,15 @@ def round_settings(job: WorkerJob, round_index: int) -> settings:
 
 
 def run_round(
-    job: WorkerJob, round_index: int, report: Report, stopping: Callable[[], bool]
+    job: WorkerJob,
+    round_index: int,
+    report: Report,
+    stopping: Callable[[], bool],
+    memo: VerdictMemo | None = None,
 ) -> tuple[RoundProbe, Scenario | None]:
-    """One round; returns the probe (counts) and the Hypothesis-shrunk finding, if any."""
-    probe = RoundProbe(job, round_index, report, stopping)
+    """One round; returns the probe (counts) and the Hypothesis-shrunk finding, if any.
+    `memo`: the worker's verdicts of earlier rounds (None: this round's alone)."""
+    probe = RoundProbe(job, round_index, report, stopping, memo=memo or VerdictMemo())
 
     def fuzz_example(scenario: Scenario) -> None:
         probe(scenario)
@@ -275,13 +286,14 @@ def run_worker(
     """This worker's rounds until a finding, the budget, `examples_max`, or `should_stop(round)`."""
     started = time.monotonic()
     examples = 0
+    memo = VerdictMemo()  # across this worker's rounds: each starts from the same example
     rounds = range(job.worker_index, ROUNDS_MAX, job.rounds_stride)
     for round_index in rounds:  # bounded: budget and examples_max end it sooner
         if should_stop(round_index) or time.monotonic() - started >= job.budget_s:
             break
         if job.examples_max is not None and examples >= job.examples_max:
             break
-        probe, found = run_round(job, round_index, report, stopping)
+        probe, found = run_round(job, round_index, report, stopping, memo)
         examples += probe.examples
         report(
             {
@@ -289,6 +301,7 @@ def run_worker(
                 "worker": job.worker_index,
                 "round": round_index,
                 "examples": probe.examples,
+                "repeats": probe.repeats,
                 "coverage": probe.coverage,
                 "configs": probe.configs,
             }

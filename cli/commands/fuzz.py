@@ -371,6 +371,7 @@ def campaign_report(result: CampaignResult, command: str) -> dict[str, Any]:
         "found": found,
         "time_to_detect_s": finding.get("time_to_detect_s") if finding else None,
         "examples": result.examples,
+        "repeats": result.repeats,
         "bundle": finding.get("bundle") or raw.get("bundle"),
         "shrunk_requests": finding.get("shrunk_requests"),
         "kind": finding.get("kind") or raw.get("kind"),
@@ -430,8 +431,8 @@ def _print(args: argparse.Namespace, report: dict[str, Any]) -> None:
         return
     print(
         f"fuzz {report['engine']} (mutant {report['mutant'] or 'none'}): "
-        f"{report['examples']} examples in {report['elapsed_s']:.1f} s, seed {report['seed']}, "
-        f"{report['workers']} worker(s)"
+        f"{report['examples']} examples ({report['repeats']} repeats, judged from memory) "
+        f"in {report['elapsed_s']:.1f} s, seed {report['seed']}, {report['workers']} worker(s)"
         f"{', interrupted' if report['interrupted'] else ''}"
     )
     finding = report["finding"]

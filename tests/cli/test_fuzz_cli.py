@@ -71,6 +71,7 @@ def test_nothing_found_exits_0_and_lists_paths_never_reached(tmp_path, capsys):
         ],
     )
     assert code == 0 and not out["found"] and out["examples"] >= 32
+    assert 0 <= out["repeats"] < out["examples"]  # judged from the worker's memory
     assert "fully-cached-prompt" in out["never_reached"]  # the toy engine has no prefix cache
     # its snapshot does not count evictions: unmeasured, not unreached
     assert "evict-cached-block" not in out["never_reached"]

@@ -1,0 +1,101 @@
+"""fuzz/verdict_memo.py: a scenario judged once is answered from memory, the least recently
+judged forgotten first; a campaign with the memo is the campaign without it, repeats
+counted."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from schedcheck.engines.protocol import EngineConfig
+from schedcheck.fuzz import verdict_memo
+from schedcheck.fuzz.campaign import CampaignOptions, run_campaign
+from schedcheck.fuzz.scenario import Scenario
+from schedcheck.fuzz.swarm import SwarmSpec
+from schedcheck.fuzz.verdict_memo import VerdictMemo, scenario_key
+from schedcheck.traces.schema import TraceRequest
+
+
+def _scenario(seed: int = 0, output_length: int = 3) -> Scenario:
+    request = TraceRequest(
+        request_id="r0",
+        arrival_time_s=0.0,
+        output_length=output_length,
+        prompt_token_ids=tuple(range(100, 120)),
+    )
+    config = EngineConfig(block_size=4, num_gpu_blocks=32, max_num_batched_tokens=16)
+    return Scenario(engine="reference", requests=(request,), config=config, seed=seed)
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """The scenarios actually run, in order (verdict_memo's judge counted)."""
+    ran: list[Scenario] = []
+    real = verdict_memo.judge
+
+    def counting(scenario):
+        ran.append(scenario)
+        return real(scenario)
+
+    monkeypatch.setattr(verdict_memo, "judge", counting)
+    return ran
+
+
+def test_equal_scenarios_share_a_key_and_any_change_makes_another():
+    assert scenario_key(_scenario()) == scenario_key(_scenario())
+    assert len(scenario_key(_scenario())) == 32
+    assert scenario_key(_scenario(seed=1)) != scenario_key(_scenario())
+    assert scenario_key(_scenario(output_length=4)) != scenario_key(_scenario())
+    ignoring = dataclasses.replace(_scenario(), ignore=("liveness",))
+    assert scenario_key(ignoring) != scenario_key(_scenario())
+
+
+def test_a_repeated_scenario_is_answered_without_running_it(runs):
+    memo = VerdictMemo()
+    first, repeated = memo.judge(_scenario())
+    assert not repeated and not first.failed and first.result is not None
+    again, repeated = memo.judge(_scenario())  # an equal scenario, another object
+    assert repeated and again is first
+    assert len(runs) == 1 and (memo.runs, memo.hits) == (1, 1)
+
+
+def test_the_least_recently_judged_is_forgotten_first(runs):
+    memo = VerdictMemo(capacity=2)
+    a, b, c = _scenario(seed=0), _scenario(seed=1), _scenario(seed=2)
+    for scenario in (a, b, a, c):  # c pushes out b (a was judged again after b)
+        memo.judge(scenario)
+    assert [s.seed for s in runs] == [0, 1, 2]
+    assert memo.judge(a)[1] and not memo.judge(b)[1]  # a kept, b run again
+    assert [s.seed for s in runs] == [0, 1, 2, 1]
+    with pytest.raises(AssertionError):
+        VerdictMemo(capacity=0)
+
+
+def test_a_campaign_with_the_memo_is_the_campaign_without_it(tmp_path, monkeypatch):
+    """The same examples, coverage, config tallies and findings; only the runs differ, and
+    the repeats are counted (every round starts from the same simplest example)."""
+    messages: list[dict] = []
+
+    def campaign(out: str):
+        messages.clear()
+        options = CampaignOptions(
+            spec=SwarmSpec(engine="reference"), seed=3, workers=1, budget_s=600.0,
+            examples_max=128, out_dir=str(tmp_path / out), db_dir=None,
+        )  # fmt: skip
+        return run_campaign(options, on_message=messages.append)
+
+    with_memo = campaign("memo")
+    repeats = sum(m.get("repeats", 0) for m in messages if m["type"] == "progress")
+    assert repeats >= 3  # rounds 1, 2 and 3 start from round 0's first scenario
+
+    def run_every_time(self, scenario):
+        self.runs += 1
+        return verdict_memo.judge(scenario), False
+
+    monkeypatch.setattr(VerdictMemo, "judge", run_every_time)
+    without = campaign("none")
+    assert sum(m.get("repeats", 0) for m in messages if m["type"] == "progress") == 0
+    fields = ("examples", "coverage", "configs", "finding", "clean_failures")
+    assert {f: getattr(with_memo, f) for f in fields} == {f: getattr(without, f) for f in fields}
+    assert with_memo.examples == 128
