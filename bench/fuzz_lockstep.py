@@ -15,7 +15,10 @@ rounded up to a multiple of 32) and reports its CPU time
 (`process_time`). So both sides fuzz the same seeds, each turn within a second of the
 other. The processes' setup (imports, the engine's first build, the compiled kernels) and
 `--warmup-turns` turns are not counted: the figures are examples per warm CPU second.
-Reported: each side's examples and CPU time, the head's examples per CPU second over the
+Reported: each side's examples (and how many of them its workers answered from memory,
+fuzz/verdict_memo.py: a scenario drawn again; none before bafca42, and turns of 64
+examples repeat fewer than a long campaign, whose rounds all start from one scenario)
+and CPU time, the head's examples per CPU second over the
 base's (goal: >= 2x the commit issue 30 was filed on), and the median and quartiles of the
 turns' own ratios.
 
@@ -81,7 +84,9 @@ def child(args: argparse.Namespace) -> int:
             cpu0 = time.process_time()
             result = campaign(int(line), args.examples_per_turn, out)
             assert result.finding is None, f"a finding: {result.finding}"
-            reply({"cpu_s": time.process_time() - cpu0, "examples": result.examples})
+            repeated = getattr(result, "repeats", 0)  # judged from memory (none before it)
+            reply({"cpu_s": time.process_time() - cpu0, "examples": result.examples,
+                   "repeated": repeated})  # fmt: skip
     return 0
 
 
@@ -114,7 +119,7 @@ def report(
     for name, side, done in zip(SIDES, sides, turns, strict=True):
         examples, cpu_s = sum(t["examples"] for t in done), sum(t["cpu_s"] for t in done)
         out[name] = {"examples": examples, "cpu_s": cpu_s, "examples_per_cpu_s": examples / cpu_s,
-                     **side.ready}  # fmt: skip
+                     "repeated": sum(t.get("repeated", 0) for t in done), **side.ready}  # fmt: skip
     out["speedup"] = out["head"]["examples_per_cpu_s"] / out["base"]["examples_per_cpu_s"]
     out["turn_speedup_median"], out["turn_speedup_quartiles"] = spread(per_turn)
     out["load_average"] = os.getloadavg()
@@ -150,7 +155,8 @@ def main() -> int:
     lo, hi = out["turn_speedup_quartiles"]
     for name in SIDES:
         side = out[name]
-        print(f"{name}: {side['examples']} examples in {side['cpu_s']:.2f} s CPU: "
+        print(f"{name}: {side['examples']} examples ({side['repeated']} judged from memory) in "
+              f"{side['cpu_s']:.2f} s CPU: "
               f"{side['examples_per_cpu_s']:.1f} a CPU second ({side['schedcheck']})")  # fmt: skip
     print(f"head / base: {out['speedup']:.3f}x (goal >= 2x the filed commit); the turns' "
           f"ratios: median {out['turn_speedup_median']:.3f}x, quartiles {lo:.3f}-{hi:.3f}x "
