@@ -65,7 +65,9 @@ def test_sixty_seconds_of_fuzzing_draw_no_salt_and_no_block_below_eight(tmp_path
     )
     assert not result.errors and not result.found, result.finding
     assert result.examples >= 100
-    assert len(adapters_declared.BUILT) >= result.examples
+    # every example built the engine, but those its worker judged from memory (repeats)
+    assert 0 <= result.repeats < result.examples
+    assert len(adapters_declared.BUILT) >= result.examples - result.repeats
     assert min(c.block_size for c in adapters_declared.BUILT) == 8
     assert {c.block_size for c in adapters_declared.BUILT} == {8, 16}
     assert adapters_declared.ADDED
