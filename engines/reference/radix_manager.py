@@ -66,6 +66,9 @@ class RadixKVManager:
         self.ref_cnt: npt.NDArray[np.int64] = np.zeros(num_blocks, dtype=np.int64)
         self._ref_cnt_view = readonly_view(self.ref_cnt)
         self._requests: dict[str, _RequestPages] = {}
+        # each request's block_ids list itself, in _requests' order: the snapshot's
+        # block_tables, kept rather than built a call (a list is extended, never replaced)
+        self._tables: dict[str, list[int]] = {}
         self._table_tuples: dict[str, tuple[int, ...]] = {}
 
     # -- lookups ---------------------------------------------------------------------------
@@ -136,6 +139,7 @@ class RadixKVManager:
             return False
         root = self.tree.root(request.salt_key) if self.enable_caching else None
         pages = self._requests[request_id] = _RequestPages(root)
+        self._tables[request_id] = pages.block_ids
         if node is not None:
             pages.block_ids.extend(hit.block_ids)
             pages.num_tree_pages = len(hit.block_ids)
@@ -240,12 +244,21 @@ class RadixKVManager:
         assert self.ref_cnt[block_id] == 0, "a private page has one holder"
         self.free_pool.append(block_id)
 
+    def _forget(self, request_id: str) -> _RequestPages | None:
+        """The request's pages, no longer its (None: it held none); its tables go too."""
+        pages = self._requests.pop(request_id, None)
+        if pages is None:
+            return None
+        table = self._tables.pop(request_id)
+        assert table is pages.block_ids, "the snapshot's table is the request's own list"
+        self._table_tuples.pop(request_id, None)
+        return pages
+
     def free(self, request: Request, *, aborted: bool = False) -> None:
         """cache_finished_req: insert written full pages, free the private rest, unlock."""
-        pages = self._requests.pop(request.request_id, None)
+        pages = self._forget(request.request_id)
         if pages is None:
             return
-        self._table_tuples.pop(request.request_id, None)
         if self.enable_caching:
             num_full_pages = pages.num_computed_tokens // self.block_size
             if num_full_pages > pages.num_tree_pages:
@@ -300,7 +313,7 @@ class RadixKVSnapshot(ManagerSnapshot):
         return self._manager.tree.page_hash
 
     def block_tables(self) -> Mapping[str, Sequence[int]]:
-        return {rid: pages.block_ids for rid, pages in self._manager._requests.items()}
+        return self._manager._tables
 
     def num_computed_tokens(self) -> Mapping[str, int]:
         return {rid: p.num_computed_tokens for rid, p in self._manager._requests.items()}

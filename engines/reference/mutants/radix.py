@@ -45,10 +45,9 @@ class RadixAbortFreesTreePages(RadixKVManager):
         if not aborted:
             super().free(request)
             return
-        pages = self._requests.pop(request.request_id, None)
+        pages = self._forget(request.request_id)
         if pages is None:
             return
-        self._table_tuples.pop(request.request_id, None)
         self._free_every_page(pages)
 
     def _free_every_page(self, pages: _RequestPages) -> None:
