@@ -4,7 +4,7 @@ Both read the campaign's messages (worker processes' or Ray tasks'): examples so
 per second across every worker or node, findings so far, rounds in flight (Ray).
 
     fuzz:  1,024ex [00:12, 85.1ex/s, findings=1, in flight=4, found shadow-kv.read]
-    {"elapsed_s": 12.0, "examples": 1024, "examples_per_s": 85.1, "findings": 1, ...}
+    {"elapsed_s": 12.0, "examples": 1024, "examples_per_s": 85.1, "repeats": 130, ...}
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ class ProgressCounts:
     def __init__(self) -> None:
         self.started_s = time.monotonic()
         self.examples = 0
+        self.repeats = 0  # examples a worker judged from memory (fuzz/verdict_memo.py)
         self.findings = 0
         self.in_flight: int | None = None
         self.last_kind = ""
@@ -28,6 +29,7 @@ class ProgressCounts:
     def add(self, message: dict[str, Any]) -> None:
         if message["type"] == "progress":
             self.examples += int(message["examples"])
+            self.repeats += int(message.get("repeats", 0))
         elif message["type"] == "finding":
             self.findings += 1
         if message["type"] in ("raw", "finding"):
@@ -41,6 +43,7 @@ class ProgressCounts:
             "elapsed_s": round(elapsed_s, 3),
             "examples": self.examples,
             "examples_per_s": round(self.examples / elapsed_s, 1) if elapsed_s > 0 else 0.0,
+            "repeats": self.repeats,
             "findings": self.findings,
             "in_flight": self.in_flight,
             "last_found": self.last_kind or None,

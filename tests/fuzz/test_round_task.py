@@ -84,15 +84,15 @@ def test_pack_and_unpack_a_directory(tmp_path):
 def test_json_progress_counts_examples_findings_and_rounds_in_flight():
     stream = StringIO()
     progress = JsonLinesProgress(stream)
-    progress({"type": "progress", "examples": 32, "coverage": {}, "in_flight": 3})
+    progress({"type": "progress", "examples": 32, "repeats": 4, "coverage": {}, "in_flight": 3})
     progress({"type": "raw", "kind": "shadow-kv.read", "bundle": "b"})
-    progress({"type": "progress", "examples": 16, "coverage": {}, "in_flight": 2})
+    progress({"type": "progress", "examples": 16, "coverage": {}, "in_flight": 2})  # no repeats
     progress({"type": "finding", "kind": "shadow-kv.read", "in_flight": 1})
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
-    assert [(x["examples"], x["findings"], x["in_flight"]) for x in lines] == [
-        (32, 0, 3),
-        (48, 0, 2),
-        (48, 1, 1),
+    assert [(x["examples"], x["repeats"], x["findings"], x["in_flight"]) for x in lines] == [
+        (32, 4, 0, 3),
+        (48, 4, 0, 2),
+        (48, 4, 1, 1),
     ]
     assert lines[-1]["last_found"] == "shadow-kv.read"
     assert all(x["examples_per_s"] >= 0 for x in lines)
