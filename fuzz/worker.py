@@ -89,6 +89,7 @@ class RoundProbe:
     round_index: int
     report: Report
     stopping: Callable[[], bool]
+    memo: VerdictMemo  # the worker's, across rounds (a round's own where it has none)
     examples: int = 0
     shrink_runs: int = 0
     coverage: dict[str, int] = field(default_factory=dict)
@@ -99,7 +100,6 @@ class RoundProbe:
     shrink_deadline_s: float = 0.0
     clean_failure: dict[str, Any] | None = None
     configs: dict[str, dict[str, int]] = field(default_factory=dict)  # knob -> value -> count
-    memo: VerdictMemo = field(default_factory=VerdictMemo)  # the worker's, across rounds
     repeats: int = 0  # examples whose scenario the memo had judged already
 
     def __call__(self, scenario: Scenario) -> None:
@@ -224,7 +224,9 @@ def run_round(
 ) -> tuple[RoundProbe, Scenario | None]:
     """One round; returns the probe (counts) and the Hypothesis-shrunk finding, if any.
     `memo`: the worker's verdicts of earlier rounds (None: this round's alone)."""
-    probe = RoundProbe(job, round_index, report, stopping, memo=memo or VerdictMemo())
+    probe = RoundProbe(
+        job, round_index, report, stopping, memo if memo is not None else VerdictMemo()
+    )
 
     def fuzz_example(scenario: Scenario) -> None:
         probe(scenario)
