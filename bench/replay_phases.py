@@ -11,6 +11,11 @@ add_request(); the symbolic executor (shadow-KV writes and reads); the block-poo
 the runner metadata; the fingerprint; the accounting checks; the ledger's per-step
 bookkeeping (remember, gain); coverage; the rest (SimPy, arrivals, retiring, the loop).
 Not a test: numbers to read beside each other, with the load average.
+
+`--by-kind` splits each phase by the kind of step it ran in: decode steps (every scheduled
+request runs one token) and prefill steps (a chunk of more), with each kind's step count.
+A step runs from one schedule() call to the next: its schedule(), then all it caused; what
+comes before the first schedule() (the first arrivals' add_request) is in no kind.
 """
 
 from __future__ import annotations
@@ -57,6 +62,67 @@ class Phases:
 
     def patch(self, obj: object, attr: str, name: str) -> None:
         setattr(obj, attr, self.wrap(name, getattr(obj, attr)))
+
+
+STEP_KINDS = ("decode", "prefill")
+
+
+def step_kind(output: Any) -> str:
+    """'decode' where every scheduled request runs one token, else 'prefill'."""
+    if all(r.num_scheduled_tokens == 1 for r in output.scheduled):
+        return "decode"
+    return "prefill"
+
+
+class StepKinds:
+    """The phases' CPU split by kind of step: each schedule() call closes the step before
+    it, whose kind its own schedule() returned; `close` ends the last one."""
+
+    def __init__(self, phases: Phases, clock: Callable[[], float] = time.process_time) -> None:
+        self.phases, self.clock = phases, clock
+        self.cpu_s: dict[str, dict[str, float]] = {kind: {} for kind in STEP_KINDS}
+        self.num_steps = dict.fromkeys(STEP_KINDS, 0)
+        self._kind: str | None = None  # the open step's kind (None: no step yet)
+        self._start_s = 0.0  # the clock at the open step's schedule() call
+        self._phases_then: dict[str, float] = {}  # the phases' totals then
+
+    def wrap_schedule(self, schedule: Callable[..., Any]) -> Callable[..., Any]:
+        """`schedule` (the engine's, phase-timed already) closing the step before it."""
+
+        def scheduled(*args: Any, **kwargs: Any) -> Any:
+            self.close()
+            self._start_s, self._phases_then = self.clock(), dict(self.phases.cpu_s)
+            output = schedule(*args, **kwargs)
+            self._kind = step_kind(output)
+            return output
+
+        return scheduled
+
+    def close(self) -> None:
+        """The open step's phase CPU and its whole CPU (under 'total') to its kind."""
+        if self._kind is None:
+            return
+        into = self.cpu_s[self._kind]
+        for name, total_s in self.phases.cpu_s.items():
+            into[name] = into.get(name, 0.0) + total_s - self._phases_then.get(name, 0.0)
+        into["total"] = into.get("total", 0.0) + self.clock() - self._start_s
+        self.num_steps[self._kind] += 1
+        self._kind = None
+
+    def us_per_step(self) -> dict[str, dict[str, float]]:
+        """Per kind: each phase's us a step of that kind, the rest and the total, and
+        `steps`, the kind's step count."""
+        out: dict[str, dict[str, float]] = {}
+        for kind in STEP_KINDS:
+            cpu, steps = self.cpu_s[kind], self.num_steps[kind]
+            per = {name: 1e6 * s / max(steps, 1) for name, s in cpu.items() if name != "total"}
+            total_us = 1e6 * cpu.get("total", 0.0) / max(steps, 1)
+            per[REST] = total_us - sum(per.values())
+            out[kind] = {**per, "total": total_us, "steps": steps}
+        return out
+
+
+REST = "the rest (SimPy, arrivals, the loop)"
 
 
 def window_simulation(
@@ -111,17 +177,18 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         phases.patch(sim.ledger, "gain_all", "ledger (remember, gain, retire)")
         phases.patch(sim.ledger, "retire", "ledger (remember, gain, retire)")
         phases.patch(sim.coverage, "observe_step", "coverage")
+        kinds = StepKinds(phases)
+        engine.schedule = kinds.wrap_schedule(engine.schedule)
         cpu0 = time.process_time()
         result = sim.run()
+        kinds.close()
         cpu_s = time.process_time() - cpu0
     finally:
         loop_module.step_metadata = original_metadata
     assert not result.violations, [v.headline() for v in result.violations[:3]]
     steps = max(result.steps, 1)
     per_step = {name: 1e6 * s / steps for name, s in phases.cpu_s.items()}
-    per_step["the rest (SimPy, arrivals, the loop)"] = (
-        1e6 * (cpu_s - sum(phases.cpu_s.values())) / steps
-    )
+    per_step[REST] = 1e6 * (cpu_s - sum(phases.cpu_s.values())) / steps
     per_step["total"] = 1e6 * cpu_s / steps
     return {
         "requests": result.requests,
@@ -129,6 +196,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "sim_time_s": result.sim_time_s,
         "cpu_time_s": cpu_s,
         "us_per_step": per_step,
+        "us_per_step_by_kind": kinds.us_per_step(),
         "fingerprint": result.fingerprint,
         "load_average": os.getloadavg(),
     }
@@ -148,6 +216,9 @@ def window_parser(doc: str) -> argparse.ArgumentParser:
 def main() -> int:
     parser = window_parser(__doc__)
     parser.add_argument("--bare", action="store_true", help="the bare loop: no checks")
+    parser.add_argument(
+        "--by-kind", action="store_true", help="each phase in decode and in prefill steps too"
+    )
     args = parser.parse_args()
     report = measure(args)
     if args.json:
@@ -156,8 +227,14 @@ def main() -> int:
         f"{report['requests']} requests, {report['steps']} steps, "
         f"{report['sim_time_s']:.0f} s simulated, {report['cpu_time_s']:.1f} s CPU"
     )
+    by_kind = report["us_per_step_by_kind"]
+    if args.by_kind:
+        counts = ", ".join(f"{k} {by_kind[k]['steps']}" for k in STEP_KINDS)
+        header = f"(us a step; steps: {counts})"
+        print(f"  {header:40s} {'all':>8s} {'decode':>8s} {'prefill':>8s}")
     for name, us in report["us_per_step"].items():
-        print(f"  {name:40s} {us:8.1f} us/step")
+        split = "".join(f" {by_kind[k].get(name, 0.0):8.1f}" for k in STEP_KINDS)
+        print(f"  {name:40s} {us:8.1f}" + (split if args.by_kind else " us/step"))
     print(load_average_line(report["load_average"]))
     return 0
 
