@@ -15,7 +15,8 @@ Not a test: numbers to read beside each other, with the load average.
 `--by-kind` splits each phase by the kind of step it ran in: decode steps (every scheduled
 request runs one token) and prefill steps (a chunk of more), with each kind's step count.
 A step runs from one schedule() call to the next: its schedule(), then all it caused; what
-comes before the first schedule() (the first arrivals' add_request) is in no kind.
+comes before the first schedule() (the first arrivals' add_request) is in no kind. Only
+with `--by-kind` is schedule() wrapped for it (and `--json` given `us_per_step_by_kind`).
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ STEP_KINDS = ("decode", "prefill")
 
 
 def step_kind(output: Any) -> str:
-    """'decode' where every scheduled request runs one token, else 'prefill'."""
+    """'decode' where every scheduled request runs one token (a step that schedules none
+    as well), else 'prefill'."""
     if all(r.num_scheduled_tokens == 1 for r in output.scheduled):
         return "decode"
     return "prefill"
@@ -177,11 +179,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         phases.patch(sim.ledger, "gain_all", "ledger (remember, gain, retire)")
         phases.patch(sim.ledger, "retire", "ledger (remember, gain, retire)")
         phases.patch(sim.coverage, "observe_step", "coverage")
-        kinds = StepKinds(phases)
-        engine.schedule = kinds.wrap_schedule(engine.schedule)
+        kinds = StepKinds(phases) if args.by_kind else None  # else no cost added a step
+        if kinds is not None:
+            engine.schedule = kinds.wrap_schedule(engine.schedule)
         cpu0 = time.process_time()
         result = sim.run()
-        kinds.close()
+        if kinds is not None:
+            kinds.close()
         cpu_s = time.process_time() - cpu0
     finally:
         loop_module.step_metadata = original_metadata
@@ -190,16 +194,18 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     per_step = {name: 1e6 * s / steps for name, s in phases.cpu_s.items()}
     per_step[REST] = 1e6 * (cpu_s - sum(phases.cpu_s.values())) / steps
     per_step["total"] = 1e6 * cpu_s / steps
-    return {
+    report = {
         "requests": result.requests,
         "steps": result.steps,
         "sim_time_s": result.sim_time_s,
         "cpu_time_s": cpu_s,
         "us_per_step": per_step,
-        "us_per_step_by_kind": kinds.us_per_step(),
         "fingerprint": result.fingerprint,
         "load_average": os.getloadavg(),
     }
+    if kinds is not None:
+        report["us_per_step_by_kind"] = kinds.us_per_step()
+    return report
 
 
 def window_parser(doc: str) -> argparse.ArgumentParser:
@@ -227,14 +233,17 @@ def main() -> int:
         f"{report['requests']} requests, {report['steps']} steps, "
         f"{report['sim_time_s']:.0f} s simulated, {report['cpu_time_s']:.1f} s CPU"
     )
-    by_kind = report["us_per_step_by_kind"]
-    if args.by_kind:
+    by_kind = report.get("us_per_step_by_kind")
+    if by_kind is not None:
         counts = ", ".join(f"{k} {by_kind[k]['steps']}" for k in STEP_KINDS)
         header = f"(us a step; steps: {counts})"
         print(f"  {header:40s} {'all':>8s} {'decode':>8s} {'prefill':>8s}")
     for name, us in report["us_per_step"].items():
-        split = "".join(f" {by_kind[k].get(name, 0.0):8.1f}" for k in STEP_KINDS)
-        print(f"  {name:40s} {us:8.1f}" + (split if args.by_kind else " us/step"))
+        if by_kind is None:
+            print(f"  {name:40s} {us:8.1f} us/step")
+        else:
+            split = "".join(f" {by_kind[k].get(name, 0.0):8.1f}" for k in STEP_KINDS)
+            print(f"  {name:40s} {us:8.1f}{split}")
     print(load_average_line(report["load_average"]))
     return 0
 

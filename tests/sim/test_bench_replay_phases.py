@@ -26,6 +26,7 @@ def test_a_step_is_decode_only_where_every_request_runs_one_token(bench):
     assert bench.step_kind(_output(1, 1, 1)) == "decode"
     assert bench.step_kind(_output(1, 16, 1)) == "prefill"
     assert bench.step_kind(_output(512)) == "prefill"
+    assert bench.step_kind(_output()) == "decode"  # a step that schedules none
 
 
 def test_each_step_goes_to_the_kind_its_schedule_returned(bench):
@@ -64,8 +65,13 @@ def test_each_step_goes_to_the_kind_its_schedule_returned(bench):
 
 
 def test_the_kinds_add_up_to_the_whole_run(bench):
-    args = argparse.Namespace(trace=str(bench.TRACE), max_requests=3, block_size=16, bare=False)
+    args = argparse.Namespace(
+        trace=str(bench.TRACE), max_requests=3, block_size=16, bare=False, by_kind=True
+    )
     report = bench.measure(args)
+    assert "us_per_step_by_kind" not in bench.measure(
+        argparse.Namespace(**{**vars(args), "by_kind": False})
+    )
     by_kind = report["us_per_step_by_kind"]
     steps = {kind: by_kind[kind]["steps"] for kind in bench.STEP_KINDS}
     assert steps["decode"] + steps["prefill"] == report["steps"]
