@@ -35,7 +35,7 @@ from schedcheck.fuzz.scenario import Scenario, scenarios
 from schedcheck.fuzz.seeds import round_seed
 from schedcheck.fuzz.shrink import shrink_scenario
 from schedcheck.fuzz.swarm import SwarmSpec
-from schedcheck.fuzz.verdict import Verdict, judge
+from schedcheck.fuzz.verdict import Verdict
 from schedcheck.fuzz.verdict_memo import VerdictMemo
 from schedcheck.sim.bundles import save_bundle
 from schedcheck.sim.coverage import merge
@@ -247,11 +247,14 @@ def run_round(
 def finish_finding(
     job: WorkerJob, probe: RoundProbe, hypothesis_shrunk: Scenario
 ) -> dict[str, Any]:
-    """ddmin after Hypothesis, the shrunk bundle, and the finding's report."""
+    """ddmin after Hypothesis, the shrunk bundle, and the finding's report. A memo of its
+    own judges each candidate once: the shrunk scenario's verdict is the one ddmin's last
+    accepted candidate (or the signature's run) already had."""
     started = time.monotonic()
-    signature = probe.signature or judge(hypothesis_shrunk).signature
-    shrunk = shrink_scenario(hypothesis_shrunk, lambda s: _fails_as(s, signature))
-    verdict = judge(shrunk)
+    memo = VerdictMemo()
+    signature = probe.signature or memo.judge(hypothesis_shrunk)[0].signature
+    shrunk = shrink_scenario(hypothesis_shrunk, lambda s: _fails_as(memo, s, signature))
+    verdict, _ = memo.judge(shrunk)
     assert verdict.failed, "a shrunk scenario still fails"
     name = f"r{probe.round_index}-shrunk"
     bundle = save_scenario_bundle(Path(job.out_dir) / name, shrunk)
@@ -274,8 +277,8 @@ def finish_finding(
     }
 
 
-def _fails_as(scenario: Scenario, signature: str) -> bool:
-    verdict = judge(scenario)
+def _fails_as(memo: VerdictMemo, scenario: Scenario, signature: str) -> bool:
+    verdict, _ = memo.judge(scenario)
     return verdict.failed and verdict.signature == signature
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.fuzz import verdict_memo
+from schedcheck.fuzz import verdict_memo, worker
 from schedcheck.fuzz.campaign import CampaignOptions, run_campaign
 from schedcheck.fuzz.scenario import Scenario, scenarios
 from schedcheck.fuzz.swarm import SwarmSpec
@@ -123,3 +123,42 @@ def test_the_key_holds_every_field_of_the_scenario():
         dataclasses.replace(scenario, config=reordered)
     )
     assert scenario_key(dataclasses.replace(scenario, config=extra)) != scenario_key(scenario)
+
+
+def test_a_finding_is_shrunk_judging_each_scenario_once(tmp_path, runs, monkeypatch):
+    """ddmin's candidates and the shrunk scenario's last verdict come from the finding's
+    own memo: no scenario of the shrink runs twice (judging every time, some do), and the
+    finding is the same."""
+    shrink_started_at: list[int] = []  # runs before the shrink began
+    real_shrink = worker.shrink_scenario
+
+    def shrink(scenario, still_fails):
+        shrink_started_at.append(len(runs))
+        return real_shrink(scenario, still_fails)
+
+    monkeypatch.setattr(worker, "shrink_scenario", shrink)
+
+    def campaign(out: str):
+        runs.clear()
+        shrink_started_at.clear()
+        options = CampaignOptions(
+            spec=SwarmSpec(engine="toy_engine:make_swap_engine"), seed=7, workers=1,
+            budget_s=60.0, out_dir=str(tmp_path / out), db_dir=None, shrink_runs_max=50,
+        )  # fmt: skip
+        result = run_campaign(options)
+        assert result.found and len(shrink_started_at) == 1
+        shrink_keys = [scenario_key(s) for s in runs[shrink_started_at[0] :]]
+        return result.finding, len(shrink_keys), len(set(shrink_keys))
+
+    finding, num_runs, num_distinct = campaign("memo")
+    assert num_runs == num_distinct >= 2
+
+    def run_every_time(self, scenario):
+        self.runs += 1
+        return verdict_memo.judge(scenario), False
+
+    monkeypatch.setattr(VerdictMemo, "judge", run_every_time)
+    finding_without, num_runs_without, num_distinct_without = campaign("none")
+    assert num_distinct_without == num_distinct and num_runs_without > num_runs
+    keys = ("round", "kind", "signature", "headline", "scenario", "shrunk_requests")
+    assert {k: finding[k] for k in keys} == {k: finding_without[k] for k in keys}
