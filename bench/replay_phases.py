@@ -17,11 +17,17 @@ request runs one token) and prefill steps (a chunk of more), with each kind's st
 A step runs from one schedule() call to the next: its schedule(), then all it caused; what
 comes before the first schedule() (the first arrivals' add_request) is in no kind. Only
 with `--by-kind` is schedule() wrapped for it (and `--json` given `us_per_step_by_kind`).
+
+`--inside` also times the parts of the two costliest checks, the pool check and the shadow
+KV (`INSIDE_PARTS`: the tables' diff, the compiled walk, the hash memory, the common step,
+...), each at any depth: listed after the total, in no sum, and their own timer calls
+(two `process_time` calls each) are in the phases they run in.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -44,12 +50,17 @@ class Phases:
     def __init__(self) -> None:
         self.cpu_s: dict[str, float] = {}
         self.depth = 0  # nested phases count once, in the outer one
+        self.inside: set[str] = set()  # parts timed inside a phase: in no sum of phases
 
-    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(self, name: str, fn: Callable[..., Any], inside: bool = False) -> Callable[..., Any]:
+        """`fn` timed as phase `name`; or, `inside`, as a part of whichever phase runs it
+        (timed at any depth, left out of the phases' sum)."""
         self.cpu_s.setdefault(name, 0.0)
+        if inside:
+            self.inside.add(name)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if self.depth:
+            if self.depth and not inside:
                 return fn(*args, **kwargs)
             self.depth += 1
             t0 = time.process_time()
@@ -63,6 +74,46 @@ class Phases:
 
     def patch(self, obj: object, attr: str, name: str) -> None:
         setattr(obj, attr, self.wrap(name, getattr(obj, attr)))
+
+    def phases_s(self, cpu_s: dict[str, float]) -> float:
+        """The sum of `cpu_s` over the phases (the parts inside them left out)."""
+        return sum(v for name, v in cpu_s.items() if name not in self.inside)
+
+
+# --inside: the parts of the two costliest checks (module, class or None, attribute, name);
+# a part timed inside a phase also adds its timer calls to that phase
+INSIDE_PARTS = (
+    ("invariants.pool_tables", "KeptTables", "diff", "pool: the tables' diff"),
+    ("invariants.pool_delta", "PoolDeltaChecker", "_walk_changed", "pool: the walk, ids built"),
+    ("invariants.pool_delta_kernels", None, "step_blocks", "pool: the walk's kernel"),
+    ("invariants.pool_delta", "PoolDeltaChecker", "_check_cached", "pool: the cached blocks"),
+    ("engines.reference.block_pool", "BlockPool", "flush_hash_words", "pool: engine's hash words"),
+    ("invariants.hash_memory", "HashMemory", "remember_words", "pool: the hash memory"),
+    ("sim.symbolic", "SymbolicExecutor", "block_contents", "pool: the blocks' contents"),
+    ("sim.symbolic", "SymbolicExecutor", "_build_unread", "shadow: new requests built"),
+    ("sim.common_step", "CommonStep", "_common_step", "shadow: the common step"),
+    ("sim.step_kernel", None, "common_step", "shadow: the common step's kernel"),
+    ("sim.common_step", "CommonStep", "_tables_keep_verified", "shadow: tables kept verified"),
+    ("sim.common_step", "CommonStep", "_grow_tables", "shadow: verified tables grown"),
+)
+
+
+def patch_inside(phases: Phases) -> list[tuple[object, str, Any]]:
+    """INSIDE_PARTS timed by `phases` (on their classes and modules: every simulation of
+    this process); returns what `unpatch` puts back."""
+    saved = []
+    for module_name, class_name, attr, name in INSIDE_PARTS:  # bounded: the parts
+        owner: object = importlib.import_module(f"schedcheck.{module_name}")
+        if class_name is not None:
+            owner = getattr(owner, class_name)
+        saved.append((owner, attr, getattr(owner, attr)))
+        setattr(owner, attr, phases.wrap(name, getattr(owner, attr), inside=True))
+    return saved
+
+
+def unpatch(saved: list[tuple[object, str, Any]]) -> None:
+    for owner, attr, original in reversed(saved):  # bounded: the parts patched
+        setattr(owner, attr, original)
 
 
 STEP_KINDS = ("decode", "prefill")
@@ -119,7 +170,7 @@ class StepKinds:
             cpu, steps = self.cpu_s[kind], self.num_steps[kind]
             per = {name: 1e6 * s / max(steps, 1) for name, s in cpu.items() if name != "total"}
             total_us = 1e6 * cpu.get("total", 0.0) / max(steps, 1)
-            per[REST] = total_us - sum(per.values())
+            per[REST] = total_us - self.phases.phases_s(per)
             out[kind] = {**per, "total": total_us, "steps": steps}
         return out
 
@@ -161,27 +212,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     phases = Phases()
     original_metadata = loop_module.step_metadata
     loop_module.step_metadata = phases.wrap("runner metadata", original_metadata)
+    saved = patch_inside(phases) if getattr(args, "inside", False) else []
     try:
         sim = window_simulation(args, check_invariants=not bare)
-        engine, checks = sim.engine, sim.checks
-        phases.patch(engine, "schedule", "engine schedule()")
-        phases.patch(engine, "update_from_output", "engine update_from_output()")
-        phases.patch(engine, "add_request", "engine add_request()")
-        executor_phase = "hash executor" if bare else "symbolic executor (shadow KV)"
-        phases.patch(sim.executor.run, "execute", executor_phase)
-        phases.patch(checks, "_check_pool", "block-pool check (incremental)")
-        phases.patch(sim.fingerprint, "update", "fingerprint")
-        phases.patch(checks.accounting, "check_step", "accounting")
-        phases.patch(checks.accounting, "check_agreement", "accounting")
-        phases.patch(checks.protocol, "check_output", "protocol")
-        phases.patch(checks.protocol, "check_finished", "protocol")
-        phases.patch(sim.ledger, "remember", "ledger (remember, gain, retire)")
-        phases.patch(sim.ledger, "gain_all", "ledger (remember, gain, retire)")
-        phases.patch(sim.ledger, "retire", "ledger (remember, gain, retire)")
-        phases.patch(sim.coverage, "observe_step", "coverage")
+        patch_phases(phases, sim, bare)
         kinds = StepKinds(phases) if args.by_kind else None  # else no cost added a step
         if kinds is not None:
-            engine.schedule = kinds.wrap_schedule(engine.schedule)
+            sim.engine.schedule = kinds.wrap_schedule(sim.engine.schedule)
         cpu0 = time.process_time()
         result = sim.run()
         if kinds is not None:
@@ -189,11 +226,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         cpu_s = time.process_time() - cpu0
     finally:
         loop_module.step_metadata = original_metadata
+        unpatch(saved)
     assert not result.violations, [v.headline() for v in result.violations[:3]]
     steps = max(result.steps, 1)
-    per_step = {name: 1e6 * s / steps for name, s in phases.cpu_s.items()}
-    per_step[REST] = 1e6 * (cpu_s - sum(phases.cpu_s.values())) / steps
+    per = {name: 1e6 * s / steps for name, s in phases.cpu_s.items()}
+    per_step = {name: us for name, us in per.items() if name not in phases.inside}
+    per_step[REST] = 1e6 * (cpu_s - phases.phases_s(phases.cpu_s)) / steps
     per_step["total"] = 1e6 * cpu_s / steps
+    per_step.update((name, us) for name, us in per.items() if name in phases.inside)
     report = {
         "requests": result.requests,
         "steps": result.steps,
@@ -206,6 +246,26 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if kinds is not None:
         report["us_per_step_by_kind"] = kinds.us_per_step()
     return report
+
+
+def patch_phases(phases: Phases, sim: Simulation, bare: bool) -> None:
+    """The loop's phases timed by `phases` (on this simulation's objects)."""
+    engine, checks = sim.engine, sim.checks
+    phases.patch(engine, "schedule", "engine schedule()")
+    phases.patch(engine, "update_from_output", "engine update_from_output()")
+    phases.patch(engine, "add_request", "engine add_request()")
+    executor_phase = "hash executor" if bare else "symbolic executor (shadow KV)"
+    phases.patch(sim.executor.run, "execute", executor_phase)
+    phases.patch(checks, "_check_pool", "block-pool check (incremental)")
+    phases.patch(sim.fingerprint, "update", "fingerprint")
+    phases.patch(checks.accounting, "check_step", "accounting")
+    phases.patch(checks.accounting, "check_agreement", "accounting")
+    phases.patch(checks.protocol, "check_output", "protocol")
+    phases.patch(checks.protocol, "check_finished", "protocol")
+    phases.patch(sim.ledger, "remember", "ledger (remember, gain, retire)")
+    phases.patch(sim.ledger, "gain_all", "ledger (remember, gain, retire)")
+    phases.patch(sim.ledger, "retire", "ledger (remember, gain, retire)")
+    phases.patch(sim.coverage, "observe_step", "coverage")
 
 
 def window_parser(doc: str) -> argparse.ArgumentParser:
@@ -224,6 +284,12 @@ def main() -> int:
     parser.add_argument("--bare", action="store_true", help="the bare loop: no checks")
     parser.add_argument(
         "--by-kind", action="store_true", help="each phase in decode and in prefill steps too"
+    )
+    parser.add_argument(
+        "--inside",
+        action="store_true",
+        help="also the parts of the pool check and the shadow KV (INSIDE_PARTS), after the "
+        "total; their timers add to the phases they run in",
     )
     args = parser.parse_args()
     report = measure(args)

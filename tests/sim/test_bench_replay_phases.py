@@ -86,3 +86,29 @@ def test_the_kinds_add_up_to_the_whole_run(bench):
         assert split_us == pytest.approx(us * report["steps"], rel=1e-9, abs=1e-6)
     whole_s = sum(by_kind[k]["total"] * steps[k] for k in bench.STEP_KINDS) / 1e6
     assert 0 < whole_s <= report["cpu_time_s"]
+
+
+def test_the_parts_inside_are_timed_apart_and_put_back(bench):
+    """--inside: every part is timed (the parts that run on this window cost time), none is
+    in the phases' sum, and every patched method is the original again afterwards."""
+    import importlib
+
+    def owners():
+        for module_name, class_name, attr, _ in bench.INSIDE_PARTS:
+            owner = importlib.import_module(f"schedcheck.{module_name}")
+            yield getattr(owner, class_name) if class_name else owner, attr
+
+    before = [getattr(owner, attr) for owner, attr in owners()]
+    args = argparse.Namespace(
+        trace=str(bench.TRACE), max_requests=3, block_size=16, bare=False, by_kind=False
+    )
+    report = bench.measure(argparse.Namespace(**vars(args), inside=True))
+    assert [getattr(owner, attr) for owner, attr in owners()] == before
+    per_step = report["us_per_step"]
+    names = list(per_step)
+    inside = [name for _, _, _, name in bench.INSIDE_PARTS]
+    assert names[-len(inside) :] == inside  # after the total, in the parts' order
+    phases = {n: us for n, us in per_step.items() if n not in inside and n != "total"}
+    assert sum(phases.values()) == pytest.approx(per_step["total"])
+    assert per_step["pool: the tables' diff"] > 0 and per_step["shadow: the common step"] > 0
+    assert not set(inside) & set(bench.measure(args)["us_per_step"])
