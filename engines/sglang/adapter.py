@@ -122,6 +122,7 @@ class SglangEngine:
         self._pending_finished: list[FinishedRequest] = []
         self._rejected: list[tuple[str, str]] = []
         self._force_retract = False  # fault point "preempt": until a decode step ran
+        self._paused_out: tuple[str, ...] = ()  # retracted by a pause, for the next output
 
     # ------------------------------------------------------------------ requests --
     def add_request(self, request: EngineRequest) -> None:
@@ -176,7 +177,8 @@ class SglangEngine:
         batch = plan.batch_to_run
         if batch is not None and batch.forward_mode.is_decode():
             self._force_retract = False
-        preempted = self._retracted()
+        preempted = tuple(sorted({*self._paused_out, *self._retracted()}))
+        self._paused_out = ()
         scheduled, discarded = self._map_batch(batch) if batch is not None else ((), ())
         rejected, self._rejected = self._rejected, []
         for rid, reason in rejected:
@@ -342,6 +344,12 @@ class SglangEngine:
     def inject_fault(self, kind: str, rng: np.random.Generator) -> str | None:
         """Fault points of sim/faults.py through SGLang's own hooks (faults.py)."""
         if kind == "preempt":
+            chunked = self.scheduler.chunked_req
+            if chunked is not None and not chunked.finished() and rng.random() < 0.5:
+                what = faults.pause_and_retract(self.scheduler)
+                # found now: the next schedule() may admit them again before it looks
+                self._paused_out = (*self._paused_out, *self._retracted())
+                return what
             self._force_retract = True
             return "SGLANG_TEST_RETRACT until the next decode step"
         if kind == "evict":

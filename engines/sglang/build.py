@@ -23,6 +23,7 @@ tokenizer process).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +102,7 @@ class _Inert:
     SGLang increments (`num_generated_tokens`, ...) start at 0."""
 
     enable_metrics = False
+    current_scheduler_metrics_enabled = False
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("num_") or name.startswith("forward_ct"):
@@ -304,6 +306,11 @@ def _set_features_off(s: Scheduler) -> None:
         scheduler_stage_metrics=None,
         priority_scheduling_preemption_threshold=0,
         enable_fpm=False,
+        # not paused (pause_generation / continue_generation: a weight update's pause)
+        _engine_paused=False,
+        _pause_started_at=None,
+        _pause_intervals=deque(),
+        cur_batch_for_debug=None,
     )
     for name, value in off.items():
         setattr(s, name, value)
@@ -311,6 +318,7 @@ def _set_features_off(s: Scheduler) -> None:
     s.spec_algorithm = SpeculativeAlgorithm.NONE
     s.metrics_reporter = _Inert()
     s.output_streamer = _Inert()
+    s.kv_events_publisher = _Inert()
     s.ipc_channels = SimpleNamespace(send_to_tokenizer=_Inert())
     s.dp_attn_adapter = _PassThrough()
     s.ngram_embedding_manager = _PassThrough()

@@ -3,7 +3,10 @@
 - preempt: SGLang's retraction test hook (`SGLANG_TEST_RETRACT`: the module constants
   `TEST_RETRACT`, `TEST_RETRACT_INTERVAL` of `managers/scheduler.py`), switched on for the
   scheduling calls until one runs a decode step: `update_running_batch` then calls
-  `retract_decode` as under memory pressure (it keeps at least one request);
+  `retract_decode` as under memory pressure (it keeps at least one request); or, while a
+  prefill is between two chunks, half the time (drawn), a pause for a weight update:
+  `pause_generation(mode="retract")` then `continue_generation`, which retracts every
+  running request *and* the chunked one (an RL trainer's pause between rollouts);
 - evict: `tree_cache.evict(EvictParams(num_tokens=n))`, n drawn (pages of the tree that no
   request locks, least recently used first);
 - reduced-budget: not applied (SGLang's budget is the PrefillAdder's, built per step).
@@ -22,6 +25,10 @@ from schedcheck.engines.sglang import stubs
 stubs.install()
 
 import sglang.srt.managers.scheduler as sglang_scheduler  # noqa: E402
+from sglang.srt.managers.io_struct import (  # noqa: E402
+    ContinueGenerationReqInput,
+    PauseGenerationReqInput,
+)
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams  # noqa: E402
 
 NO_PREFILL_LIMIT = 1 << 30  # TEST_RETRACT also skips prefill above this running batch size
@@ -50,3 +57,13 @@ def evict(tree_cache: Any, page_size: int, rng: np.random.Generator) -> str | No
     tree_cache.evict(EvictParams(num_tokens=int(rng.integers(1, 65)) * page_size))
     evicted = before - tree_cache.evictable_size()
     return f"evicted {evicted} cached slots" if evicted else None
+
+
+def pause_and_retract(scheduler: Any) -> str:
+    """SGLang's pause for a weight update, retracting: every running request and the
+    chunked prefill back to the waiting queue, their KV released; then generation goes on
+    (`continue_generation`, no CUDA cache to empty)."""
+    chunked = scheduler.chunked_req
+    scheduler.pause_generation(PauseGenerationReqInput(mode="retract"))
+    scheduler.continue_generation(ContinueGenerationReqInput(torch_empty_cache=False))
+    return f"pause_generation(retract) with a chunked prefill in flight ({chunked.rid})"

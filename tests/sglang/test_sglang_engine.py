@@ -8,6 +8,7 @@ Output tokens come from the shadow KV (the hash model), so they are the same in 
 
 from __future__ import annotations
 
+import numpy as np
 from sglang_driver import SGLANG_0_5_23, Driver, config, request, summary
 
 pytestmark = SGLANG_0_5_23
@@ -161,3 +162,56 @@ def test_sglang_is_registered_and_replays_through_the_simulator():
     assert result.violations == []
     assert sorted(result.outputs) == [f"r{i}" for i in range(6)]
     assert all(len(tokens) == 3 for tokens in result.outputs.values())
+
+
+def test_a_pause_for_a_weight_update_retracts_the_chunked_prefill_too():
+    """The preempt fault, with a prefill between chunks, may pause SGLang as an RL trainer
+    does around a weight update (pause_generation(mode="retract"), continue_generation):
+    a, two chunks into its 10-token prompt, goes back to the waiting queue, behind b.
+    Only a's first chunk had been checkpointed into the tree (the second is checkpointed
+    when the next chunk is added, which the pause cut off), so a comes back with a 4-token
+    hit on slots 1..4 and recomputes positions 4..9 into fresh slots."""
+    d = Driver(config(max_num_batched_tokens=4))
+    d.add(request("a", PROMPT, 2))
+    d.add(request("b", range(30, 36), 3))
+    d.step()
+    d.step()
+    assert d.engine.scheduler.chunked_req is not None  # a, between two chunks
+    what = d.engine.inject_fault("preempt", np.random.default_rng(2))  # first draw 0.26
+    assert what.startswith("pause_generation(retract)")
+    d.run()
+    assert [(summary(o), o.preempted_req_ids) for o in d.outputs] == [
+        ([("a", 0, 4, 0, (1, 2, 3, 4))], ()),
+        ([("a", 4, 4, 0, (5, 6, 7, 8))], ()),
+        ([("b", 0, 4, 0, (9, 10, 11, 12))], ("a",)),  # retracted mid-prefill
+        ([("b", 4, 2, 0, (13, 14)), ("a", 4, 2, 4, (15, 16))], ()),  # a: a 4-token hit
+        ([("a", 6, 4, 0, (17, 18, 19, 20))], ()),
+        ([("b", 6, 1, 0, (21,)), ("a", 10, 1, 0, (22,))], ()),
+        ([("b", 7, 1, 0, (23,))], ()),
+    ]
+    assert d.outputs[3].scheduled[1].num_cached_tokens == 4
+    assert d.violations == []
+    assert {r: len(f.output_token_ids) for r, f in d.finished.items()} == {"a": 2, "b": 3}
+
+
+def test_a_request_the_pause_retracted_is_reported_though_admitted_again_at_once():
+    """Alone in the queue, a is admitted again by the very next schedule() (no radix
+    cache: it starts over at 0). The retraction is still in that step's preempted ids
+    (found at the pause, not looked for after the scheduling), so the accounting sees a
+    re-admission, not a chunk that overlaps the last one (the first campaign with the
+    pause reported `accounting.contiguity` here: the adapter's, fixed)."""
+    d = Driver(config(max_num_batched_tokens=16, enable_prefix_caching=False, max_model_len=64))
+    d.add(request("a", range(100, 148), 1))
+    d.step()
+    d.step()
+    what = d.engine.inject_fault("preempt", np.random.default_rng(2))
+    assert what.startswith("pause_generation(retract)")
+    d.run()
+    assert [(summary(o)[0][:3], o.preempted_req_ids) for o in d.outputs] == [
+        (("a", 0, 16), ()),
+        (("a", 16, 16), ()),
+        (("a", 0, 16), ("a",)),  # retracted and admitted again in one output
+        (("a", 16, 16), ()),
+        (("a", 32, 16), ()),
+    ]
+    assert d.violations == []
