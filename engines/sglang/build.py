@@ -271,7 +271,7 @@ def _set_features_off(s: Scheduler) -> None:
     from sglang.srt.disaggregation.utils import DisaggregationMode
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    off = dict(
+    off: dict[str, Any] = dict(
         enable_hierarchical_cache=False,
         enable_priority_scheduling=False,
         schedule_low_priority_values_first=False,

@@ -70,9 +70,14 @@ from schedcheck.engines.vllm.common import (
 from schedcheck.engines.vllm.v1 import eras, paths
 from schedcheck.engines.vllm.v1.build import build_scheduler
 from schedcheck.engines.vllm.v1.changes import BlockChangeLog
+from schedcheck.engines.vllm.v1.faults import FaultPoints
 from schedcheck.engines.vllm.v1.frontend import queue_rejection
 from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
-from schedcheck.engines.vllm.v1.runner import check_drafts_follow_tokens, update_runner_tables
+from schedcheck.engines.vllm.v1.runner import (
+    check_drafts_follow_tokens,
+    sampled_lists,
+    update_runner_tables,
+)
 from schedcheck.engines.vllm.v1.snapshot import V1KVSnapshot
 
 from vllm.sampling_params import SamplingParams  # isort: skip
@@ -127,6 +132,7 @@ class VllmV1Engine:
         self._in_flight: deque[tuple[SchedulerOutput, VllmSchedulerOutput]] = deque()
         self._depth = 2 if is_async_scheduling(config) else 1
         self._same_step_preemptions = paths.SameStepPreemptions(self.scheduler)
+        self._faults = FaultPoints(self.scheduler)  # sim/faults.py's engine-level ones
         self._cache_aware_reorders = paths.count_cache_aware_reorders(self.scheduler)
         self._num_queue_rejections = 0
         self._last_arrival_time_s = -ARRIVAL_TIME_TICK_S
@@ -188,9 +194,10 @@ class VllmV1Engine:
         self._same_step_preemptions.new_step()
         running = [r for r in self.scheduler.running]  # preempted ids, where vLLM omits them
         vllm_output = self.scheduler.schedule()
-        preempted = eras.preempted_req_ids(vllm_output, running)
+        by_fault = self._faults.take_preempted()  # before the call: vLLM may list them
+        preempted = eras.preempted_req_ids(vllm_output, running) - by_fault
         self._same_step_preemptions.end_step(preempted)
-        output = self._map_output(vllm_output, preempted)
+        output = self._map_output(vllm_output, preempted, by_fault)
         in_flight.append((output, vllm_output))
         # EngineCore updates after an empty step too (the loop does not call): at once
         # when synchronous, else once it is the oldest of a full batch queue
@@ -211,7 +218,8 @@ class VllmV1Engine:
         vllm_output = in_flight.popleft()[1]
         self._last_batch = [r.request_id for r in output.scheduled]
         accepted = accepted_token_ids or {}
-        self._apply(vllm_output, self._runner_output(output, sampled_token_ids, accepted))
+        lists = sampled_lists(output, sampled_token_ids, accepted, self._live)
+        self._apply(vllm_output, eras.runner_output(ModelRunnerOutput, *lists))
         for rid, token in sampled_token_ids.items():
             self._append_tokens(rid, (*accepted.get(rid, ()), int(token)))
         finished, self._pending_finished = self._pending_finished, []
@@ -234,6 +242,10 @@ class VllmV1Engine:
             for out in outputs.outputs:
                 if out.finish_reason is not None:
                     self._report_finished(self._live[out.request_id], str(out.finish_reason))
+
+    def inject_fault(self, kind: str, rng: np.random.Generator) -> str | None:
+        """Fault points of sim/faults.py through vLLM's own calls (faults.py)."""
+        return self._faults.inject(kind, between_steps=not self._in_flight)
 
     # ----------------------------------------------------------------- inspection --
     def kv_snapshot(self) -> KVSnapshot:
@@ -264,8 +276,11 @@ class VllmV1Engine:
         }
 
     # ------------------------------------------------------------------- mapping --
-    def _map_output(self, so: VllmSchedulerOutput, preempted: set[str]) -> SchedulerOutput:
-        """Our SchedulerOutput from vLLM's, in vLLM's batch order (num_scheduled_tokens)."""
+    def _map_output(
+        self, so: VllmSchedulerOutput, preempted: set[str], by_fault: set[str]
+    ) -> SchedulerOutput:
+        """Our SchedulerOutput from vLLM's, in vLLM's batch order (num_scheduled_tokens);
+        `by_fault`: preempted before the call (faults.py), which it may schedule again."""
         self._step += 1
         for tables in self._group_tables:
             tables.drop(so.finished_req_ids)
@@ -295,7 +310,7 @@ class VllmV1Engine:
         return SchedulerOutput(
             step=self._step,
             scheduled=scheduled,
-            preempted_req_ids=tuple(sorted(preempted)),
+            preempted_req_ids=tuple(sorted(preempted | by_fault)),
             finished_req_ids=tuple(sorted(so.finished_req_ids)),
             rejected_req_ids=tuple(rid for rid, _ in rejected),
             rejected_reasons=tuple(reason for _, reason in rejected),
@@ -340,27 +355,6 @@ class VllmV1Engine:
             tuple(spec_token_ids or ()),
             tuple(t.table(rid) for t in self._group_tables) if self._num_groups > 1 else (),
         )
-
-    def _runner_output(
-        self,
-        output: SchedulerOutput,
-        sampled_token_ids: Mapping[str, int],
-        accepted_token_ids: Mapping[str, tuple[int, ...]],
-    ) -> ModelRunnerOutput:
-        """One token for each sampling request, none for a partial prefill chunk; a request
-        with drafts gets its accepted drafts, then its sampled (bonus) token."""
-        req_ids = [r.request_id for r in output.scheduled]
-        sampled: list[list[int]] = []
-        for r in output.scheduled:
-            token = sampled_token_ids.get(r.request_id)
-            assert (token is not None) <= r.samples, f"{r.request_id}: token but no sampling"
-            assert token is not None or not r.samples or r.request_id not in self._live, (
-                f"{r.request_id}: its chunk reaches num_tokens but no token was sampled"
-            )
-            accepted = list(accepted_token_ids.get(r.request_id, ()))
-            assert len(accepted) <= r.num_draft_tokens, f"{r.request_id}: accepted > drafts"
-            sampled.append([] if token is None else [*accepted, int(token)])
-        return eras.runner_output(ModelRunnerOutput, req_ids, sampled)
 
     def _append_tokens(self, rid: str, token_ids: tuple[int, ...]) -> None:
         """Mirror the tokens vLLM appended: the first ones up to its stop (max_tokens), none

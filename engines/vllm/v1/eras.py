@@ -161,7 +161,7 @@ def _has_field(cls: type, name: str) -> bool:
     return any(f.name == name for f in dataclasses.fields(cls))
 
 
-def _has_param(func: Callable[..., Any], name: str) -> bool:
+def has_param(func: Callable[..., Any], name: str) -> bool:
     return name in inspect.signature(func).parameters
 
 
@@ -198,14 +198,14 @@ def scheduler_init_kwargs(block_size: int) -> dict[str, int]:
 
     init = Scheduler.__init__
     names = ("block_size", "hash_block_size")
-    return {n: block_size for n in names if _has_param(init, n)}
+    return {n: block_size for n in names if has_param(init, n)}
 
 
 @functools.cache
 def scheduler_config_kwargs(scheduler_config_cls: type) -> dict[str, Any]:
     """is_encoder_decoder=False where SchedulerConfig takes it (0.11.1 on)."""
     name = "is_encoder_decoder"
-    return {name: False} if _has_param(scheduler_config_cls, name) else {}
+    return {name: False} if has_param(scheduler_config_cls, name) else {}
 
 
 def model_config_kwargs(model_config_cls: type) -> dict[str, Any]:
@@ -213,7 +213,7 @@ def model_config_kwargs(model_config_cls: type) -> dict[str, Any]:
     processor, which asks the platform; with no CUDA the platform is unspecified and
     raises NotImplementedError). The v1 scheduler never reads it."""
     name = "use_async_output_proc"
-    return {name: False} if _has_param(model_config_cls, name) else {}
+    return {name: False} if has_param(model_config_cls, name) else {}
 
 
 def attention_spec_kwargs(spec_cls: type) -> dict[str, Any]:

@@ -10,7 +10,7 @@ Imports no vLLM (the resumed ids come through the era shim).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from schedcheck.engines.engine_fault import EngineFault
@@ -71,3 +71,27 @@ def check_drafts_follow_tokens(
         case="a chunk of drafts only",
         request_id=rid,
     )
+
+
+def sampled_lists(
+    output: Any,
+    sampled_token_ids: Mapping[str, int],
+    accepted_token_ids: Mapping[str, tuple[int, ...]],
+    live: Collection[str],
+) -> tuple[list[str], list[list[int]]]:
+    """What the runner returns for a step (`output`, ours): the batch's request ids, and
+    for each one token if it samples, none for a partial prefill chunk; a request with
+    drafts gets its accepted drafts, then its sampled (bonus) token. `live`: the requests
+    not reported finished (an aborted one may sample nothing)."""
+    req_ids = [r.request_id for r in output.scheduled]
+    sampled: list[list[int]] = []
+    for r in output.scheduled:  # bounded: the step's requests
+        token = sampled_token_ids.get(r.request_id)
+        assert (token is not None) <= r.samples, f"{r.request_id}: token but no sampling"
+        assert token is not None or not r.samples or r.request_id not in live, (
+            f"{r.request_id}: its chunk reaches num_tokens but no token was sampled"
+        )
+        accepted = list(accepted_token_ids.get(r.request_id, ()))
+        assert len(accepted) <= r.num_draft_tokens, f"{r.request_id}: accepted > drafts"
+        sampled.append([] if token is None else [*accepted, int(token)])
+    return req_ids, sampled

@@ -1,0 +1,109 @@
+"""The simulator's engine-level fault points on vLLM v1 (engines/vllm/v1/faults.py), through
+vLLM's own calls: `preempt` is an RL weight update's `reset_prefix_cache(reset_running_
+requests=True)`, `evict` a `reset_prefix_cache()` while nothing runs (tox -e vllm-v1).
+
+Block size 4; block 0 is vLLM's null block. Stand-in tokens as in test_vllm_v1.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from vllm_driver import HAS_V1, NEEDS_VLLM_V1, request, run_step, summary
+
+from schedcheck.engines.protocol import EngineConfig
+from schedcheck.sim.deployment import LLAMA3_8B_H100
+from schedcheck.sim.loop import SimOptions, Simulation
+from schedcheck.traces.schema import TraceRequest
+
+
+def _resets_running_requests() -> bool:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from schedcheck.engines.vllm.v1.eras import has_param
+
+    return has_param(Scheduler.reset_prefix_cache, "reset_running_requests")
+
+
+pytestmark = [
+    *NEEDS_VLLM_V1,
+    pytest.mark.skipif(
+        HAS_V1 and not _resets_running_requests(),
+        reason="reset_prefix_cache(reset_running_requests=...) absent in this release",
+    ),
+]
+PROMPT = tuple(range(10, 20))  # 10 tokens: blocks [10..13][14..17][18 19 . .]
+RNG = np.random.default_rng(0)  # the vLLM fault points draw nothing from it
+
+
+def _engine(extra=None):
+    from schedcheck.engines.registry import make_engine
+
+    config = EngineConfig(
+        block_size=4, num_gpu_blocks=16, max_num_batched_tokens=8, max_num_seqs=4,
+        max_model_len=64, extra=extra or {},
+    )  # fmt: skip
+    return make_engine("vllm-v1", config)
+
+
+def test_a_weight_update_reset_preempts_the_running_prefill_and_empties_the_cache():
+    """a is 8 tokens into its 10-token prompt when the reset preempts it: the next step
+    lists it preempted and schedules it again from 0 (the cache is empty: no hit), in fresh
+    blocks; b, waiting, comes after it."""
+    engine = _engine()
+    engine.add_request(request("a", PROMPT, 2))
+    engine.add_request(request("b", range(30, 36), 2))
+    first = run_step(engine).output
+    assert [summary(r)[:4] + summary(r)[6:] for r in first.scheduled] == [
+        ("a", 0, 8, 10, (1, 2), 0)
+    ]
+    what = engine.inject_fault("preempt", RNG)
+    assert what == "reset_prefix_cache(reset_running_requests=True): preempted ['a']"
+    steps = [run_step(engine) for _ in range(3)]
+    assert [
+        ([summary(r)[:4] + summary(r)[6:] for r in s.output.scheduled], s.output.preempted_req_ids)
+        for s in steps
+    ] == [
+        ([("a", 0, 8, 10, (3, 4), 0)], ("a",)),  # preempted before the call, scheduled in it
+        ([("a", 8, 2, 10, (3, 4, 5), 0), ("b", 0, 6, 6, (6, 7), 0)], ()),
+        ([("a", 10, 1, 11, (3, 4, 5), 0), ("b", 6, 1, 7, (6, 7), 0)], ()),
+    ]
+    assert sorted(f.request_id for f in steps[-1].finished) == ["a", "b"]
+    assert engine.inject_fault("evict", RNG) == "reset_prefix_cache(): the prefix cache emptied"
+
+
+def test_no_fault_fires_with_a_step_in_flight_or_a_request_running():
+    """Async scheduling: a step is in flight between schedule() and its update (vLLM would
+    drop its output, which the runner has handed on): neither fault fires. Nor does evict
+    while a request runs (vLLM refuses to reset a cache in use)."""
+    engine = _engine({"async_scheduling": "true"})
+    engine.add_request(request("a", PROMPT, 3))
+    engine.schedule()
+    assert engine.inject_fault("preempt", RNG) is None
+    assert engine.inject_fault("evict", RNG) is None
+    sync = _engine()
+    sync.add_request(request("a", PROMPT, 3))
+    run_step(sync)
+    assert sync.inject_fault("evict", RNG) is None
+    assert sync.inject_fault("reduced-budget", RNG) is None
+
+
+def test_a_campaign_scale_run_with_resets_stays_clean_and_reaches_the_rare_path():
+    """Four requests sharing a 40-token prefix, a reset before about a third of the steps:
+    every request finishes, nothing is violated, and preemptions in the middle of a chunked
+    prefill after a prefix hit happen (a path vLLM's memory pressure alone rarely takes)."""
+    shared = tuple(range(100, 140))
+    requests = [
+        TraceRequest(f"r{i}", 0.001 * i, 6, (*shared, *range(1000 * (i + 1), 1000 * (i + 1) + 20)))
+        for i in range(4)
+    ]
+    config = EngineConfig(
+        block_size=4, num_gpu_blocks=200, max_num_batched_tokens=16, max_num_seqs=8
+    )
+    options = SimOptions(faults={"preempt": 0.3}, seed=1)
+    result = Simulation(requests, "vllm-v1", config, options, LLAMA3_8B_H100.cost_model()).run()
+    assert result.violations == []
+    assert result.finished == 4
+    resets = [f for f in result.faults_fired if "reset_prefix_cache" in f]
+    assert len(resets) == len(result.faults_fired) >= 5
+    assert result.coverage["preempt-during-chunked-prefill-with-prefix-hit"] > 0
