@@ -20,9 +20,9 @@ from schedcheck.traces.schema import TraceRequest
 def _resets_running_requests() -> bool:
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from schedcheck.engines.vllm.v1.eras import has_param
+    from schedcheck.engines.vllm.v1.eras import resets_running_requests
 
-    return has_param(Scheduler.reset_prefix_cache, "reset_running_requests")
+    return resets_running_requests(Scheduler)
 
 
 pytestmark = [

@@ -87,6 +87,9 @@ ERAS: tuple[Era, ...] = (
         "tiny config) schedules a draft"),
     Era("preempted-req-ids", "0.12.0", ("preempted_req_ids",),
         "SchedulerOutput.preempted_req_ids exists"),
+    Era("reset-running-requests", "0.12.0", ("resets_running_requests",),
+        "Scheduler.reset_prefix_cache takes reset_running_requests (vllm#28827, merged "
+        "2025-11-17): the preempt fault point (faults.py); before it, none fires"),
     Era("scheduler-options", "0.25.0", ("scheduler_config_fields",),
         "SchedulerConfig's init fields (budget, admission options; more in 0.33.0)"),
     Era("spec-budget-check", "0.25.0", ("vllm_config_accepted",),
@@ -161,8 +164,13 @@ def _has_field(cls: type, name: str) -> bool:
     return any(f.name == name for f in dataclasses.fields(cls))
 
 
-def has_param(func: Callable[..., Any], name: str) -> bool:
+def _has_param(func: Callable[..., Any], name: str) -> bool:
     return name in inspect.signature(func).parameters
+
+
+def resets_running_requests(scheduler: Any) -> bool:
+    """Does `reset_prefix_cache` preempt the running requests when asked (0.12.0 on)?"""
+    return _has_param(scheduler.reset_prefix_cache, "reset_running_requests")
 
 
 # ------------------------------------------------------------------ building --
@@ -198,14 +206,14 @@ def scheduler_init_kwargs(block_size: int) -> dict[str, int]:
 
     init = Scheduler.__init__
     names = ("block_size", "hash_block_size")
-    return {n: block_size for n in names if has_param(init, n)}
+    return {n: block_size for n in names if _has_param(init, n)}
 
 
 @functools.cache
 def scheduler_config_kwargs(scheduler_config_cls: type) -> dict[str, Any]:
     """is_encoder_decoder=False where SchedulerConfig takes it (0.11.1 on)."""
     name = "is_encoder_decoder"
-    return {name: False} if has_param(scheduler_config_cls, name) else {}
+    return {name: False} if _has_param(scheduler_config_cls, name) else {}
 
 
 def model_config_kwargs(model_config_cls: type) -> dict[str, Any]:
@@ -213,7 +221,7 @@ def model_config_kwargs(model_config_cls: type) -> dict[str, Any]:
     processor, which asks the platform; with no CUDA the platform is unspecified and
     raises NotImplementedError). The v1 scheduler never reads it."""
     name = "use_async_output_proc"
-    return {name: False} if has_param(model_config_cls, name) else {}
+    return {name: False} if _has_param(model_config_cls, name) else {}
 
 
 def attention_spec_kwargs(spec_cls: type) -> dict[str, Any]:

@@ -5,7 +5,8 @@
   RL trainer's weight update does between two rollouts (`LLM.reset_prefix_cache`, the
   engine core's utility call). Only between synchronous steps (nothing in flight: with a
   step in flight vLLM drops its stale output, which the simulator's runner has already
-  handed on), and only in a release whose reset takes `reset_running_requests`;
+  handed on), and only in a release whose reset takes `reset_running_requests` (0.12.0
+  on: eras.py);
 - evict: `Scheduler.reset_prefix_cache()`: the prefix cache emptied, between steps with no
   request running (vLLM refuses while a block is held: nothing applied);
 - reduced-budget: not applied.
@@ -28,9 +29,7 @@ class FaultPoints:
     def __init__(self, scheduler: Any) -> None:
         self.scheduler = scheduler
         self.preempted: set[str] = set()  # for the next step's output
-        self._resets_running = eras.has_param(
-            scheduler.reset_prefix_cache, "reset_running_requests"
-        )
+        self._resets_running = eras.resets_running_requests(scheduler)
 
     def inject(self, kind: str, between_steps: bool) -> str | None:
         """Fire `kind` now (`between_steps`: no step in flight); what it did, or None."""
