@@ -88,8 +88,8 @@ ERAS: tuple[Era, ...] = (
     Era("preempted-req-ids", "0.12.0", ("preempted_req_ids",),
         "SchedulerOutput.preempted_req_ids exists"),
     Era("reset-running-requests", "0.12.0", ("resets_running_requests",),
-        "Scheduler.reset_prefix_cache takes reset_running_requests (vllm#28827, merged "
-        "2025-11-17): the preempt fault point (faults.py); before it, none fires"),
+        "Scheduler.reset_prefix_cache takes reset_running_requests (vllm#28827; read in "
+        "the 0.11.1 and 0.12.0 wheels): the preempt fault point (faults.py)"),
     Era("scheduler-options", "0.25.0", ("scheduler_config_fields",),
         "SchedulerConfig's init fields (budget, admission options; more in 0.33.0)"),
     Era("spec-budget-check", "0.25.0", ("vllm_config_accepted",),
