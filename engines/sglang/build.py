@@ -81,7 +81,7 @@ def publish_server_args(args: ServerArgs) -> None:
     publish(args, role="test", ranks=SpawnRanks(world_rank=0, dp_rank=None))
 
 
-from sglang.srt.managers.scheduler import Scheduler  # noqa: E402
+from sglang.srt.managers.scheduler import PAUSE_WINDOWS_MAX, Scheduler  # noqa: E402
 from sglang.srt.managers.scheduler_components.batch_result_processor import (  # noqa: E402
     SchedulerBatchResultProcessor,
 )
@@ -309,7 +309,7 @@ def _set_features_off(s: Scheduler) -> None:
         # not paused (pause_generation / continue_generation: a weight update's pause)
         _engine_paused=False,
         _pause_started_at=None,
-        _pause_intervals=deque(),
+        _pause_intervals=deque(maxlen=PAUSE_WINDOWS_MAX),  # as SGLang bounds it
         cur_batch_for_debug=None,
     )
     for name, value in off.items():
