@@ -4,7 +4,8 @@ Before each step, every fault kind with probability p > 0 fires with probability
 from the run's one seeded generator, in the fixed order of FAULT_KINDS (so a seed gives the
 same faults whatever the engine supports):
 
-    preempt          the engine preempts one running request (engine.inject_fault)
+    preempt          the engine preempts running requests its own way (engine.inject_fault:
+                     one, or every running one as a weight update's pause or cache reset does)
     abort-mid-chunk  the loop aborts a request between two chunks of its prefill
     evict            the engine evicts a burst of cached free blocks (engine.inject_fault)
     reduced-budget   the engine's next step gets a smaller token budget (engine.inject_fault)
