@@ -194,7 +194,7 @@ class VllmV1Engine:
         self._same_step_preemptions.new_step()
         running = [r for r in self.scheduler.running]  # preempted ids, where vLLM omits them
         vllm_output = self.scheduler.schedule()
-        by_fault = self._faults.take_preempted()  # before the call: vLLM may list them
+        by_fault = self._faults.take_preempted()  # preempted before the call (faults.py)
         preempted = eras.preempted_req_ids(vllm_output, running) - by_fault
         self._same_step_preemptions.end_step(preempted)
         output = self._map_output(vllm_output, preempted, by_fault)

@@ -11,9 +11,11 @@
   request running (vLLM refuses while a block is held: nothing applied);
 - reduced-budget: not applied.
 
-The requests a reset preempted are preempted outside `schedule()`, so vLLM's next
-SchedulerOutput does not list them (and may schedule them again at once): `FaultPoints`
-keeps them for that step's `preempted_req_ids`.
+The requests a reset preempted are preempted outside `schedule()`: vLLM 0.34.0 lists them
+in its next SchedulerOutput (`reset_preempted_req_ids`) and may schedule them again in that
+same output. `FaultPoints` keeps them, so that the adapter lists them in that step's
+`preempted_req_ids` whatever the release, and leaves them out of its check for a request
+"scheduled and preempted by one call" (a bug of 0.10.1.1 and 0.11.0, inside the call).
 """
 
 from __future__ import annotations
