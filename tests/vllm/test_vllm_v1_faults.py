@@ -1,6 +1,7 @@
 """The simulator's engine-level fault points on vLLM v1 (engines/vllm/v1/faults.py), through
 vLLM's own calls: `preempt` is an RL weight update's `reset_prefix_cache(reset_running_
-requests=True)`, `evict` a `reset_prefix_cache()` while nothing runs (tox -e vllm-v1).
+requests=True)`, `evict` a `reset_prefix_cache()` once nothing runs, each behind the engine
+core's pause where a step is in flight or requests run (tox -e vllm-v1).
 
 Block size 4; block 0 is vLLM's null block. Stand-in tokens as in test_vllm_v1.py.
 """
@@ -72,20 +73,81 @@ def test_a_weight_update_reset_preempts_the_running_prefill_and_empties_the_cach
     assert engine.inject_fault("evict", RNG) == "reset_prefix_cache(): the prefix cache emptied"
 
 
-def test_no_fault_fires_with_a_step_in_flight_or_a_request_running():
-    """Async scheduling: a step is in flight between schedule() and its update (vLLM would
-    drop its output, which the runner has handed on): neither fault fires. Nor does evict
-    while a request runs (vLLM refuses to reset a cache in use)."""
+def _pauses() -> bool:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from schedcheck.engines.vllm.v1.eras import pause_states
+
+    return pause_states(Scheduler) is not None
+
+
+NEEDS_PAUSES = pytest.mark.skipif(
+    HAS_V1 and not _pauses(), reason="Scheduler.set_pause_state absent in this release"
+)
+
+
+def _steps(engine, num_steps_max=8):
+    """Synchronous steps until nothing is unfinished: (scheduled, preempted, finished, the
+    pause's mode before the step) of each."""
+    out = []
+    for _ in range(num_steps_max):  # bounded
+        if not engine.has_unfinished_requests():
+            return out
+        mode = engine._faults.pause_mode
+        step = run_step(engine)
+        scheduled = [summary(r)[:4] + summary(r)[6:] for r in step.output.scheduled]
+        finished = sorted(f.request_id for f in step.finished)
+        out.append((scheduled, step.output.preempted_req_ids, finished, mode))
+    return out
+
+
+@NEEDS_PAUSES
+def test_a_reset_with_a_step_in_flight_waits_for_it_paused():
+    """Async scheduling: a's first chunk is in flight when the preempt fault fires. vLLM
+    would drop that step's output, which the runner has handed on, so the fault takes the
+    engine core's pause "keep": PAUSED_ALL (nothing unfinished, nothing scheduled) until
+    the step is applied; then the reset preempts a and the engine resumes."""
     engine = _engine({"async_scheduling": "true"})
     engine.add_request(request("a", PROMPT, 3))
-    engine.schedule()
-    assert engine.inject_fault("preempt", RNG) is None
-    assert engine.inject_fault("evict", RNG) is None
-    sync = _engine()
-    sync.add_request(request("a", PROMPT, 3))
-    run_step(sync)
-    assert sync.inject_fault("evict", RNG) is None
-    assert sync.inject_fault("reduced-budget", RNG) is None
+    first = engine.schedule()
+    assert engine.inject_fault("preempt", RNG) == (
+        "pause_scheduler(mode='keep'): PAUSED_ALL until the steps in flight applied, then "
+        "the running reset"
+    )
+    assert not engine.has_unfinished_requests()  # paused, the step still in flight
+    assert engine.inject_fault("evict", RNG) is None  # one pause at a time
+    assert engine.update_from_output(first, {}) == []
+    assert engine.has_unfinished_requests()  # the pause settled: reset, resumed
+    assert engine._faults.pause_mode is None
+    again = engine.schedule()
+    assert [summary(r)[:4] + summary(r)[6:] for r in again.scheduled] == [
+        ("a", 0, 8, 10, (3, 4), 0)  # from 0 in fresh blocks: the cache was emptied
+    ]
+    assert again.preempted_req_ids == ("a",)
+
+
+@NEEDS_PAUSES
+def test_evict_while_requests_run_pauses_admission_until_they_drain():
+    """The evict fault while a runs takes the pause "wait": PAUSED_NEW, a runs to its end
+    and b is not admitted; an empty step reports a finished (vLLM still has it to report),
+    then the cache is reset and the engine resumes: b runs in fresh blocks."""
+    engine = _engine()
+    engine.add_request(request("a", PROMPT, 3))
+    engine.add_request(request("b", range(30, 36), 2))
+    run_step(engine)
+    assert engine.inject_fault("evict", RNG) == (
+        "pause_scheduler(mode='wait'): PAUSED_NEW until the running requests drained, then "
+        "the cache reset"
+    )
+    assert _steps(engine) == [
+        ([("a", 8, 2, 10, (1, 2, 3), 0)], (), [], "wait"),
+        ([("a", 10, 1, 11, (1, 2, 3), 0)], (), [], "wait"),
+        ([("a", 11, 1, 12, (1, 2, 3), 0)], (), ["a"], "wait"),
+        ([], (), [], "wait"),  # a's finish reported; then the reset and the resume
+        ([("b", 0, 6, 6, (4, 5), 0)], (), [], None),
+        ([("b", 6, 1, 7, (4, 5), 0)], (), ["b"], None),
+    ]
+    assert engine.inject_fault("reduced-budget", RNG) is None  # not mapped
 
 
 def test_a_campaign_scale_run_with_resets_stays_clean_and_reaches_the_rare_path():
@@ -106,4 +168,29 @@ def test_a_campaign_scale_run_with_resets_stays_clean_and_reaches_the_rare_path(
     assert result.finished == 4
     resets = [f for f in result.faults_fired if "reset_prefix_cache" in f]
     assert len(resets) == len(result.faults_fired) >= 5
+    assert result.coverage["preempt-during-chunked-prefill-with-prefix-hit"] > 0
+
+
+@NEEDS_PAUSES
+def test_async_scheduling_runs_with_both_pauses_stay_clean():
+    """Async scheduling, eight requests sharing a prefix, preempt and evict before about a
+    fifth of the steps each: the faults fired with a step in flight take a pause (the
+    others reset at once), the pauses settle, every request finishes and nothing is
+    violated; resets reach the middle of chunked prefills after a prefix hit."""
+    shared = tuple(range(100, 140))
+    requests = [
+        TraceRequest(f"r{i}", 0.001 * i, 6, (*shared, *range(1000 * (i + 1), 1000 * (i + 1) + 20)))
+        for i in range(8)
+    ]
+    config = EngineConfig(
+        block_size=4, num_gpu_blocks=200, max_num_batched_tokens=16, max_num_seqs=8,
+        extra={"async_scheduling": "true"},
+    )  # fmt: skip
+    options = SimOptions(faults={"preempt": 0.2, "evict": 0.2}, seed=1)
+    result = Simulation(requests, "vllm-v1", config, options, LLAMA3_8B_H100.cost_model()).run()
+    assert result.violations == []
+    assert result.finished == 8 and not result.stuck
+    modes = [f.split(": ")[2].split(")")[0] for f in result.faults_fired]
+    assert modes.count("pause_scheduler(mode='keep'") >= 5
+    assert modes.count("pause_scheduler(mode='wait'") >= 3
     assert result.coverage["preempt-during-chunked-prefill-with-prefix-hit"] > 0

@@ -187,6 +187,7 @@ class VllmV1Engine:
 
     # ---------------------------------------------------------------------- step --
     def schedule(self) -> SchedulerOutput:
+        self._faults.settle(self._apply_empty_heads, self._in_flight)
         in_flight = self._in_flight
         assert sum(1 for o, _ in in_flight if o.scheduled) < self._depth, (
             "schedule() with the batch queue full: update_from_output() first"
@@ -212,8 +213,7 @@ class VllmV1Engine:
         accepted_token_ids: Mapping[str, tuple[int, ...]] | None = None,
     ) -> list[FinishedRequest]:
         in_flight = self._in_flight
-        while in_flight and not in_flight[0][0].scheduled:  # empty steps queued before it
-            self._apply(in_flight.popleft()[1], EMPTY_MODEL_RUNNER_OUTPUT)
+        self._apply_empty_heads()  # empty steps queued before it
         assert in_flight and in_flight[0][0] is output, "not the oldest step in flight"
         vllm_output = in_flight.popleft()[1]
         self._last_batch = [r.request_id for r in output.scheduled]
@@ -235,6 +235,11 @@ class VllmV1Engine:
         drafts = [list(draft_token_ids.get(rid, ())) for rid in req_ids]
         self.scheduler.update_draft_token_ids(eras.draft_token_ids(req_ids, drafts))
 
+    def _apply_empty_heads(self) -> None:
+        """The empty steps at the head of the batch queue, applied (EngineCore pops them)."""
+        while self._in_flight and not self._in_flight[0][0].scheduled:
+            self._apply(self._in_flight.popleft()[1], EMPTY_MODEL_RUNNER_OUTPUT)
+
     def _apply(self, vllm_output: VllmSchedulerOutput, runner_output: ModelRunnerOutput) -> None:
         """vLLM's update_from_output; the requests it finishes are reported next update."""
         engine_outputs = self.scheduler.update_from_output(vllm_output, runner_output)
@@ -255,7 +260,9 @@ class VllmV1Engine:
 
     def has_unfinished_requests(self) -> bool:
         # _pending_finished is not counted: those requests are finished already
-        return self.scheduler.has_unfinished_requests() or bool(self._rejected)
+        self._faults.settle(self._apply_empty_heads, self._in_flight)
+        unfinished = self.scheduler.has_unfinished_requests() or bool(self._rejected)
+        return unfinished or self._faults.steps_while_paused()
 
     def rare_path_counts(self) -> Mapping[str, int]:
         """Rare paths only the adapter sees (sim/coverage.py adds them); none it lacks."""
@@ -269,8 +276,9 @@ class VllmV1Engine:
         """Every live request not in vLLM's running queue, with its status and the pool."""
         free = self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
         running = {id(r) for r in self.scheduler.running}
+        paused = f", paused ({self._faults.pause_mode})" if self._faults.pause_mode else ""
         return {
-            rid: f"{r.status.name}: {len(self.scheduler.running)} running, {free} free blocks"
+            rid: f"{r.status.name}: {len(running)} running, {free} free blocks{paused}"
             for rid, r in self._live.items()
             if id(r) not in running and not r.is_finished()
         }

@@ -90,6 +90,9 @@ ERAS: tuple[Era, ...] = (
     Era("reset-running-requests", "0.12.0", ("resets_running_requests",),
         "Scheduler.reset_prefix_cache takes reset_running_requests (vllm#28827; read in "
         "the 0.11.1 and 0.12.0 wheels): the preempt fault point (faults.py)"),
+    Era("pause-states", "0.25.0", ("pause_states",),
+        "Scheduler.set_pause_state (read in the 0.12.0 wheel, which lacks it, and the "
+        "0.25.0 and 0.33.0 wheels): the fault points' pauses (faults.py)"),
     Era("scheduler-options", "0.25.0", ("scheduler_config_fields",),
         "SchedulerConfig's init fields (budget, admission options; more in 0.33.0)"),
     Era("spec-budget-check", "0.25.0", ("vllm_config_accepted",),
@@ -171,6 +174,13 @@ def _has_param(func: Callable[..., Any], name: str) -> bool:
 def resets_running_requests(scheduler: Any) -> bool:
     """Does `reset_prefix_cache` preempt the running requests when asked (0.12.0 on)?"""
     return _has_param(scheduler.reset_prefix_cache, "reset_running_requests")
+
+
+def pause_states(scheduler: Any) -> Any | None:
+    """vLLM's PauseState where the scheduler pauses (`set_pause_state`), else None."""
+    if not hasattr(scheduler, "set_pause_state"):
+        return None
+    return importlib.import_module("vllm.v1.core.sched.interface").PauseState
 
 
 # ------------------------------------------------------------------ building --
