@@ -34,7 +34,15 @@ pytestmark = [
     ),
 ]
 PROMPT = tuple(range(10, 20))  # 10 tokens: blocks [10..13][14..17][18 19 . .]
-RNG = np.random.default_rng(0)  # the vLLM fault points draw nothing from it
+
+
+def rng(first: float = 0.64) -> np.random.Generator:
+    """A generator whose first random() is `first` rounded (0.64 or 0.26): the preempt fault
+    with a step in flight draws its way by it (< 0.5: the reset at once)."""
+    seed = {0.64: 0, 0.26: 2}[first]
+    out = np.random.default_rng(seed)
+    assert round(np.random.default_rng(seed).random(), 2) == first
+    return out
 
 
 def _engine(extra=None):
@@ -58,7 +66,7 @@ def test_a_weight_update_reset_preempts_the_running_prefill_and_empties_the_cach
     assert [summary(r)[:4] + summary(r)[6:] for r in first.scheduled] == [
         ("a", 0, 8, 10, (1, 2), 0)
     ]
-    what = engine.inject_fault("preempt", RNG)
+    what = engine.inject_fault("preempt", rng())
     assert what == "reset_prefix_cache(reset_running_requests=True): preempted ['a']"
     steps = [run_step(engine) for _ in range(3)]
     assert [
@@ -70,7 +78,7 @@ def test_a_weight_update_reset_preempts_the_running_prefill_and_empties_the_cach
         ([("a", 10, 1, 11, (3, 4, 5), 0), ("b", 6, 1, 7, (6, 7), 0)], ()),
     ]
     assert sorted(f.request_id for f in steps[-1].finished) == ["a", "b"]
-    assert engine.inject_fault("evict", RNG) == "reset_prefix_cache(): the prefix cache emptied"
+    assert engine.inject_fault("evict", rng()) == "reset_prefix_cache(): the prefix cache emptied"
 
 
 def _pauses() -> bool:
@@ -110,12 +118,12 @@ def test_a_reset_with_a_step_in_flight_waits_for_it_paused():
     engine = _engine({"async_scheduling": "true"})
     engine.add_request(request("a", PROMPT, 3))
     first = engine.schedule()
-    assert engine.inject_fault("preempt", RNG) == (
+    assert engine.inject_fault("preempt", rng(0.64)) == (
         "pause_scheduler(mode='keep'): PAUSED_ALL until the steps in flight applied, then "
         "the running reset"
     )
     assert not engine.has_unfinished_requests()  # paused, the step still in flight
-    assert engine.inject_fault("evict", RNG) is None  # one pause at a time
+    assert engine.inject_fault("evict", rng()) is None  # one pause at a time
     assert engine.update_from_output(first, {}) == []
     assert engine.has_unfinished_requests()  # the pause settled: reset, resumed
     assert engine._faults.pause_mode is None
@@ -127,6 +135,37 @@ def test_a_reset_with_a_step_in_flight_waits_for_it_paused():
 
 
 @NEEDS_PAUSES
+def test_a_reset_with_a_partial_chunk_in_flight_resumes_in_the_next_step():
+    """Async scheduling, a's first chunk (8 of 10 tokens: it samples nothing) in flight,
+    the preempt fault drawn the other way: the reset at once, as the engine core's utility
+    call between two steps. The next step schedules a again from 0 in fresh blocks while
+    the stale chunk's output is still to come; vLLM drops it at its update, and a runs on.
+    With a step in flight that samples for a running request, the fault always pauses (the
+    runner has handed that token on: vLLM would drop it)."""
+    engine = _engine({"async_scheduling": "true"})
+    engine.add_request(request("a", PROMPT, 3))
+    first = engine.schedule()
+    assert engine.inject_fault("preempt", rng(0.26)) == (
+        "reset_prefix_cache(reset_running_requests=True): preempted ['a'] with a step in "
+        "flight (its chunks dropped)"
+    )
+    second = engine.schedule()
+    assert [summary(r)[:4] + summary(r)[6:] for r in second.scheduled] == [
+        ("a", 0, 8, 10, (3, 4), 0)
+    ]
+    assert second.preempted_req_ids == ("a",)
+    assert engine.update_from_output(first, {}) == []  # the stale chunk: dropped
+    third = engine.schedule()
+    assert [summary(r)[:4] + summary(r)[6:] for r in third.scheduled] == [
+        ("a", 8, 2, 10, (3, 4, 5), 0)
+    ]
+    assert engine.update_from_output(second, {}) == []
+    engine.update_from_output(third, {"a": 777})  # a's first token: in flight from now
+    engine.schedule()
+    assert engine.inject_fault("preempt", rng(0.26)).startswith("pause_scheduler(mode='keep')")
+
+
+@NEEDS_PAUSES
 def test_evict_while_requests_run_pauses_admission_until_they_drain():
     """The evict fault while a runs takes the pause "wait": PAUSED_NEW, a runs to its end
     and b is not admitted; an empty step reports a finished (vLLM still has it to report),
@@ -135,7 +174,7 @@ def test_evict_while_requests_run_pauses_admission_until_they_drain():
     engine.add_request(request("a", PROMPT, 3))
     engine.add_request(request("b", range(30, 36), 2))
     run_step(engine)
-    assert engine.inject_fault("evict", RNG) == (
+    assert engine.inject_fault("evict", rng()) == (
         "pause_scheduler(mode='wait'): PAUSED_NEW until the running requests drained, then "
         "the cache reset"
     )
@@ -147,7 +186,7 @@ def test_evict_while_requests_run_pauses_admission_until_they_drain():
         ([("b", 0, 6, 6, (4, 5), 0)], (), [], None),
         ([("b", 6, 1, 7, (4, 5), 0)], (), ["b"], None),
     ]
-    assert engine.inject_fault("reduced-budget", RNG) is None  # not mapped
+    assert engine.inject_fault("reduced-budget", rng()) is None  # not mapped
 
 
 def test_a_campaign_scale_run_with_resets_stays_clean_and_reaches_the_rare_path():
@@ -172,11 +211,12 @@ def test_a_campaign_scale_run_with_resets_stays_clean_and_reaches_the_rare_path(
 
 
 @NEEDS_PAUSES
-def test_async_scheduling_runs_with_both_pauses_stay_clean():
+def test_async_scheduling_runs_with_resets_and_both_pauses_stay_clean():
     """Async scheduling, eight requests sharing a prefix, preempt and evict before about a
-    fifth of the steps each: the faults fired with a step in flight take a pause (the
-    others reset at once), the pauses settle, every request finishes and nothing is
-    violated; resets reach the middle of chunked prefills after a prefix hit."""
+    fifth of the steps each: with a step in flight, some resets at once (only prefill
+    chunks in flight: dropped) and the other faults pause; the pauses settle, every
+    request finishes and nothing is violated; resets reach the middle of chunked prefills
+    after a prefix hit."""
     shared = tuple(range(100, 140))
     requests = [
         TraceRequest(f"r{i}", 0.001 * i, 6, (*shared, *range(1000 * (i + 1), 1000 * (i + 1) + 20)))
@@ -193,4 +233,5 @@ def test_async_scheduling_runs_with_both_pauses_stay_clean():
     modes = [f.split(": ")[2].split(")")[0] for f in result.faults_fired]
     assert modes.count("pause_scheduler(mode='keep'") >= 5
     assert modes.count("pause_scheduler(mode='wait'") >= 3
+    assert sum("with a step in flight" in f for f in result.faults_fired) >= 3
     assert result.coverage["preempt-during-chunked-prefill-with-prefix-hit"] > 0

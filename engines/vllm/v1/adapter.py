@@ -250,7 +250,7 @@ class VllmV1Engine:
 
     def inject_fault(self, kind: str, rng: np.random.Generator) -> str | None:
         """Fault points of sim/faults.py through vLLM's own calls (faults.py)."""
-        return self._faults.inject(kind, between_steps=not self._in_flight)
+        return self._faults.inject(kind, [o for o, _ in self._in_flight], rng)
 
     # ----------------------------------------------------------------- inspection --
     def kv_snapshot(self) -> KVSnapshot:

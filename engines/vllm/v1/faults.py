@@ -7,9 +7,14 @@ take the same calls, in the same order:
 
 - preempt: `Scheduler.reset_prefix_cache(reset_running_requests=True)`: every running
   request preempted by vLLM's own `_preempt_request` and the cache emptied. Between steps
-  at once; with a step in flight (async scheduling) as the engine core's pause "keep" does
-  it: PAUSED_ALL (nothing scheduled, nothing counted unfinished) until the steps in flight
-  are applied, then the reset and the resume. Only in a release whose reset takes
+  at once. With a step in flight (async scheduling), half the time (drawn) at once as
+  well, as the engine core's utility call does between two steps of its busy loop: vLLM
+  then drops the stale output of the steps in flight and may resume the requests in the
+  next step, while that output is still to come; only where no step in flight samples
+  for a running request (the simulator's runner has handed such a token on already: a
+  prefill's partial chunks are dropped, a token is not). Else as the pause "keep" does
+  it: PAUSED_ALL (nothing scheduled, nothing counted unfinished) until the steps in
+  flight are applied, then the reset and the resume. Only in a release whose reset takes
   `reset_running_requests` (0.12.0 on: eras.py);
 - evict: `Scheduler.reset_prefix_cache()`, the cache emptied. With nothing running, at
   once; else as the pause "wait" does it: PAUSED_NEW (the running requests go on, none is
@@ -35,9 +40,12 @@ same output. `FaultPoints` keeps them, so that the adapter lists them in that st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Sequence, Sized
 from typing import Any
 
+import numpy as np
+
+from schedcheck.engines.protocol import SchedulerOutput
 from schedcheck.engines.vllm.v1 import eras
 
 PAUSE_STATE_OF_MODE = {"keep": "PAUSED_ALL", "wait": "PAUSED_NEW"}  # the engine core's
@@ -54,13 +62,23 @@ class FaultPoints:
         self._pause_states = eras.pause_states(scheduler)  # vLLM's PauseState, or None
         assert self._pause_states is None or self._resets_running, "pauses came after"
 
-    def inject(self, kind: str, between_steps: bool) -> str | None:
-        """Fire `kind` now (`between_steps`: no step in flight); what it did, or None."""
+    def inject(
+        self, kind: str, in_flight: Sequence[SchedulerOutput], rng: np.random.Generator
+    ) -> str | None:
+        """Fire `kind` now, with the steps `in_flight` (scheduled, not yet updated); what
+        it did, or None."""
+        between_steps = not in_flight
+        running = {r.request_id for r in self.scheduler.running}
+        drops_samples = any(  # a reset now would drop a token the runner has handed on
+            r.samples and r.request_id in running for o in in_flight for r in o.scheduled
+        )
         if self.pause_mode is not None:
             return None  # one pause at a time
         if kind == "preempt" and self._resets_running and self.scheduler.running:
             if between_steps:
                 return self._reset_running()
+            if not drops_samples and rng.random() < 0.5:  # drawn: either is production's
+                return f"{self._reset_running()} with a step in flight (its chunks dropped)"
             return self._pause("keep", "the steps in flight applied, then the running reset")
         if kind == "evict":
             if between_steps and not self.scheduler.running:
