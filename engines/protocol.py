@@ -124,6 +124,10 @@ class SchedulerOutput:
     # simulator has retired them, but the kernels still write their chunk's KV, which the
     # radix tree may then keep and share. Each carries its slots (per-token engines only).
     discarded: tuple[ScheduledRequest, ...] = ()
+    # Async scheduling: requests whose tokens sampled in the steps still in flight the
+    # engine drops (vLLM: a reset preempted them between two steps, `drop_stale_output`);
+    # each is also in preempted_req_ids, and its next chunks sample those positions again.
+    dropped_req_ids: tuple[str, ...] = ()
 
     @property
     def total_num_scheduled_tokens(self) -> int:

@@ -76,6 +76,12 @@ class Fingerprint:
                 ints.append(len(raw_id))
                 parts.append(raw_id)
                 seen.pop(rid, None)
+        if output.dropped_req_ids:  # absent: the encoding of old (no step dropped one)
+            ints.append(len(output.dropped_req_ids))
+            for rid in output.dropped_req_ids:
+                raw_id = rid.encode("utf-8")
+                ints.append(len(raw_id))
+                parts.append(raw_id)
         # int64 in native order: little-endian on every supported host
         self._sha.update(array("q", ints).tobytes())
         self._sha.update(_joined(parts))
@@ -160,6 +166,7 @@ def output_to_json(output: SchedulerOutput) -> dict[str, Any]:
         "rejected_req_ids": list(output.rejected_req_ids),
         "rejected_reasons": list(output.rejected_reasons),
         "block_copies": [list(pair) for pair in output.block_copies],
+        **({"dropped_req_ids": list(output.dropped_req_ids)} if output.dropped_req_ids else {}),
     }
 
 
@@ -189,6 +196,7 @@ def output_from_json(obj: dict[str, Any]) -> SchedulerOutput:
         rejected_req_ids=tuple(obj.get("rejected_req_ids", ())),
         rejected_reasons=tuple(obj.get("rejected_reasons", ())),
         block_copies=tuple((int(a), int(b)) for a, b in obj.get("block_copies", ())),
+        dropped_req_ids=tuple(obj.get("dropped_req_ids", ())),
     )
 
 

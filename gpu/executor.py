@@ -127,6 +127,15 @@ class TensorExecutor:
         self.tokens.pop(request_id, None)
         self.shadow.forget(request_id)
 
+    def unsample(self, request_id: str, tokens: tuple[int, ...]) -> None:
+        """Forget the request's last sampled `tokens` (the engine dropped them; a replay's
+        oracle holds the true sequences and keeps them)."""
+        known = self.tokens.get(request_id)
+        if known is None or self.teacher_forced or not tokens:
+            return
+        assert known[known.size - len(tokens) :].tolist() == list(tokens), request_id
+        self.tokens[request_id] = known[: known.size - len(tokens)]
+
     def execute(self, metadata: RunnerMetadata) -> dict[str, int]:
         for src, dst in metadata.output.block_copies:  # copy-on-write, before the forward
             if 0 <= src < self.cache.num_blocks and 0 <= dst < self.cache.num_blocks:

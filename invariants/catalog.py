@@ -110,6 +110,12 @@ INVARIANTS: tuple[Invariant, ...] = (
         "one reason per rejected id",
     ),
     Invariant(
+        "protocol.dropped",
+        "protocol",
+        _PROTO,
+        "every request whose samples in flight are dropped is preempted in the same output",
+    ),
+    Invariant(
         "protocol.lost-request",
         "protocol",
         _PROTO,

@@ -80,6 +80,10 @@ class ProtocolChecker:
                 )
             )
         out += self._check_copies(step, output.block_copies)
+        for rid in output.dropped_req_ids:  # only a preemption drops a step in flight
+            if rid not in output.preempted_req_ids:
+                message = "dropped_req_ids names it, but preempted_req_ids does not"
+                out.append(_bad("protocol.dropped", step, rid, message))
         ended = set(output.finished_req_ids) | set(output.rejected_req_ids)
         seen: set[str] = set()
         checked = self.checked_blocks

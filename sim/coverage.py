@@ -150,9 +150,16 @@ class Coverage:
         self.admitted_with_hit.discard(rid)
         self.scheduled_before.discard(rid)
 
-    def observe_evictions(self, num_evicted_blocks: int | None) -> None:
-        if num_evicted_blocks is not None:
-            self.counts["evict-cached-block"] = int(num_evicted_blocks)
+    def observe_snapshot(self, snapshot: object) -> None:
+        """The paths a KV snapshot counts itself, where it has the counters (optional
+        members of KVSnapshot: num_evicted_blocks, num_sliding_window_blocks_freed)."""
+        for path, name in (
+            ("evict-cached-block", "num_evicted_blocks"),
+            ("sliding-window-block-freed", "num_sliding_window_blocks_freed"),
+        ):
+            count = getattr(snapshot, name, None)
+            if count is not None:
+                self.counts[path] = int(count)
 
     def observe_acceptance(self, scheduled: ScheduledRequest, num_accepted: int) -> None:
         """A step's rejection sampling of one request with drafts::
@@ -168,10 +175,6 @@ class Coverage:
         last = scheduled.num_end_tokens - 1
         if first_rejected // self.block_size != last // self.block_size:
             self.counts["spec-rejected-cross-block"] += 1
-
-    def observe_window_frees(self, num_blocks_freed: int | None) -> None:
-        if num_blocks_freed is not None:
-            self.counts["sliding-window-block-freed"] = int(num_blocks_freed)
 
     def observe_engine_paths(self, counts: Mapping[str, int]) -> None:
         """Rare paths the engine counted itself (e.g. vllm-v1's rare_path_counts())."""

@@ -79,6 +79,14 @@ class ShadowKV(ReportingExecutor, DraftVerifier, PoolContents, Protocol):
 
 
 @runtime_checkable
+class SampleRollback(Protocol):
+    def unsample(self, request_id: str, tokens: tuple[int, ...]) -> None:
+        """Forget the request's last sampled `tokens`: the engine dropped them (async
+        scheduling: a reset preempted it with a step in flight); they are sampled again."""
+        ...
+
+
+@runtime_checkable
 class HashModelSampler(Protocol):
     hash_model_tokens: bool  # its tokens are the hash model's (invariants/hash_model.py)
 

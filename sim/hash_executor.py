@@ -51,3 +51,14 @@ class HashModelExecutor:
             self.last_identity[rid] = (n + 1, (ident + term) & _MASK64)
             out[rid] = token
         return out
+
+    def unsample(self, request_id: str, tokens: tuple[int, ...]) -> None:
+        """Forget the request's last sampled `tokens` (the engine dropped them)."""
+        state = self.last_identity.get(request_id)
+        if state is None or not tokens:
+            return
+        n, ident = state
+        k = len(tokens)
+        positions = np.arange(n - k, n, dtype=np.int64)
+        terms = hash_model.terms(positions, np.asarray(tokens, dtype=np.int64))
+        self.last_identity[request_id] = (n - k, (ident - int(terms.sum())) & _MASK64)

@@ -169,6 +169,16 @@ class Ledger:
         self.num_tokens[request_id] += len(tokens)
         self.sampled[request_id].extend(tokens)
 
+    def unsample(self, request_id: str, tokens: tuple[int, ...]) -> None:
+        """Forget the last `tokens` the runner sampled for a live request: the engine
+        dropped them (async scheduling, sim/pipelined.py); they are sampled again."""
+        if request_id not in self.live:
+            return
+        sampled, n = self.sampled[request_id], len(tokens)
+        assert tuple(sampled[len(sampled) - n :]) == tokens, f"{request_id}: not its last"
+        del sampled[len(sampled) - n :]
+        self.num_tokens[request_id] -= n
+
     def gain_all(
         self, sampled: Mapping[str, int], accepted: Mapping[str, tuple[int, ...]], kept: bool
     ) -> dict[str, tuple[int, ...]]:

@@ -122,7 +122,7 @@ class Simulation:
         parts = (self.engine, self.executor, self.rng, self.checks.accounting, self.coverage)
         self.spec = make_speculation(config, options, *parts)
         depth = pipeline_depth(engine, self.engine, config)  # 2: async scheduling
-        self.pipeline = Pipeline(depth, self.ledger, self.coverage, self.spec)
+        self.pipeline = Pipeline(depth, self.ledger, self.coverage, self.spec, self.executor)
         self._wire_intake()
 
     def _wire_intake(self) -> None:
@@ -219,13 +219,15 @@ class Simulation:
         malformed = self.checks.check_output(output)
         if malformed:  # nothing is derived from an output the protocol refuses
             self._fatal(malformed)
-        elif not output.scheduled:
+            return
+        self.pipeline.drop(output.dropped_req_ids)  # async: samples in flight it drops
+        if not output.scheduled:
             yield from self._empty_step(output)
-        elif self.pipeline.depth == 1:
-            self.liveness.empty_steps = 0
+            return
+        self.liveness.empty_steps = 0
+        if self.pipeline.depth == 1:
             yield from self._step(output)
         else:
-            self.liveness.empty_steps = 0
             yield from self.pipeline.step(self, output)
 
     def _idle(self) -> Process:
@@ -385,10 +387,7 @@ class Simulation:
     def _finish_run(self) -> None:
         self.done = True
         snapshot = self._snapshot()
-        self.coverage.observe_evictions(getattr(snapshot, "num_evicted_blocks", None))
-        self.coverage.observe_window_frees(
-            getattr(snapshot, "num_sliding_window_blocks_freed", None)
-        )
+        self.coverage.observe_snapshot(snapshot)
         self.violate(self.checks.at_end(self.step_index, snapshot))
 
 

@@ -31,6 +31,7 @@ from schedcheck.engines.protocol import (
 from schedcheck.invariants.violation import Violation
 from schedcheck.sim.async_runner import InFlight, as_run, has_placeholder
 from schedcheck.sim.coverage import Coverage
+from schedcheck.sim.executors import ExecutorParts, SampleRollback
 from schedcheck.sim.ledger import Ledger
 from schedcheck.sim.meets import meets
 from schedcheck.sim.speculation import Drafts, Speculation
@@ -82,9 +83,15 @@ def pipeline_depth(name: str, engine: object, config: EngineConfig) -> int:
 
 class Pipeline:
     def __init__(
-        self, depth: int, ledger: Ledger, coverage: Coverage, spec: Speculation | None
+        self,
+        depth: int,
+        ledger: Ledger,
+        coverage: Coverage,
+        spec: Speculation | None,
+        executor: ExecutorParts,
     ) -> None:
         self.depth, self.ledger, self.coverage, self.spec = depth, ledger, coverage, spec
+        self.executor = executor
         self.in_flight: deque[InFlight] = deque()  # oldest first
         self.runner_drafts: Drafts = {}  # the runner's drafter's, for the next step
 
@@ -109,6 +116,31 @@ class Pipeline:
         """Apply the oldest executed step's output (the engine's own) to the engine."""
         output, sampled, accepted, _ = self.in_flight.popleft()
         host.apply(output, sampled, accepted)
+
+    def drop(self, request_ids: tuple[str, ...]) -> None:
+        """The engine drops these requests' tokens sampled in the steps in flight (a reset
+        preempted them between two steps): the runner forgets them too, newest first, and
+        samples those positions again. Their steps still reach the engine's update, which
+        discards them."""
+        if not request_ids:
+            return
+        run = self.executor.run
+        if not meets(run, SampleRollback):
+            raise TypeError(f"{type(run).__name__} cannot forget samples (dropped_req_ids)")
+        found: set[str] = set()
+        for entry in reversed(self.in_flight):  # bounded: the pipeline depth
+            for rid in request_ids:  # bounded: the output's preempted
+                token = entry.sampled.get(rid)
+                if token is None:
+                    continue
+                assert not entry.accepted.get(rid) and rid not in entry.rejected, (
+                    f"{rid}: a step in flight with drafts is dropped"
+                )
+                self.ledger.unsample(rid, (token,))
+                run.unsample(rid, (token,))
+                found.add(rid)
+        lost = sorted(set(request_ids) - found)
+        assert not lost, f"dropped_req_ids {lost}: no sample of theirs is in flight"
 
     def as_run(self, output: SchedulerOutput) -> SchedulerOutput:
         """The step as the runner runs it (sim/async_runner.py)."""

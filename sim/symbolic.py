@@ -168,6 +168,17 @@ class SymbolicExecutor(Overwrites, DraftAcceptance, CommonStep):
             self.cut.discard(req.index)
             self.store.free(req.index)
 
+    def unsample(self, request_id: str, tokens: tuple[int, ...]) -> None:
+        """Forget the request's last sampled `tokens` (the engine dropped them; they are
+        sampled again). None of them has KV yet, so nothing verified is cut."""
+        req = self.requests.get(request_id)
+        if req is None or not tokens:
+            return
+        n = req.num_tokens - len(tokens)
+        assert req.tokens[n : req.num_tokens].tolist() == list(tokens), request_id
+        assert req.verified_len <= n, f"{request_id}: a dropped token's KV was verified"
+        req.num_tokens = n
+
     def execute(self, meta: RunnerMetadata) -> dict[str, int]:
         self.violations = []
         self.accepted_token_ids = {}

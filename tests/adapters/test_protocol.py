@@ -131,10 +131,12 @@ def test_each_property_of_an_output():
         preempted_req_ids=("nobody",),
         finished_req_ids=("b",),
         rejected_req_ids=("gone",),
+        dropped_req_ids=("nobody", "a"),
     )
     assert _names(checker.check_output(bad, live, retired)) == [
         ("protocol.unknown-request", "nobody"),
         ("protocol.rejected-reasons", ""),
+        ("protocol.dropped", "a"),
         ("protocol.duplicate", "a"),
         ("protocol.not-live", "gone"),
         ("protocol.scheduled-and-finished", "gone"),

@@ -1,6 +1,7 @@
 """The request ledger (sim/ledger.py): what the loop knows of each request, and its leaving."""
 
 import numpy as np
+import pytest
 
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.sim.arrivals import Release
@@ -34,6 +35,18 @@ def test_a_request_gains_tokens_up_to_its_max_tokens_the_runner_past_them():
     ledger.sampled_by_runner("a", (14,))  # async: the runner samples before the engine stops
     assert (ledger.sampled["a"], ledger.num_tokens["a"]) == ([10, 11, 12, 14], 7)
     assert ledger.gain("gone", (1,)) == ()
+
+
+def test_a_dropped_sample_is_forgotten_from_the_end_only():
+    """Async scheduling: the engine dropped the last sample of a step in flight."""
+    ledger, _ = _ledger([])
+    _admit(ledger, "a", max_tokens=3)
+    ledger.sampled_by_runner("a", (10, 11))
+    ledger.unsample("a", (11,))
+    assert (ledger.sampled["a"], ledger.num_tokens["a"]) == ([10], 4)
+    with pytest.raises(AssertionError, match="a: not its last"):
+        ledger.unsample("a", (11,))
+    ledger.unsample("gone", (1,))  # retired meanwhile: nothing to forget
 
 
 def test_a_request_leaves_once_and_every_part_is_told_in_order():

@@ -45,12 +45,12 @@ def rng(first: float = 0.64) -> np.random.Generator:
     return out
 
 
-def _engine(extra=None):
+def _engine(extra=None, max_num_batched_tokens=8):
     from schedcheck.engines.registry import make_engine
 
     config = EngineConfig(
-        block_size=4, num_gpu_blocks=16, max_num_batched_tokens=8, max_num_seqs=4,
-        max_model_len=64, extra=extra or {},
+        block_size=4, num_gpu_blocks=16, max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=4, max_model_len=64, extra=extra or {},
     )  # fmt: skip
     return make_engine("vllm-v1", config)
 
@@ -140,14 +140,13 @@ def test_a_reset_with_a_partial_chunk_in_flight_resumes_in_the_next_step():
     the preempt fault drawn the other way: the reset at once, as the engine core's utility
     call between two steps. The next step schedules a again from 0 in fresh blocks while
     the stale chunk's output is still to come; vLLM drops it at its update, and a runs on.
-    With a step in flight that samples for a running request, the fault always pauses (the
-    runner has handed that token on: vLLM would drop it)."""
+    The chunk sampled nothing: no output names a drop."""
     engine = _engine({"async_scheduling": "true"})
     engine.add_request(request("a", PROMPT, 3))
     first = engine.schedule()
     assert engine.inject_fault("preempt", rng(0.26)) == (
         "reset_prefix_cache(reset_running_requests=True): preempted ['a'] with a step in "
-        "flight (its chunks dropped)"
+        "flight (its output dropped)"
     )
     second = engine.schedule()
     assert [summary(r)[:4] + summary(r)[6:] for r in second.scheduled] == [
@@ -160,9 +159,34 @@ def test_a_reset_with_a_partial_chunk_in_flight_resumes_in_the_next_step():
         ("a", 8, 2, 10, (3, 4, 5), 0)
     ]
     assert engine.update_from_output(second, {}) == []
-    engine.update_from_output(third, {"a": 777})  # a's first token: in flight from now
-    engine.schedule()
-    assert engine.inject_fault("preempt", rng(0.26)).startswith("pause_scheduler(mode='keep')")
+    assert second.dropped_req_ids == third.dropped_req_ids == ()
+
+
+@NEEDS_PAUSES
+def test_a_reset_with_a_decode_in_flight_drops_its_token_and_samples_it_again():
+    """Async scheduling, a's prompt in one chunk, then its first decode (777 known, the
+    token after it sampled by the runner) in flight when the reset comes at once: vLLM
+    drops that step's output, so the next output names a in dropped_req_ids (the runner
+    forgets its sample) and runs a's 11 known tokens again from 0; the dropped position is
+    sampled again in that step."""
+    engine = _engine({"async_scheduling": "true"}, max_num_batched_tokens=16)
+    engine.add_request(request("a", PROMPT, 3))
+    prefill = engine.schedule()
+    decode = engine.schedule()  # a placeholder for the prefill's sample
+    assert engine.update_from_output(prefill, {"a": 777}) == []
+    assert engine.inject_fault("preempt", rng(0.26)).endswith(
+        "with a step in flight (its output dropped)"
+    )
+    again = engine.schedule()
+    assert [summary(r)[:4] + summary(r)[5:] for r in again.scheduled] == [
+        ("a", 0, 11, 11, [*PROMPT, 777], (3, 4, 5), 0)
+    ]
+    assert (again.preempted_req_ids, again.dropped_req_ids) == (("a",), ("a",))
+    assert engine.update_from_output(decode, {"a": 888}) == []  # dropped by vLLM
+    last = engine.schedule()
+    assert engine.update_from_output(again, {"a": 888}) == []  # sampled again
+    finished = engine.update_from_output(last, {"a": 999})
+    assert [(f.request_id, f.output_token_ids) for f in finished] == [("a", (777, 888, 999))]
 
 
 @NEEDS_PAUSES
@@ -213,10 +237,10 @@ def test_a_campaign_scale_run_with_resets_stays_clean_and_reaches_the_rare_path(
 @NEEDS_PAUSES
 def test_async_scheduling_runs_with_resets_and_both_pauses_stay_clean():
     """Async scheduling, eight requests sharing a prefix, preempt and evict before about a
-    fifth of the steps each: with a step in flight, some resets at once (only prefill
-    chunks in flight: dropped) and the other faults pause; the pauses settle, every
-    request finishes and nothing is violated; resets reach the middle of chunked prefills
-    after a prefix hit."""
+    fifth to a third of the steps: with a step in flight, some resets at once (its output
+    dropped, samples included) and the other faults pause; the pauses settle, every
+    request finishes with the unchunked outputs and nothing is violated; resets reach the
+    middle of chunked prefills after a prefix hit."""
     shared = tuple(range(100, 140))
     requests = [
         TraceRequest(f"r{i}", 0.001 * i, 6, (*shared, *range(1000 * (i + 1), 1000 * (i + 1) + 20)))
@@ -226,12 +250,12 @@ def test_async_scheduling_runs_with_resets_and_both_pauses_stay_clean():
         block_size=4, num_gpu_blocks=200, max_num_batched_tokens=16, max_num_seqs=8,
         extra={"async_scheduling": "true"},
     )  # fmt: skip
-    options = SimOptions(faults={"preempt": 0.2, "evict": 0.2}, seed=1)
+    options = SimOptions(faults={"preempt": 0.3, "evict": 0.2}, seed=5, record_schedule=True)
     result = Simulation(requests, "vllm-v1", config, options, LLAMA3_8B_H100.cost_model()).run()
     assert result.violations == []
     assert result.finished == 8 and not result.stuck
-    modes = [f.split(": ")[2].split(")")[0] for f in result.faults_fired]
-    assert modes.count("pause_scheduler(mode='keep'") >= 5
-    assert modes.count("pause_scheduler(mode='wait'") >= 3
-    assert sum("with a step in flight" in f for f in result.faults_fired) >= 3
+    fired = result.faults_fired
+    counts = [sum(what in f for f in fired) for what in ("'keep'", "'wait'", "in flight")]
+    assert counts == [5, 4, 11]  # the pauses "keep" and "wait", the resets at once
+    assert sum(len(o.dropped_req_ids) for o in result.schedule) == 5  # samples dropped
     assert result.coverage["preempt-during-chunked-prefill-with-prefix-hit"] > 0

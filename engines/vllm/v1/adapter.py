@@ -92,6 +92,7 @@ ENGINE_NAME = "vllm-v1"
 # the last (ties would order the priority policy's victims by request id: a false liveness
 # finding of the first priority campaign, tests/vllm/test_vllm_v1_options.py)
 ARRIVAL_TIME_TICK_S = 1e-6
+Ids = tuple[str, ...]
 
 
 class VllmV1Engine:
@@ -195,10 +196,10 @@ class VllmV1Engine:
         self._same_step_preemptions.new_step()
         running = [r for r in self.scheduler.running]  # preempted ids, where vLLM omits them
         vllm_output = self.scheduler.schedule()
-        by_fault = self._faults.take_preempted()  # preempted before the call (faults.py)
+        by_fault, dropped = self._faults.take_preempted()  # before the call (faults.py)
         preempted = eras.preempted_req_ids(vllm_output, running) - by_fault
         self._same_step_preemptions.end_step(preempted)
-        output = self._map_output(vllm_output, preempted, by_fault)
+        output = self._map_output(vllm_output, preempted, by_fault, dropped)
         in_flight.append((output, vllm_output))
         # EngineCore updates after an empty step too (the loop does not call): at once
         # when synchronous, else once it is the oldest of a full batch queue
@@ -285,10 +286,11 @@ class VllmV1Engine:
 
     # ------------------------------------------------------------------- mapping --
     def _map_output(
-        self, so: VllmSchedulerOutput, preempted: set[str], by_fault: set[str]
+        self, so: VllmSchedulerOutput, preempted: set[str], by_fault: set[str], dropped: Ids
     ) -> SchedulerOutput:
         """Our SchedulerOutput from vLLM's, in vLLM's batch order (num_scheduled_tokens);
-        `by_fault`: preempted before the call (faults.py), which it may schedule again."""
+        `by_fault`: preempted before the call (faults.py), which it may schedule again,
+        of which `dropped` lose their samples in flight."""
         self._step += 1
         for tables in self._group_tables:
             tables.drop(so.finished_req_ids)
@@ -323,6 +325,7 @@ class VllmV1Engine:
             rejected_req_ids=tuple(rid for rid, _ in rejected),
             rejected_reasons=tuple(reason for _, reason in rejected),
             block_copies=eras.block_copies(so),
+            dropped_req_ids=dropped,
         )
 
     def _scheduled_request(

@@ -9,12 +9,13 @@ take the same calls, in the same order:
   request preempted by vLLM's own `_preempt_request` and the cache emptied. Between steps
   at once. With a step in flight (async scheduling), half the time (drawn) at once as
   well, as the engine core's utility call does between two steps of its busy loop: vLLM
-  then drops the stale output of the steps in flight and may resume the requests in the
-  next step, while that output is still to come; only where no step in flight samples
-  for a running request (the simulator's runner has handed such a token on already: a
-  prefill's partial chunks are dropped, a token is not). Else as the pause "keep" does
-  it: PAUSED_ALL (nothing scheduled, nothing counted unfinished) until the steps in
-  flight are applied, then the reset and the resume. Only in a release whose reset takes
+  then drops the stale output of the steps in flight (`drop_stale_output`) and may resume
+  the requests in the next step, while that output is still to come; the next output
+  names the requests whose tokens it drops (`dropped_req_ids`: the simulator's runner
+  forgets them too, and samples them again). Not where a step in flight runs drafts for a
+  running request (the runner has judged them). Else as the pause "keep" does it:
+  PAUSED_ALL (nothing scheduled, nothing counted unfinished) until the steps in flight
+  are applied, then the reset and the resume. Only in a release whose reset takes
   `reset_running_requests` (0.12.0 on: eras.py);
 - evict: `Scheduler.reset_prefix_cache()`, the cache emptied. With nothing running, at
   once; else as the pause "wait" does it: PAUSED_NEW (the running requests go on, none is
@@ -57,6 +58,7 @@ class FaultPoints:
     def __init__(self, scheduler: Any) -> None:
         self.scheduler = scheduler
         self.preempted: set[str] = set()  # for the next step's output
+        self.dropped: tuple[str, ...] = ()  # the next output's dropped_req_ids
         self.pause_mode: str | None = None  # "keep" or "wait": a pause not finished yet
         self._resets_running = eras.resets_running_requests(scheduler)
         self._pause_states = eras.pause_states(scheduler)  # vLLM's PauseState, or None
@@ -69,16 +71,16 @@ class FaultPoints:
         it did, or None."""
         between_steps = not in_flight
         running = {r.request_id for r in self.scheduler.running}
-        drops_samples = any(  # a reset now would drop a token the runner has handed on
-            r.samples and r.request_id in running for o in in_flight for r in o.scheduled
-        )
-        if self.pause_mode is not None:
-            return None  # one pause at a time
-        if kind == "preempt" and self._resets_running and self.scheduler.running:
+        chunks = [r for o in in_flight for r in o.scheduled if r.request_id in running]
+        if self.pause_mode is not None or self.dropped:
+            return None  # one pause at a time; a drop reaches the next output first
+        if kind == "preempt" and self._resets_running and running:
             if between_steps:
                 return self._reset_running()
-            if not drops_samples and rng.random() < 0.5:  # drawn: either is production's
-                return f"{self._reset_running()} with a step in flight (its chunks dropped)"
+            drafts = any(r.spec_token_ids for r in chunks)  # the runner keeps what it drew
+            if not drafts and rng.random() < 0.5:  # drawn: either is production's
+                self.dropped = tuple(sorted({r.request_id for r in chunks if r.samples}))
+                return f"{self._reset_running()} with a step in flight (its output dropped)"
             return self._pause("keep", "the steps in flight applied, then the running reset")
         if kind == "evict":
             if between_steps and not self.scheduler.running:
@@ -107,9 +109,10 @@ class FaultPoints:
         included: EngineCore.has_work), though none counts as unfinished."""
         return self.pause_mode is not None and self.scheduler.has_requests()
 
-    def take_preempted(self) -> set[str]:
-        """The requests preempted since the last step, once."""
-        out, self.preempted = self.preempted, set()
+    def take_preempted(self) -> tuple[set[str], tuple[str, ...]]:
+        """The requests preempted since the last step, and those of them whose samples in
+        the steps in flight vLLM drops; once."""
+        out, self.preempted, self.dropped = (self.preempted, self.dropped), set(), ()
         return out
 
     def _pause(self, mode: str, until: str) -> str | None:

@@ -1,0 +1,52 @@
+"""A dropped sample forgotten (SampleRollback, sim/executors.py): async scheduling, when the
+engine drops the tokens sampled in a step in flight (SchedulerOutput.dropped_req_ids), the
+runner forgets them and samples the same positions again, to the same tokens."""
+
+import numpy as np
+import pytest
+
+from schedcheck.engines.metadata import build_metadata
+from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+from schedcheck.sim.executors import SampleRollback
+from schedcheck.sim.hash_executor import HashModelExecutor
+from schedcheck.sim.symbolic import SymbolicExecutor
+
+PROMPT = np.arange(10, 16, dtype=np.int64)  # 6 tokens: blocks [10..13][14 15 . .]
+
+
+def _step(step, computed, scheduled, num_tokens, chunk, table=(2, 3)):
+    req = ScheduledRequest("a", computed, scheduled, num_tokens, 6, chunk, table)
+    return build_metadata(SchedulerOutput(step=step, scheduled=(req,)), 4)
+
+
+def _run(executor, drop_second: bool):
+    """a's prompt in one chunk, then two decodes (its second sample dropped once and
+    sampled again where asked); its three samples."""
+    executor.add_request("a", PROMPT)
+    first = executor.execute(_step(1, 0, 6, 6, PROMPT))["a"]
+    second = executor.execute(_step(2, 6, 1, 7, np.asarray([first])))["a"]
+    if drop_second:
+        executor.unsample("a", (second,))  # the step's output dropped: its KV never ran
+        assert executor.execute(_step(3, 6, 1, 7, np.asarray([first])))["a"] == second
+    third = executor.execute(_step(4, 7, 1, 8, np.asarray([second]), (2, 3)))["a"]
+    return first, second, third
+
+
+@pytest.mark.parametrize("make", [lambda: SymbolicExecutor(8, 4, 1000), HashModelExecutor])
+def test_a_forgotten_sample_is_sampled_again_to_the_same_token(make):
+    """The same samples as a run that never dropped one, after the drop too (the
+    executor's identity of the request's tokens went back with it)."""
+    executor = make()
+    assert isinstance(executor, SampleRollback)
+    assert _run(executor, drop_second=True) == _run(make(), drop_second=False)
+    assert getattr(executor, "violations", []) == []
+
+
+def test_the_symbolic_executor_refuses_to_forget_a_sample_it_never_drew():
+    executor = SymbolicExecutor(8, 4, 1000)
+    _, second, third = _run(executor, drop_second=False)
+    with pytest.raises(AssertionError, match="a"):
+        executor.unsample("a", (third + 1,))  # not its last sample
+    with pytest.raises(AssertionError, match="KV was verified"):
+        executor.unsample("a", (second, third))  # second's KV was written and read
+    executor.unsample("gone", (1,))  # a request it does not know: nothing to forget
