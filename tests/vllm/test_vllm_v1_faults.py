@@ -109,16 +109,23 @@ def _steps(engine, num_steps_max=8):
     return out
 
 
-@NEEDS_PAUSES
-def test_a_reset_with_a_step_in_flight_waits_for_it_paused():
-    """Async scheduling: a's first chunk is in flight when the preempt fault fires. vLLM
-    would drop that step's output, which the runner has handed on, so the fault takes the
-    engine core's pause "keep": PAUSED_ALL (nothing unfinished, nothing scheduled) until
-    the step is applied; then the reset preempts a and the engine resumes."""
+def _first_chunk_in_flight(draw: float):
+    """An async engine with a's first chunk (8 of its 10 tokens) in flight, that chunk's
+    output, and what the preempt fault did then (drawn by `draw`)."""
     engine = _engine({"async_scheduling": "true"})
     engine.add_request(request("a", PROMPT, 3))
     first = engine.schedule()
-    assert engine.inject_fault("preempt", rng(0.64)) == (
+    return engine, first, engine.inject_fault("preempt", rng(draw))
+
+
+@NEEDS_PAUSES
+def test_a_reset_with_a_step_in_flight_waits_for_it_paused():
+    """Async scheduling: a's first chunk is in flight when the preempt fault fires, drawn
+    to take the engine core's pause "keep": PAUSED_ALL (nothing unfinished, nothing
+    scheduled) until the step is applied; then the reset preempts a and the engine
+    resumes."""
+    engine, first, what = _first_chunk_in_flight(0.64)
+    assert what == (
         "pause_scheduler(mode='keep'): PAUSED_ALL until the steps in flight applied, then "
         "the running reset"
     )
@@ -141,10 +148,8 @@ def test_a_reset_with_a_partial_chunk_in_flight_resumes_in_the_next_step():
     call between two steps. The next step schedules a again from 0 in fresh blocks while
     the stale chunk's output is still to come; vLLM drops it at its update, and a runs on.
     The chunk sampled nothing: no output names a drop."""
-    engine = _engine({"async_scheduling": "true"})
-    engine.add_request(request("a", PROMPT, 3))
-    first = engine.schedule()
-    assert engine.inject_fault("preempt", rng(0.26)) == (
+    engine, first, what = _first_chunk_in_flight(0.26)
+    assert what == (
         "reset_prefix_cache(reset_running_requests=True): preempted ['a'] with a step in "
         "flight (its output dropped)"
     )
