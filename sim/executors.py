@@ -18,7 +18,9 @@ loop asks for each extra once, when the run is set up, through a narrow protocol
   engine on a rare path, reads several KV-cache groups, and is told the steps that run
   nothing (preemptions drop what it verified; discarded requests' KV is written);
 - hash-model tokens (`HashModelSampler`): its tokens are the hash model's, so a finished
-  request's outputs must be exactly the unchunked ones (invariants/outputs.py).
+  request's outputs must be exactly the unchunked ones (invariants/outputs.py);
+- forgets samples (`SampleRollback`, all three): async scheduling, when the engine drops a
+  step in flight's tokens (SchedulerOutput.dropped_req_ids, sim/pipelined.py).
 
 The tensor executor is loaded lazily by name, so `sim/` never imports torch.
 """

@@ -11,6 +11,11 @@ fills the placeholders in and moves chunks back by N's rejected drafts), and the
 ledger learns N's tokens at once; the engine learns them at update(N), one step later.
 Every check follows that order: N+1's accounting and shadow-KV reads run against what the
 runner knows; the outputs and the block pool are checked after update(N).
+
+An engine may drop what a step in flight sampled for a request (vLLM: a cache reset that
+preempts the running requests between two steps). N+1's output then names it in
+`dropped_req_ids`; the runner forgets those samples (`drop`: the ledger and the executor),
+samples the positions again, and N's update still reaches the engine, which discards them.
 """
 
 from __future__ import annotations
