@@ -83,6 +83,9 @@ CLEAN_IN = {
     # optimistic one of async scheduling (a rejected draft moves the chunk back)
     "0.12.0-async-spec-sliding-shadow-kv-read": ("0.33.0", "0.34.0"),
     "0.25.0-async-spec-sliding-shadow-kv-read": ("0.33.0", "0.34.0"),
+    # vllm#42043 (fixed by #42117): a reset of the running requests under async scheduling
+    # drops exactly the placeholders in flight (0.25.0), the stale output (0.33.0 on)
+    "0.12.0-async-reset-outputs-returned": ("0.25.0", "0.33.0", "0.34.0"),
 }
 CLEAN = [(name, release) for name, releases in CLEAN_IN.items() for release in releases]
 
