@@ -42,6 +42,9 @@ def test_the_finding_reproduces(bundle: Path) -> None:
 ALSO_FAILS_IN = {
     "0.11.0-v1-priority-engine-crash": ("0.10.1.1",),
     "0.33.0-spec-engine-crash": ("0.25.0",),  # clean in 0.34.0: 0.34.0-spec-engine-crash
+    # 0.25.0 schedules a chunk of drafts only (async too: the adapter's fault since
+    # 2026-12-07, its harness-crash before); 0.33.0 on assert there
+    "0.25.0-async-spec-engine-crash": ("0.33.0", "0.34.0"),
     "0.33.0-spec-liveness": ("0.34.0",),
     "0.33.0-v1-liveness-scheduled-tokens": ("0.25.0", "0.34.0"),
     "0.11.1-v1-async-sliding-block-pool-cached-unwritten": ("0.10.1.1", "0.11.0", "0.12.0"),

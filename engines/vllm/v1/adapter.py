@@ -340,14 +340,13 @@ class VllmV1Engine:
         # schedule() advanced vLLM's count to `end`; where it did not, the check after the
         # update reports both counts (accounting.manager-agreement), not a crash
         end = num_computed + num_scheduled
-        if spec_token_ids and self._depth > 1:  # async: vLLM's own placeholders (-1)
-            num_tokens = end - len(spec_token_ids)  # optimistic: every draft accepted
-            known = tokens.chunk_with_placeholders(num_computed, num_tokens)
-            chunk = np.concatenate([known, np.asarray(spec_token_ids, dtype=np.int64)])
-        elif spec_token_ids:  # the runner appends the drafts after the known tokens
+        if spec_token_ids:  # the runner appends the drafts after the known tokens
             check_drafts_follow_tokens(rid, num_computed, num_scheduled, spec_token_ids)
-            known = tokens.chunk(num_computed, end - len(spec_token_ids))
-            num_tokens = tokens.num_tokens
+            stop = end - len(spec_token_ids)
+            if self._depth > 1:  # async: vLLM's own placeholders (-1); every draft accepted
+                num_tokens, known = stop, tokens.chunk_with_placeholders(num_computed, stop)
+            else:
+                num_tokens, known = tokens.num_tokens, tokens.chunk(num_computed, stop)
             chunk = np.concatenate([known, np.asarray(spec_token_ids, dtype=np.int64)])
         elif self._depth > 1 and end > tokens.num_tokens:  # async: runs in-flight samples
             num_tokens, chunk = end, tokens.chunk_with_placeholders(num_computed, end)

@@ -106,7 +106,9 @@ def build_scheduler() -> Scheduler:
         parallel_config=ParallelConfig(),
     )
     vllm_config.cache_config.num_gpu_blocks = NUM_BLOCKS
-    spec = FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    spec = FullAttentionSpec(
+        block_size=BLOCK_SIZE, num_kv_heads=1, head_size=1, dtype=torch.float32
+    )
     kv = KVCacheConfig(
         num_blocks=NUM_BLOCKS,
         kv_cache_tensors=[],
