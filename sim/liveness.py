@@ -2,11 +2,12 @@
 fails naming the stuck requests and why each waits (exit 3).
 
 The safety phase checks every step; it ends when the arrivals are done. With faults, they
-go on for FAULT_STEPS_AFTER_ARRIVALS more steps, then stop: the liveness phase is
-fault-free, so a request stuck there is stuck by the engine, not by a fault::
+go on for FAULT_STEPS_AFTER_ARRIVALS more steps after the arrivals went idle (the last one
+is in; later turns may still wait for their parents), then stop for good: the liveness
+phase is fault-free, so a request stuck there is stuck by the engine, not by a fault::
 
     arrivals ... last arrival | faults go on (64 steps) | liveness: deadline = start + bound
-                              ^ arrivals done            ^ fault window ends
+                              ^ arrivals idle            ^ fault window ends
 
 The bound is the work left, done one request at a time, doubled, plus a margin: a request
 runs at most min(token budget, long_prefill_token_threshold, vLLM's
@@ -45,7 +46,8 @@ class Liveness:
         self.config, self.options, self.ledger, self.arrivals = config, options, ledger, arrivals
         self.waiting_reasons, self.result = waiting_reasons, result
         self.deadline_step: int | None = None  # set when the liveness phase starts
-        self.fault_window_end_step: int | None = None
+        self.idle_since_step: int | None = None  # the arrivals idle since, in a row
+        self.faults_over = False  # the fault window closed: no fault for the rest of the run
         self.empty_steps = 0  # steps in a row that scheduled nothing and changed nothing
 
     @property
@@ -59,12 +61,25 @@ class Liveness:
     def start(self, step: int) -> None:
         """Nothing more arrives (called every step until the phase has started): after the
         fault window, if any, every request must finish within the bound of the work left."""
-        if self.options.faults:
-            if self.fault_window_end_step is None:
-                self.fault_window_end_step = step + FAULT_STEPS_AFTER_ARRIVALS
-            if step < self.fault_window_end_step:
-                return
+        if self.options.faults and not self.faults_over:
+            return
         self.deadline_step = step + self.bound()
+
+    def faults_on(self, step: int) -> bool:
+        """Do faults fire before this step? Until FAULT_STEPS_AFTER_ARRIVALS steps after the
+        arrivals went idle (only a finish can release more: the last arrival is in, later
+        turns wait for their parents) and stayed idle; never again once that window closed.
+        Faults that starve a parent turn (a reset every few steps of a long prefill) would
+        otherwise keep its later turns, and so the liveness phase, from ever coming."""
+        if self.faults_over:
+            return False
+        if not self.arrivals.idle:
+            self.idle_since_step = None
+            return True
+        if self.idle_since_step is None:
+            self.idle_since_step = step
+        self.faults_over = step >= self.idle_since_step + FAULT_STEPS_AFTER_ARRIVALS
+        return not self.faults_over
 
     def exceeded(self, step: int) -> str | None:
         """Why the run is stuck, once `step` reaches the deadline; else None."""

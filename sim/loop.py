@@ -207,7 +207,7 @@ class Simulation:
             return
         if self._liveness_exceeded():
             return
-        if self.options.faults and not self.liveness.started:  # the liveness phase: none
+        if self.options.faults and self.liveness.faults_on(self.step_index):
             self.intake.inject_faults(self.step_index, self.result.faults_fired)
             if not self.engine.has_unfinished_requests():
                 return

@@ -93,3 +93,29 @@ def test_never_reached_lists_only_what_the_engine_can_reach_and_the_harness_can_
     assert "abort-mid-chunk" in every and "evict-cached-block" in every
     assert "abort-mid-chunk" not in never_reached({}, aborts=False)
     assert "evict-cached-block" not in never_reached({}, evictions_counted=False)
+
+
+def test_faults_stop_once_the_arrivals_stay_idle_for_the_window():
+    """The fault window closes FAULT_STEPS_AFTER_ARRIVALS steps after the arrivals went
+    idle (only a finish can release more) and stayed so, for good: faults that starve the
+    parent a later turn waits for would otherwise keep the liveness phase from coming. An
+    arrival in between (a later turn released) starts the count again."""
+    from types import SimpleNamespace
+
+    from schedcheck.sim.liveness import FAULT_STEPS_AFTER_ARRIVALS, Liveness
+
+    arrivals = SimpleNamespace(idle=False)
+    ledger = SimpleNamespace(live={})  # nothing live: the bound is its margin
+    live = Liveness(CFG, SimOptions(faults={"preempt": 1.0}), ledger, arrivals, dict, None)
+    assert [live.faults_on(step) for step in range(3)] == [True] * 3
+    arrivals.idle = True  # step 3: only a finish can bring the next arrival
+    assert all(live.faults_on(step) for step in range(3, 3 + FAULT_STEPS_AFTER_ARRIVALS - 10))
+    arrivals.idle = False  # a later turn released: the count starts again once idle
+    assert live.faults_on(60)
+    arrivals.idle = True
+    window = [live.faults_on(step) for step in range(61, 61 + FAULT_STEPS_AFTER_ARRIVALS + 1)]
+    assert window == [True] * FAULT_STEPS_AFTER_ARRIVALS + [False]
+    arrivals.idle = False
+    assert not live.faults_on(500) and live.faults_over  # closed for good
+    live.start(500)
+    assert live.deadline_step == 500 + 1000  # the liveness phase starts once they are over
