@@ -44,7 +44,7 @@ from schedcheck.fuzz.swarm import (
 )
 from schedcheck.fuzz.worker import WorkerJob, run_worker
 from schedcheck.sim.blame import build_engine
-from schedcheck.sim.coverage import RARE_PATHS, merge, never_reached
+from schedcheck.sim.coverage import FAULT_PATHS, RARE_PATHS, merge, never_reached
 
 GRACE_S = 60.0  # after the budget: time for a worker to finish its shrink and its bundle
 _NO_STOP = 2**62
@@ -134,12 +134,13 @@ class CampaignResult:
 
     def _unreachable(self) -> tuple[str, ...]:
         """Option paths this campaign's draws cannot reach: without async scheduling drawn
-        (vLLM's whole engine on a CPU) no placeholder; under --family priority no
-        cache-aware reorder (vLLM applies the window under FCFS only)."""
+        (vLLM's whole engine on a CPU) no placeholder and no step in flight at a reset;
+        without faults drawn no fault path; under --family priority no cache-aware
+        reorder (vLLM applies the window under FCFS only)."""
         spec = self.options.spec
-        out: tuple[str, ...] = ()
+        out: tuple[str, ...] = () if spec.faults else FAULT_PATHS
         if "async" not in vllm_families(spec):
-            out += ("async-output-placeholder",)
+            out += ("async-output-placeholder", "reset-with-step-in-flight")
         if "priority" in spec.families:
             out += ("cache-aware-reorder",)
         return out

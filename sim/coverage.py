@@ -29,6 +29,11 @@ vLLM v1 scheduler options (VLLM_OPTION_PATHS: only an engine with those options 
     cache-aware-reorder            cache_aware_admission_window moved a waiting request with a
                                    cached prefix ahead of earlier arrivals (vLLM 0.34.0 on;
                                    RELEASE_PATHS: reachable only where the engine counts it)
+    reset-with-step-in-flight      a fault's cache reset preempted the running requests with
+                                   a step in flight: vLLM drops its stale output and may resume
+                                   them in the next step (async scheduling; FAULT_PATHS)
+    engine-paused                  a fault paused the engine (PAUSED_ALL or PAUSED_NEW) and
+                                   its pause settled: drained, reset, resumed (FAULT_PATHS)
 """
 
 from __future__ import annotations
@@ -54,16 +59,21 @@ RARE_PATHS = (
     "async-output-placeholder",
     "queue-full-rejection",
     "cache-aware-reorder",
+    "reset-with-step-in-flight",
+    "engine-paused",
 )
+# vLLM's fault points (engines/vllm/v1/faults.py): only where faults are drawn
+FAULT_PATHS = ("reset-with-step-in-flight", "engine-paused")
 VLLM_OPTION_PATHS = (
     "preempt-scheduled-same-step",
     "async-output-placeholder",
     "queue-full-rejection",
     "cache-aware-reorder",
+    *FAULT_PATHS,
 )
 # paths of a feature only some releases have: reachable only where the engine's
 # rare_path_counts() names them
-RELEASE_PATHS = ("cache-aware-reorder",)
+RELEASE_PATHS = ("cache-aware-reorder", *FAULT_PATHS)
 SPEC_PATHS = ("spec-rejected", "spec-rejected-cross-block")
 SLIDING_PATHS = ("sliding-window-block-freed",)
 

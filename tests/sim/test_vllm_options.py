@@ -16,7 +16,7 @@ from schedcheck.engines.protocol import EngineConfig, is_async_scheduling
 from schedcheck.engines.registry import fit_config
 from schedcheck.fuzz.swarm import SwarmSpec, draw_knobs
 from schedcheck.fuzz.swarm_vllm import VLLM_FAMILIES
-from schedcheck.sim.coverage import never_reached
+from schedcheck.sim.coverage import FAULT_PATHS, never_reached
 from schedcheck.sim.loop import pipeline_depth
 
 
@@ -176,6 +176,27 @@ def test_a_priority_campaign_does_not_list_cache_aware_reorder_as_unreached():
 
     assert "cache-aware-reorder" in missed(("admission",))
     assert "cache-aware-reorder" not in missed(("priority",))
+
+
+def test_the_fault_paths_are_unreached_only_where_faults_and_their_release_can_reach_them():
+    """vLLM's fault points count `reset-with-step-in-flight` (0.12.0 on: a step in flight
+    needs async scheduling, drawn in half the examples if not always on) and
+    `engine-paused` (0.25.0 on); a campaign without faults drawn cannot reach them."""
+    from schedcheck.fuzz.campaign import CampaignOptions, CampaignResult
+
+    def missed(families: tuple[str, ...], faults: bool = True, paths=FAULT_PATHS) -> list[str]:
+        spec = SwarmSpec(engine="vllm-v1", families=families, faults=faults)
+        result = CampaignResult(CampaignOptions(spec))
+        result.engine_paths = paths
+        return [p for p in result.never_reached() if p in FAULT_PATHS]
+
+    assert missed(("async",)) == ["reset-with-step-in-flight", "engine-paused"]
+    assert missed(("async",), paths=("reset-with-step-in-flight",)) == [
+        "reset-with-step-in-flight"  # a release without pauses (0.12.0)
+    ]
+    assert missed(("async",), faults=False) == []
+    assert missed(("priority",)) == ["reset-with-step-in-flight", "engine-paused"]
+    assert "engine-paused" not in never_reached({"engine-paused": 2}, engine_paths=FAULT_PATHS)
 
 
 def test_vllm_engine_refuses_a_family_it_cannot_draw_and_never_lists_the_placeholder():

@@ -134,6 +134,8 @@ def test_a_reset_with_a_step_in_flight_waits_for_it_paused():
     assert engine.update_from_output(first, {}) == []
     assert engine.has_unfinished_requests()  # the pause settled: reset, resumed
     assert engine._faults.pause_mode is None
+    paths = engine.rare_path_counts()
+    assert (paths["engine-paused"], paths["reset-with-step-in-flight"]) == (1, 0)
     again = engine.schedule()
     assert [summary(r)[:4] + summary(r)[6:] for r in again.scheduled] == [
         ("a", 0, 8, 10, (3, 4), 0)  # from 0 in fresh blocks: the cache was emptied
@@ -165,6 +167,7 @@ def test_a_reset_with_a_partial_chunk_in_flight_resumes_in_the_next_step():
     ]
     assert engine.update_from_output(second, {}) == []
     assert second.dropped_req_ids == third.dropped_req_ids == ()
+    assert engine.rare_path_counts()["reset-with-step-in-flight"] == 1
 
 
 @NEEDS_PAUSES

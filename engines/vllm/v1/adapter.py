@@ -271,6 +271,7 @@ class VllmV1Engine:
                   "queue-full-rejection": self._num_queue_rejections}  # fmt: skip
         if self._cache_aware_reorders is not None:
             counts["cache-aware-reorder"] = self._cache_aware_reorders[0]
+        counts.update(self._faults.path_counts)  # the fault points' (faults.py)
         return counts
 
     def waiting_reasons(self) -> Mapping[str, str]:

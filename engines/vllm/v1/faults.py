@@ -63,6 +63,12 @@ class FaultPoints:
         self._resets_running = eras.resets_running_requests(scheduler)
         self._pause_states = eras.pause_states(scheduler)  # vLLM's PauseState, or None
         assert self._pause_states is None or self._resets_running, "pauses came after"
+        # the rare paths (sim/coverage.py) this release can reach, and how often they were
+        self.path_counts: dict[str, int] = {}
+        if self._resets_running:
+            self.path_counts["reset-with-step-in-flight"] = 0
+        if self._pause_states is not None:
+            self.path_counts["engine-paused"] = 0
 
     def inject(
         self, kind: str, in_flight: Sequence[SchedulerOutput], rng: np.random.Generator
@@ -80,6 +86,7 @@ class FaultPoints:
             drafts = any(r.spec_token_ids for r in chunks)  # the runner keeps what it drew
             if not drafts and rng.random() < 0.5:  # drawn: either is production's
                 self.dropped = tuple(sorted({r.request_id for r in chunks if r.samples}))
+                self.path_counts["reset-with-step-in-flight"] += 1
                 return f"{self._reset_running()} with a step in flight (its output dropped)"
             return self._pause("keep", "the steps in flight applied, then the running reset")
         if kind == "evict":
@@ -100,6 +107,7 @@ class FaultPoints:
             return None
         assert self._pause_states is not None, "a pause began: the release has them"
         self.pause_mode = None
+        self.path_counts["engine-paused"] += 1
         what = self._reset_running()  # "keep": the running ones preempted; "wait": none run
         self.scheduler.set_pause_state(self._pause_states.UNPAUSED)
         return f"{what}; resume_scheduler()"
