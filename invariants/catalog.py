@@ -113,7 +113,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         "protocol.dropped",
         "protocol",
         _PROTO,
-        "every request whose samples in flight are dropped is preempted in the same output",
+        "every request whose samples in flight are dropped is preempted in the same output "
+        "and has a sample in a step in flight",
     ),
     Invariant(
         "protocol.lost-request",

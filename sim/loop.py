@@ -220,7 +220,7 @@ class Simulation:
         if malformed:  # nothing is derived from an output the protocol refuses
             self._fatal(malformed)
             return
-        self.pipeline.drop(output.dropped_req_ids)  # async: samples in flight it drops
+        self.violate(self.pipeline.drop(output))  # async: samples in flight it drops
         if not output.scheduled:
             yield from self._empty_step(output)
             return

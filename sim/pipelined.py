@@ -122,13 +122,15 @@ class Pipeline:
         output, sampled, accepted, _ = self.in_flight.popleft()
         host.apply(output, sampled, accepted)
 
-    def drop(self, request_ids: tuple[str, ...]) -> None:
-        """The engine drops these requests' tokens sampled in the steps in flight (a reset
-        preempted them between two steps): the runner forgets them too, newest first, and
-        samples those positions again. Their steps still reach the engine's update, which
-        discards them."""
+    def drop(self, output: SchedulerOutput) -> list[Violation]:
+        """The engine drops the tokens sampled in the steps in flight for the requests of
+        `output.dropped_req_ids` (a reset preempted them between two steps): the runner
+        forgets them too, newest first, and samples those positions again; their steps
+        still reach the engine's update, which discards them. A request named with no
+        sample in flight is the engine's protocol error (`protocol.dropped`)."""
+        request_ids = output.dropped_req_ids
         if not request_ids:
-            return
+            return []
         run = self.executor.run
         if not meets(run, SampleRollback):
             raise TypeError(f"{type(run).__name__} cannot forget samples (dropped_req_ids)")
@@ -144,8 +146,9 @@ class Pipeline:
                 self.ledger.unsample(rid, (token,))
                 run.unsample(rid, (token,))
                 found.add(rid)
+        message = "dropped_req_ids names it, but no sample of it is in flight"
         lost = sorted(set(request_ids) - found)
-        assert not lost, f"dropped_req_ids {lost}: no sample of theirs is in flight"
+        return [Violation("protocol.dropped", output.step, message, request_id=r) for r in lost]
 
     def as_run(self, output: SchedulerOutput) -> SchedulerOutput:
         """The step as the runner runs it (sim/async_runner.py)."""

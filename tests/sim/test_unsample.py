@@ -50,3 +50,34 @@ def test_the_symbolic_executor_refuses_to_forget_a_sample_it_never_drew():
     with pytest.raises(AssertionError, match="KV was verified"):
         executor.unsample("a", (second, third))  # second's KV was written and read
     executor.unsample("gone", (1,))  # a request it does not know: nothing to forget
+
+
+def test_the_pipeline_forgets_a_dropped_sample_and_refuses_a_drop_with_none_in_flight():
+    """Pipeline.drop: the samples of the steps in flight for the requests an output names
+    are forgotten by the ledger and the executor; a request named with no sample in flight
+    is the engine's protocol error."""
+    from schedcheck.engines.protocol import EngineConfig
+    from schedcheck.sim.arrivals import Release
+    from schedcheck.sim.async_runner import InFlight
+    from schedcheck.sim.cost_model import profile
+    from schedcheck.sim.coverage import Coverage
+    from schedcheck.sim.executors import ExecutorParts
+    from schedcheck.sim.ledger import Ledger
+    from schedcheck.sim.pipelined import Pipeline
+    from schedcheck.sim.result import RunResult, SimOptions
+    from schedcheck.traces.schema import TraceRequest
+
+    result = RunResult("vllm-v1", EngineConfig(), SimOptions(), profile("unit"))
+    ledger = Ledger(2, result, lambda rid, done: None)
+    ledger.admit(Release(TraceRequest("a", 0.0, 3, prompt_token_ids=(5, 6)), PROMPT[:2]), 0.0)
+    executor = HashModelExecutor()
+    executor.add_request("a", PROMPT[:2])
+    sampled = executor.execute(_step(1, 0, 2, 2, PROMPT[:2], (2,)))  # its first token
+    ledger.sampled_by_runner("a", (sampled["a"],))
+    pipeline = Pipeline(2, ledger, Coverage(4, 0), None, ExecutorParts.of(executor))
+    pipeline.in_flight.append(InFlight(SchedulerOutput(1, ()), sampled, {}, {}))
+    out = SchedulerOutput(2, (), preempted_req_ids=("a", "b"), dropped_req_ids=("a", "b"))
+    violations = pipeline.drop(out)
+    assert [(v.invariant, v.request_id) for v in violations] == [("protocol.dropped", "b")]
+    assert (ledger.sampled["a"], ledger.num_tokens["a"]) == ([], 2)
+    assert executor.last_identity["a"][0] == 2  # the executor forgot it too
