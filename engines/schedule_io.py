@@ -69,19 +69,20 @@ class Fingerprint:
         ints.append(len(copies))
         for pair in copies:
             ints += pair
-        for ids in (output.preempted_req_ids, output.finished_req_ids, output.rejected_req_ids):
+        id_lists: tuple[tuple[str, ...], ...] = (
+            output.preempted_req_ids,
+            output.finished_req_ids,
+            output.rejected_req_ids,
+        )
+        if output.dropped_req_ids:  # absent: the encoding of old (no step dropped one)
+            id_lists += (output.dropped_req_ids,)  # preempted too: popped from seen already
+        for ids in id_lists:
             ints.append(len(ids))
             for rid in ids:
                 raw_id = rid.encode("utf-8")
                 ints.append(len(raw_id))
                 parts.append(raw_id)
                 seen.pop(rid, None)
-        if output.dropped_req_ids:  # absent: the encoding of old (no step dropped one)
-            ints.append(len(output.dropped_req_ids))
-            for rid in output.dropped_req_ids:
-                raw_id = rid.encode("utf-8")
-                ints.append(len(raw_id))
-                parts.append(raw_id)
         # int64 in native order: little-endian on every supported host
         self._sha.update(array("q", ints).tobytes())
         self._sha.update(_joined(parts))

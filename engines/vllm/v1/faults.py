@@ -75,14 +75,14 @@ class FaultPoints:
     ) -> str | None:
         """Fire `kind` now, with the steps `in_flight` (scheduled, not yet updated); what
         it did, or None."""
-        between_steps = not in_flight
-        running = {r.request_id for r in self.scheduler.running}
-        chunks = [r for o in in_flight for r in o.scheduled if r.request_id in running]
         if self.pause_mode is not None or self.dropped:
             return None  # one pause at a time; a drop reaches the next output first
-        if kind == "preempt" and self._resets_running and running:
+        between_steps = not in_flight
+        if kind == "preempt" and self._resets_running and self.scheduler.running:
             if between_steps:
                 return self._reset_running()
+            running = {r.request_id for r in self.scheduler.running}
+            chunks = [r for o in in_flight for r in o.scheduled if r.request_id in running]
             drafts = any(r.spec_token_ids for r in chunks)  # the runner keeps what it drew
             if not drafts and rng.random() < 0.5:  # drawn: either is production's
                 self.dropped = tuple(sorted({r.request_id for r in chunks if r.samples}))
