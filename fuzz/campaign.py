@@ -29,18 +29,21 @@ from typing import Any
 from schedcheck.engines.capabilities import config_refusals
 from schedcheck.engines.protocol import Engine, EngineConfig
 from schedcheck.fuzz.database import FailureDB
+from schedcheck.fuzz.families import (
+    drawable_families,
+    draws_async,
+    draws_lookahead,
+    draws_sliding_window,
+    draws_spec_decode,
+    draws_vllm_options,
+    undrawable_families,
+)
 from schedcheck.fuzz.heap import SetupHeap
 from schedcheck.fuzz.replay_db import replay_findings
 from schedcheck.fuzz.swarm import (
     SwarmSpec,
     block_sizes,
-    draws_lookahead,
-    draws_sliding_window,
-    draws_spec_decode,
-    draws_vllm_options,
     fixed_block_manager,
-    undrawable_families,
-    vllm_families,
 )
 from schedcheck.fuzz.worker import WorkerJob, run_worker
 from schedcheck.sim.blame import build_engine
@@ -123,6 +126,7 @@ class CampaignResult:
             drafts=draws_lookahead(spec),
             prefix_caching=prefix_caching,
             vllm_options=draws_vllm_options(spec),
+            async_scheduling=draws_async(spec),
             spec=draws_spec_decode(spec),
             sliding=draws_sliding_window(spec),
             aborts=spec.capabilities.aborts,
@@ -139,7 +143,7 @@ class CampaignResult:
         reorder (vLLM applies the window under FCFS only)."""
         spec = self.options.spec
         out: tuple[str, ...] = () if spec.faults else FAULT_PATHS
-        if "async" not in vllm_families(spec):
+        if not draws_async(spec):
             out += ("async-output-placeholder", "reset-with-step-in-flight")
         if "priority" in spec.families:
             out += ("cache-aware-reorder",)
@@ -159,7 +163,7 @@ def check_target(spec: SwarmSpec) -> Engine:
     if undrawable:
         raise ValueError(
             f"engine {spec.engine} cannot draw --family {', '.join(undrawable)} "
-            f"(it draws {', '.join(vllm_families(spec))})"
+            f"(it draws {', '.join(drawable_families(spec)) or 'none'})"
         )
     caps = spec.capabilities
     config = EngineConfig(

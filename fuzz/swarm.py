@@ -61,7 +61,6 @@ kv_tokens_i = full prompt (a later turn: parent's full prompt + parent's outputs
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
@@ -69,6 +68,17 @@ from hypothesis import strategies as st
 from schedcheck.engines.capabilities import Capabilities
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig
 from schedcheck.engines.registry import capabilities
+from schedcheck.fuzz.families import (
+    FAMILIES as FAMILIES,  # the CLI's choices
+)
+from schedcheck.fuzz.families import (
+    VLLM_OPTION_ENGINES,
+    always_spec_decode,
+    draws_lookahead,
+    draws_sliding_window,
+    draws_spec_decode,
+    draws_vllm_options,
+)
 from schedcheck.fuzz.strategies import (
     BOOLEANS,
     TraceFeatures,
@@ -78,7 +88,7 @@ from schedcheck.fuzz.strategies import (
     integers,
     pick,
 )
-from schedcheck.fuzz.swarm_vllm import VLLM_ENGINE_FAMILIES, VLLM_FAMILIES, draw_vllm_v1_extra
+from schedcheck.fuzz.swarm_vllm import draw_vllm_v1_extra
 from schedcheck.sim.faults import FAULT_KINDS
 from schedcheck.traces.schema import TraceRequest
 
@@ -91,15 +101,6 @@ LOOKAHEAD_TOKENS = (1, 2, 3, 5)
 BLOCK_MANAGERS = ("hashed", "radix")
 SPEC_TOKENS = (1, 2, 3, 5)
 DRAFT_ACCEPTANCES = (0.7, 0.0, 0.3, 0.9, 1.0)
-# --family: a campaign per option family (vLLM's scheduler options, drafts, sliding windows)
-FAMILIES = (*VLLM_FAMILIES, "spec-decode", "sliding-window")
-# engines drawing vLLM v1's scheduler options, with the families each draws
-VLLM_OPTION_ENGINES: Mapping[str, tuple[str, ...]] = {
-    "vllm-v1": VLLM_FAMILIES,
-    "vllm-engine": VLLM_ENGINE_FAMILIES,
-}
-SPEC_ENGINES = frozenset({"vllm-v1", "reference"})  # engines that schedule draft tokens
-HYBRID_ENGINES = frozenset({"vllm-v1"})  # engines with sliding-window KV-cache groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +176,8 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
         manager = pick(draw, managers) if len(managers) > 1 else managers[0]
     budget_tokens = draw_boundary_length(draw, block_size, blocks_max, 1)
     extra = tuple((key, pick(draw, values)) for key, values in caps.extra_options)
+    if "async" in spec.families:  # an engine that draws async scheduling: on in every example
+        extra = tuple((k, "true" if k == ASYNC_SCHEDULING_KEY else v) for k, v in extra)
     if dict(extra).get("chunk_align") == "block":  # a chunk cut to a block boundary
         budget_tokens = max(budget_tokens, block_size)  # needs room for one block
         threshold = max(threshold, block_size) if threshold else 0
@@ -207,26 +210,6 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
     )
 
 
-def draws_spec_decode(spec: SwarmSpec) -> bool:
-    """Scheduled drafts with acceptance are drawn for the engines that schedule them."""
-    return spec.engine in SPEC_ENGINES
-
-
-def always_spec_decode(spec: SwarmSpec) -> bool:
-    """Drafts in every example: asked for (--family), or a mutant that acts on drafts."""
-    if "spec-decode" in spec.families:
-        return True
-    if spec.is_reference and spec.mutant is not None:
-        from schedcheck.engines.reference.mutants import SPEC_DECODE_MUTANTS
-
-        return spec.mutant in SPEC_DECODE_MUTANTS
-    return False
-
-
-def draws_sliding_window(spec: SwarmSpec) -> bool:
-    return spec.engine in HYBRID_ENGINES
-
-
 def draw_spec_decode(draw: st.DrawFn, spec: SwarmSpec) -> tuple[int, float]:
     """(num_speculative_tokens, draft_acceptance); K = 0 is off."""
     if not draws_spec_decode(spec):
@@ -255,34 +238,6 @@ def draw_flag(draw: st.DrawFn, accepted: tuple[bool, ...], shrinks_to: bool) -> 
     if len(set(accepted)) == 1:
         return accepted[0]
     return draw(BOOLEANS) != shrinks_to
-
-
-def draws_vllm_options(spec: SwarmSpec) -> bool:
-    """vLLM v1's scheduler options (fuzz/swarm_vllm.py) are drawn for vllm-v1 and, all
-    but async scheduling, for vllm-engine (vLLM's whole engine)."""
-    return spec.engine in VLLM_OPTION_ENGINES
-
-
-def vllm_families(spec: SwarmSpec) -> tuple[str, ...]:
-    """The option families of fuzz/swarm_vllm.py this engine draws (none: not vLLM)."""
-    return VLLM_OPTION_ENGINES.get(spec.engine, ())
-
-
-def undrawable_families(spec: SwarmSpec) -> tuple[str, ...]:
-    """The --family names an engine with vLLM's options cannot draw (vllm-engine: async,
-    drafts, a sliding window), in the order given; () for other engines."""
-    if spec.engine not in VLLM_OPTION_ENGINES:
-        return ()
-    drawable = set(vllm_families(spec))
-    drawable |= {"spec-decode"} if draws_spec_decode(spec) else set()
-    drawable |= {"sliding-window"} if draws_sliding_window(spec) else set()
-    return tuple(f for f in spec.families if f not in drawable)
-
-
-def draws_lookahead(spec: SwarmSpec) -> bool:
-    """Draft tokens are drawn for engines that declare them (an engine without lookahead
-    slots would be blamed for the drafter's writes)."""
-    return spec.capabilities.lookahead_tokens
 
 
 def draw_lookahead(draw: st.DrawFn, spec: SwarmSpec) -> int:

@@ -209,6 +209,7 @@ def never_reached(
     drafts: bool = True,
     prefix_caching: bool = True,
     vllm_options: bool = True,
+    async_scheduling: bool | None = None,
     spec: bool = False,
     sliding: bool = False,
     aborts: bool = True,
@@ -218,7 +219,9 @@ def never_reached(
     """Rare paths with a zero count, of those the campaign can reach: one that never draws
     draft tokens cannot reach drafts-cross-block, one without prefix caching none of
     PREFIX_CACHE_PATHS, one that never draws vLLM v1's scheduler options (priority, async
-    scheduling, queue limits) none of VLLM_OPTION_PATHS, so they are not listed;
+    scheduling, queue limits) none of VLLM_OPTION_PATHS, so they are not listed, but for
+    async-output-placeholder where `async_scheduling` says it draws async scheduling
+    (None: as `vllm_options`; SGLang's overlap scheduling reaches it too);
     SPEC_PATHS and SLIDING_PATHS only for a campaign that draws scheduled drafts (`spec`)
     or a sliding-window group (`sliding`); abort-mid-chunk only for an engine that declares
     aborts; evict-cached-block only where the engine's snapshot counts its evictions (the
@@ -230,6 +233,10 @@ def never_reached(
         unreachable += PREFIX_CACHE_PATHS
     if not vllm_options:
         unreachable += VLLM_OPTION_PATHS
+    if async_scheduling is not None:
+        placeholder = ("async-output-placeholder",)
+        unreachable = tuple(p for p in unreachable if p not in placeholder)
+        unreachable += () if async_scheduling else placeholder
     if not spec:
         unreachable += SPEC_PATHS
     if not sliding:

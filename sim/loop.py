@@ -318,7 +318,7 @@ class Simulation:
         """A step that runs nothing may still preempt, finish or reject requests."""
         self.ledger.retire(output.finished_req_ids, "finished")
         self.ledger.retire(output.rejected_req_ids, "rejected")
-        self.violate(self.checks.empty_step(output))
+        self.violate(self.checks.empty_step(self.pipeline.as_run(output)))  # async: discarded
         if output.preempted_req_ids:
             self.coverage.observe_step(output, self.ledger.live)
         if output.rejected_req_ids or output.finished_req_ids or output.preempted_req_ids:

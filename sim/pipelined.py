@@ -151,8 +151,18 @@ class Pipeline:
         return [Violation("protocol.dropped", output.step, message, request_id=r) for r in lost]
 
     def as_run(self, output: SchedulerOutput) -> SchedulerOutput:
-        """The step as the runner runs it (sim/async_runner.py)."""
+        """The step as the runner runs it (sim/async_runner.py). A discarded chunk (a
+        request the simulator retired, which the engine runs once more) reads its token in
+        flight too: the runner fills it in from what it sampled for the request."""
         rejected = self.unapplied_rejections()
+        discarded = output.discarded
+        if any(has_placeholder(r) for r in discarded):
+            outputs = self.ledger.result.outputs
+            discarded = tuple(
+                as_run(r, outputs.get(r.request_id, ()), 0, ()) if has_placeholder(r) else r
+                for r in discarded
+            )
+            output = dataclasses.replace(output, discarded=discarded)
         if not rejected and not any(has_placeholder(r) for r in output.scheduled):
             return output
         scheduled = tuple(

@@ -103,7 +103,7 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
     target.add_argument(
         "--engine",
         default="reference",
-        help="reference | vllm-v1 | vllm-v0 | package.module:factory",
+        help="reference | vllm-v1 | vllm-engine | sglang | vllm-v0 | package.module:factory",
     )
     target.add_argument("--mutant", default=None, help="switch on a named mutant (mutants list)")
     target.add_argument(
@@ -131,10 +131,10 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         help="draw this option family on in every example (a campaign per family); vllm-v1: "
         "priority (policy), async (async scheduling), budget (max_num_scheduled_tokens, "
         "adaptive threshold, prefill_schedule_interval), admission (watermark, "
-        "scheduler_reserve_full_isl, max_num_active_seqs), queue (max_num_queued_*), "
-        "spec-decode (scheduled drafts with acceptance), sliding-window (a hybrid KV "
-        "cache with a sliding-window group); vllm-engine: priority, budget, admission, "
-        "queue; reference: async only (then without drafts); repeatable",
+        "scheduler_reserve_full_isl, max_num_active_seqs), queue (max_num_queued_*), spec-decode "
+        "(scheduled drafts with acceptance), sliding-window (a hybrid KV cache with a sliding "
+        "window group); vllm-engine: priority, budget, admission, queue; reference: async, "
+        "spec-decode; sglang: async (overlap scheduling; else on in half the examples); repeatable",
     )
 
 

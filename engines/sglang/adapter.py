@@ -2,7 +2,8 @@
 
 The adapter owns no scheduling logic. SGLang's `Scheduler` is built with `__new__` (as
 SGLang's own CPU tests do; `build.py` says what it holds) and driven through its
-own methods, in the order of `Scheduler.event_loop_normal` (overlap off):
+own methods, in the order of `Scheduler.event_loop_normal` (overlap off; with
+`async_scheduling` on, of `event_loop_overlap`: `overlap.py`):
 
     add_request():         Req(...) -> Scheduler.init_req_max_new_tokens -> _add_request_to_queue
     schedule():            Scheduler.get_next_batch_to_run(running_batch, last_batch):
@@ -16,7 +17,8 @@ own methods, in the order of `Scheduler.event_loop_normal` (overlap off):
                              decode: num_computed = seq_lens[i] - 1, chunk = 1
                              token_ids = the batch's own prefill_input_ids_cpu; for a
                              decode, the last output token, which SGLang's forward relays
-                             through its future map (`overlap_utils.resolve_forward_inputs`)
+                             through its future map (`overlap_utils.resolve_forward_inputs`;
+                           PLACEHOLDER_TOKEN_ID while it is in flight, under overlap)
                              slots = req_to_token[req_pool_idx, :num_end] (what the
                              attention backends gather); the chunk's slots must be the
                              batch's out_cache_loc (checked: a mismatch raises)
@@ -66,6 +68,8 @@ stubs.install()  # before the first sglang import (here or in the helpers below)
 from schedcheck.engines.sglang import faults  # noqa: E402
 from schedcheck.engines.sglang.build import SglangOptions, build_scheduler  # noqa: E402
 from schedcheck.engines.sglang.changes import AllocatorLog  # noqa: E402
+from schedcheck.engines.sglang.chunks import Chunk, batch_chunks, check_written  # noqa: E402
+from schedcheck.engines.sglang.overlap import LaunchQueue  # noqa: E402
 from schedcheck.engines.sglang.rows import RowReader, page_table  # noqa: E402
 from schedcheck.engines.sglang.snapshot import SglangKVSnapshot  # noqa: E402
 from schedcheck.engines.vllm.common import frontend_rejection, read_only_prompt  # noqa: E402
@@ -94,6 +98,7 @@ class SglangEngine:
     """The Engine protocol over one SGLang Scheduler (built without a model worker)."""
 
     name = ENGINE_NAME
+    supports_async_scheduling = True  # overlap scheduling: overlap.py
 
     def __init__(self, config: EngineConfig) -> None:
         assert config.block_manager in ("hashed", "radix"), (
@@ -118,7 +123,8 @@ class SglangEngine:
         self._rid_of: dict[str, str] = {}  # our id -> SGLang rid, while live
         self._num_added = 0
         self._step = 0
-        self._last: tuple[SchedulerOutput, ScheduleBatch] | None = None
+        self._last: tuple[SchedulerOutput, ScheduleBatch] | None = None  # overlap off
+        self._launched = LaunchQueue(self.scheduler)  # overlap on
         self._pending_finished: list[FinishedRequest] = []
         self._rejected: list[tuple[str, str]] = []
         self._force_retract = False  # fault point "preempt": until a decode step ran
@@ -179,6 +185,7 @@ class SglangEngine:
             self._force_retract = False
         preempted = tuple(sorted({*self._paused_out, *self._retracted()}))
         self._paused_out = ()
+        in_flight = self._launched.sampling() if preempted else set()
         scheduled, discarded = self._map_batch(batch) if batch is not None else ((), ())
         rejected, self._rejected = self._rejected, []
         for rid, reason in rejected:
@@ -190,8 +197,12 @@ class SglangEngine:
             rejected_req_ids=tuple(rid for rid, _ in rejected),
             rejected_reasons=tuple(reason for _, reason in rejected),
             discarded=discarded,
+            # overlap: retracted with a token in flight, which SGLang's result skips
+            dropped_req_ids=tuple(rid for rid in preempted if rid in in_flight),
         )
-        if batch is None:
+        if self.options.overlap:
+            self._launch(batch, output if scheduled else None)
+        elif batch is None:
             s.last_batch = None  # event_loop_normal: last_batch = batch
         elif scheduled:
             self._last = (output, batch)
@@ -200,35 +211,59 @@ class SglangEngine:
         self._forget_done()
         return output
 
+    def _launch(self, batch: ScheduleBatch | None, output: SchedulerOutput | None) -> None:
+        """event_loop_overlap: launch the batch, then process the last one, if it is no
+        step of the simulator's (which processes its own at update_from_output)."""
+        queue = self._launched
+        num_queued = len(queue)
+        if batch is not None:
+            queue.launch(batch, output)
+        if num_queued and not queue.ours_first():
+            self._process(*queue.pop(None, [0] * len(self.scheduler.result_queue[0][0].reqs)))
+        self.scheduler.last_batch = batch
+
     def update_from_output(
         self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
     ) -> list[FinishedRequest]:
-        assert self._last is not None and self._last[0] is output, "not the last step"
-        batch = self._last[1]
-        self._last = None
         for r in output.scheduled:
             assert (r.request_id in sampled_token_ids) == r.samples, (
                 f"{r.request_id}: a token iff its chunk reaches num_tokens"
             )
-        self._run(batch, sampled_token_ids)
+        if self.options.overlap:
+            batch = self._launched.outputs and self.scheduler.result_queue[0][0]
+            assert batch, "no batch in flight"
+            self._process(*self._launched.pop(output, self._tokens(batch, sampled_token_ids)))
+        else:
+            assert self._last is not None and self._last[0] is output, "not the last step"
+            batch = self._last[1]
+            self._last = None
+            self._run(batch, sampled_token_ids)
         self._forget_done()
         finished, self._pending_finished = self._pending_finished, []
         return finished
 
+    def _tokens(self, batch: ScheduleBatch, sampled: Mapping[str, int]) -> list[int]:
+        """The forward's sampled tokens, in batch order (0: none, or not ours)."""
+        return [sampled.get(self._by_rid[r.rid].request_id, 0) for r in batch.reqs]
+
     def _run(self, batch: ScheduleBatch, sampled: Mapping[str, int]) -> None:
-        """The forward's results through SGLang's own result processing."""
+        """event_loop_normal: the forward (run_batch's counters), then its results."""
         s = self.scheduler
         s.forward_ct += 1  # Scheduler.run_batch
         batch.forward_iter = s.forward_ct
-        tokens = [sampled.get(self._by_rid[r.rid].request_id, 0) for r in batch.reqs]
-        result = GenerationBatchResult(next_token_ids=torch.tensor(tokens, dtype=torch.int64))
+        tokens = self._tokens(batch, sampled)
+        self._process(batch, GenerationBatchResult(next_token_ids=torch.tensor(tokens)))
+        s.last_batch = batch
+
+    def _process(self, batch: ScheduleBatch, result: GenerationBatchResult) -> None:
+        """The forward's results through SGLang's own result processing."""
+        s = self.scheduler
         if batch.forward_mode.is_extend():
             s.batch_result_processor.process_batch_result_prefill(batch, result)
         else:
             assert batch.forward_mode.is_decode(), f"forward mode {batch.forward_mode}"
             s.batch_result_processor.process_batch_result_decode(batch, result)
         s.tree_cache.flush_pending_backups()
-        s.last_batch = batch
         for req in batch.reqs:
             tracked = self._by_rid[req.rid]
             if req.finished() and not tracked.reported:
@@ -241,63 +276,33 @@ class SglangEngine:
     ) -> tuple[tuple[ScheduledRequest, ...], tuple[ScheduledRequest, ...]]:
         """(scheduled, discarded): requests we aborted that SGLang runs once more go to
         `discarded` (their KV is written; the simulator retired them)."""
-        extend = batch.forward_mode.is_extend()
-        reqs = batch.reqs
-        if extend:
-            starts, counts = list(batch.prefix_lens), list(batch.extend_lens)
-        else:
-            starts = [int(n) - 1 for n in batch.seq_lens.tolist()]
-            counts = [1] * len(reqs)
-        if extend:
-            input_ids = batch.prefill_input_ids_cpu.numpy().astype(np.int64)
-        else:  # relayed by the forward's future map: each request's last sampled token
-            input_ids = np.fromiter((r.output_ids[-1] for r in reqs), np.int64, len(reqs))
-        written = batch.out_cache_loc.numpy().astype(np.int64)
-        assert input_ids.size == written.size == sum(counts), "batch sizes disagree"
         out: list[ScheduledRequest] = []
         discarded: list[ScheduledRequest] = []
-        offset = 0
-        for req, start, count in zip(reqs, starts, counts, strict=True):
-            tracked = self._by_rid[req.rid]
-            rows = slice(offset, offset + count)
-            offset += count
-            mapped = self._scheduled(tracked, start, count, input_ids[rows], written[rows])
-            (discarded if tracked.reported else out).append(mapped)
+        for chunk in batch_chunks(batch):  # bounded: the batch
+            tracked = self._by_rid[chunk.req.rid]
+            (discarded if tracked.reported else out).append(self._scheduled(tracked, chunk))
         return tuple(out), tuple(discarded)
 
-    def _scheduled(
-        self,
-        tracked: _Tracked,
-        start: int,
-        count: int,
-        token_ids: np.ndarray,
-        written: np.ndarray,
-    ) -> ScheduledRequest:
+    def _scheduled(self, tracked: _Tracked, chunk: Chunk) -> ScheduledRequest:
         req, rid = tracked.req, tracked.request_id
-        end = start + count
+        end = chunk.num_computed_tokens + chunk.num_scheduled_tokens
         if tracked.reported:  # aborted: no row cache, it runs this once more
             row = self.rows.read(req.kv.req_pool_idx, end)
             slots, pages = tuple(row.tolist()), page_table(row, self.config.block_size)
         else:
             slots, pages = self.rows.slots_and_pages(rid, req.kv.req_pool_idx, end)
-        if list(slots[start:end]) != written.tolist():
-            raise AssertionError(
-                f"{rid}: out_cache_loc {written.tolist()[:8]}... (where the kernel writes) "
-                f"differs from req_to_token[{req.kv.req_pool_idx}, {start}:{end}] "
-                f"{list(slots[start:end])[:8]}... (where attention reads)"
-            )
-        token_ids.flags.writeable = False
-        cached = 0 if tracked.admitted else start
+        check_written(rid, chunk, slots)
+        cached = 0 if tracked.admitted else chunk.num_computed_tokens
         if not (tracked.admitted or tracked.reported):
             tracked.admitted = True
             self._admitted[req.rid] = tracked
         return ScheduledRequest(
             rid,
-            start,
-            count,
-            len(req.origin_input_ids) + len(req.output_ids),
+            chunk.num_computed_tokens,
+            chunk.num_scheduled_tokens,
+            chunk.num_tokens,
             len(req.origin_input_ids),
-            token_ids,
+            chunk.token_ids,
             pages,
             cached,
             slots=slots,
@@ -329,7 +334,8 @@ class SglangEngine:
         self._pending_finished.append(FinishedRequest(tracked.request_id, outputs, reason))
 
     def _forget_done(self) -> None:
-        """Drop reported requests SGLang holds no more (no row, not queued, not chunked)."""
+        """Drop reported requests SGLang holds no more (no row, not queued, not chunked,
+        in no batch in flight)."""
         released = [rid for rid, t in self._reported.items() if not t.req.kv.holds_kv]
         if not released:
             return
@@ -337,6 +343,7 @@ class SglangEngine:
         queued = {id(r) for r in s.waiting_queue}
         if s.chunked_req is not None:
             queued.add(id(s.chunked_req))
+        queued.update(id(r) for batch, _ in s.result_queue for r in batch.reqs)
         for rid in released:  # bounded: the reported requests
             if id(self._by_rid[rid].req) not in queued:
                 del self._by_rid[rid], self._reported[rid]
@@ -345,7 +352,9 @@ class SglangEngine:
         """Fault points of sim/faults.py through SGLang's own hooks (faults.py)."""
         if kind == "preempt":
             chunked = self.scheduler.chunked_req
-            if chunked is not None and not chunked.finished() and rng.random() < 0.5:
+            # the pause processes a batch in flight (overlap), whose tokens are not here yet
+            pausable = chunked is not None and not chunked.finished() and not self._launched
+            if pausable and rng.random() < 0.5:
                 what = faults.pause_and_retract(self.scheduler)
                 # found now: the next schedule() may admit them again before it looks
                 self._paused_out = (*self._paused_out, *self._retracted())

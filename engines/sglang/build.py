@@ -6,7 +6,7 @@ way, with `Scheduler.__new__(Scheduler)` and the attributes its loop methods rea
 
 - the published `ServerArgs(model_path="dummy", device="cpu", page_size=P,
   chunked_prefill_size=C, schedule_policy=..., disable_radix_cache=...,
-  disable_overlap_schedule=True)` (PrefillAdder and the tree read the global config);
+  disable_overlap_schedule=not overlap)` (PrefillAdder and the tree read the global config);
 - `ReqToTokenPool(max_num_seqs, max_model_len)`: one row of KV slot indices per request;
 - `TokenToKVPoolAllocator` (page size 1) or `PagedTokenToKVPoolAllocator` with
   `(num_gpu_blocks - 1) * P` slots: SGLang keeps page 0 (slots 0..P-1) for padding, as
@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from schedcheck.engines.protocol import EngineConfig
+from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig
 from schedcheck.engines.sglang import stubs
 
 stubs.install()
@@ -45,13 +45,17 @@ class SglangOptions:
 
     schedule_policy: str = "fcfs"
     chunked_prefill_size: int | None = None  # None: max_num_batched_tokens
+    # overlap scheduling (SGLang's default; EngineConfig.extra "async_scheduling"): batch
+    # N+1 is scheduled and launched before N's result is processed (event_loop_overlap)
+    overlap: bool = False
 
     @staticmethod
     def from_extra(extra: Any) -> SglangOptions:
         policy = str(extra.get("schedule_policy", "fcfs"))
         assert policy in SCHEDULE_POLICIES, f"schedule_policy {policy!r} not in {SCHEDULE_POLICIES}"
         chunk = extra.get("chunked_prefill_size")
-        return SglangOptions(policy, None if chunk is None else int(chunk))
+        overlap = extra.get(ASYNC_SCHEDULING_KEY, "false") == "true"
+        return SglangOptions(policy, None if chunk is None else int(chunk), overlap)
 
 
 def server_args(config: EngineConfig, options: SglangOptions) -> ServerArgs:
@@ -70,7 +74,7 @@ def server_args(config: EngineConfig, options: SglangOptions) -> ServerArgs:
         pp_max_micro_batch_size=config.max_num_seqs,  # what Scheduler.__init__ defaults it to
         schedule_policy=options.schedule_policy,
         disable_radix_cache=not config.enable_prefix_caching,
-        disable_overlap_schedule=True,
+        disable_overlap_schedule=not options.overlap,
         random_seed=0,
     )
 
@@ -208,10 +212,12 @@ def build_scheduler(config: EngineConfig, options: SglangOptions) -> Scheduler:
     s.max_running_requests = config.max_num_seqs
     s.max_prefill_tokens = config.max_num_batched_tokens
     _set_features_off(s)
+    s.enable_overlap = options.overlap
     s.schedule_policy = options.schedule_policy
     s.init_schedule_policy()
     s.init_running_status()
     _init_chunked_prefill(s, args)
+    s.enable_skip_finishing_decode = options.overlap  # as event_loop_overlap sets it
     s.batch_result_processor = _result_processor(s)
     return s
 
@@ -332,7 +338,7 @@ def _result_processor(s: Scheduler) -> SchedulerBatchResultProcessor:
     return SchedulerBatchResultProcessor(
         is_generation=True,
         disaggregation_mode=s.disaggregation_mode,
-        enable_overlap=False,
+        enable_overlap=s.enable_overlap,
         enable_overlap_mlx=False,
         model_config=s.model_config,
         token_to_kv_pool_allocator=s.token_to_kv_pool_allocator,

@@ -6,7 +6,9 @@ fuzzer can draw configs for it where SGLang is absent.
 - block sizes are SGLang page sizes 1, 4 and 16 (a campaign can pin one: `fit.py`);
 - the one KV manager is SGLang's radix tree ("radix"; "hashed", every engine's default
   name, means the same here), on or off (`--no-prefix-caching` = `--disable-radix-cache`);
-- the swarm draws SGLang's schedule policy (EngineConfig.extra "schedule_policy");
+- the swarm draws SGLang's schedule policy (EngineConfig.extra "schedule_policy") and
+  overlap scheduling, SGLang's default, on or off ("async_scheduling": `overlap.py`; on in
+  every example under `--family async`);
 - no priorities (priority scheduling off) and no draft tokens (no drafter);
 - a request SGLang's own frontend would cut short (`init_req_max_new_tokens`: the context
   length or the KV memory budget) is rejected, so an oversize one is too;
@@ -17,7 +19,7 @@ fuzzer can draw configs for it where SGLang is absent.
 from __future__ import annotations
 
 from schedcheck.engines.capabilities import Capabilities, declare
-from schedcheck.engines.protocol import Engine, EngineConfig
+from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, Engine, EngineConfig
 from schedcheck.engines.sglang.fit import fit_config
 
 SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight")
@@ -26,7 +28,10 @@ SGLANG_CAPABILITIES = Capabilities(
     fit_config=fit_config,
     block_sizes=(1, 4, 16),
     block_managers=("radix",),
-    extra_options=(("schedule_policy", SCHEDULE_POLICIES),),
+    extra_options=(
+        ("schedule_policy", SCHEDULE_POLICIES),
+        (ASYNC_SCHEDULING_KEY, ("false", "true")),
+    ),
     priorities=False,
     lookahead_tokens=False,
     spare_blocks=3,

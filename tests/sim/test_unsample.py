@@ -81,3 +81,28 @@ def test_the_pipeline_forgets_a_dropped_sample_and_refuses_a_drop_with_none_in_f
     assert [(v.invariant, v.request_id) for v in violations] == [("protocol.dropped", "b")]
     assert (ledger.sampled["a"], ledger.num_tokens["a"]) == ([], 2)
     assert executor.last_identity["a"][0] == 2  # the executor forgot it too
+
+
+def test_a_discarded_chunk_reads_its_token_in_flight_from_what_the_runner_sampled():
+    """Pipeline.as_run: a request the simulator retired (aborted) that the engine runs once
+    more (`discarded`, SGLang) may decode the token still in flight (a placeholder); the
+    runner fills it in from the tokens it sampled for the request, kept in the run's
+    outputs. Without it the discarded KV was written as an unknown token (a false
+    shadow-kv.read when a later turn shared it), found by the first SGLang overlap
+    campaign."""
+    from schedcheck.engines.protocol import PLACEHOLDER_TOKEN_ID, EngineConfig
+    from schedcheck.sim.cost_model import profile
+    from schedcheck.sim.coverage import Coverage
+    from schedcheck.sim.ledger import Ledger
+    from schedcheck.sim.pipelined import Pipeline
+    from schedcheck.sim.result import RunResult, SimOptions
+
+    result = RunResult("sglang", EngineConfig(), SimOptions(), profile("unit"))
+    result.outputs["a"] = [41, 42]  # a's samples when it was aborted
+    pipeline = Pipeline(2, Ledger(2, result, lambda rid, done: None), Coverage(4, 0), None, None)
+    decode = ScheduledRequest("a", 3, 1, 4, 2, np.asarray([PLACEHOLDER_TOKEN_ID]), (1,))
+    known = ScheduledRequest("b", 2, 1, 3, 2, np.asarray([7]), (2,))
+    run = pipeline.as_run(SchedulerOutput(5, (), discarded=(decode, known)))
+    assert [r.token_ids.tolist() for r in run.discarded] == [[42], [7]]
+    assert run.discarded[1] is known
+    assert pipeline.coverage.counts["async-output-placeholder"] == 0  # no scheduled chunk

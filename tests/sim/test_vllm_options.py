@@ -203,7 +203,7 @@ def test_vllm_engine_refuses_a_family_it_cannot_draw_and_never_lists_the_placeho
     """vLLM's whole engine on a CPU draws no async scheduling, drafts or sliding window:
     --family async is bad input (named), and async-output-placeholder is not unreached."""
     from schedcheck.fuzz.campaign import CampaignOptions, CampaignResult, check_target
-    from schedcheck.fuzz.swarm import undrawable_families
+    from schedcheck.fuzz.families import undrawable_families
 
     spec = SwarmSpec(engine="vllm-engine", families=("priority", "async", "sliding-window"))
     assert undrawable_families(spec) == ("async", "sliding-window")

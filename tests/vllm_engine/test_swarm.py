@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig
 from schedcheck.engines.vllm.engine import factory
-from schedcheck.fuzz.swarm import SwarmSpec, draw_knobs, draws_vllm_options, engine_config
+from schedcheck.fuzz.families import draws_vllm_options
+from schedcheck.fuzz.swarm import SwarmSpec, draw_knobs, engine_config
 from schedcheck.fuzz.swarm_vllm import VLLM_ENGINE_FAMILIES
 
 OPTIONS = {

@@ -1,0 +1,108 @@
+"""What a campaign's engine draws, by its spec: the option families of `--family`, drafts,
+sliding windows, async scheduling (the predicates fuzz/swarm.py draws by, and the campaign
+reads to tell which rare paths it can reach)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from schedcheck.engines.capabilities import Capabilities
+from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY
+from schedcheck.fuzz.swarm_vllm import VLLM_ENGINE_FAMILIES, VLLM_FAMILIES
+
+
+class SwarmSpec(Protocol):
+    """What the predicates read of a campaign's spec (fuzz/swarm.py's SwarmSpec)."""
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def mutant(self) -> str | None: ...
+
+    @property
+    def families(self) -> tuple[str, ...]: ...
+
+    @property
+    def is_reference(self) -> bool: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+
+# --family: a campaign per option family (vLLM's scheduler options, drafts, sliding windows)
+FAMILIES = (*VLLM_FAMILIES, "spec-decode", "sliding-window")
+# engines drawing vLLM v1's scheduler options, with the families each draws
+VLLM_OPTION_ENGINES: Mapping[str, tuple[str, ...]] = {
+    "vllm-v1": VLLM_FAMILIES,
+    "vllm-engine": VLLM_ENGINE_FAMILIES,
+}
+SPEC_ENGINES = frozenset({"vllm-v1", "reference"})  # engines that schedule draft tokens
+HYBRID_ENGINES = frozenset({"vllm-v1"})  # engines with sliding-window KV-cache groups
+
+
+def draws_spec_decode(spec: SwarmSpec) -> bool:
+    """Scheduled drafts with acceptance are drawn for the engines that schedule them."""
+    return spec.engine in SPEC_ENGINES
+
+
+def always_spec_decode(spec: SwarmSpec) -> bool:
+    """Drafts in every example: asked for (--family), or a mutant that acts on drafts."""
+    if "spec-decode" in spec.families:
+        return True
+    if spec.is_reference and spec.mutant is not None:
+        from schedcheck.engines.reference.mutants import SPEC_DECODE_MUTANTS
+
+        return spec.mutant in SPEC_DECODE_MUTANTS
+    return False
+
+
+def draws_sliding_window(spec: SwarmSpec) -> bool:
+    return spec.engine in HYBRID_ENGINES
+
+
+def draws_vllm_options(spec: SwarmSpec) -> bool:
+    """vLLM v1's scheduler options (fuzz/swarm_vllm.py) are drawn for vllm-v1 and, all
+    but async scheduling, for vllm-engine (vLLM's whole engine)."""
+    return spec.engine in VLLM_OPTION_ENGINES
+
+
+def vllm_families(spec: SwarmSpec) -> tuple[str, ...]:
+    """The option families of fuzz/swarm_vllm.py this engine draws (none: not vLLM)."""
+    return VLLM_OPTION_ENGINES.get(spec.engine, ())
+
+
+def drawable_families(spec: SwarmSpec) -> tuple[str, ...]:
+    """The --family names the engine can draw, in FAMILIES order (sglang: async only)."""
+    drawable = set(vllm_families(spec))
+    if spec.is_reference or draws_async_option(spec):
+        drawable.add("async")
+    drawable |= {"spec-decode"} if draws_spec_decode(spec) else set()
+    drawable |= {"sliding-window"} if draws_sliding_window(spec) else set()
+    return tuple(f for f in FAMILIES if f in drawable)
+
+
+def undrawable_families(spec: SwarmSpec) -> tuple[str, ...]:
+    """The --family names the engine cannot draw (vllm-engine: async, drafts, a sliding
+    window; sglang: all but async), in the order given."""
+    drawable = drawable_families(spec)
+    return tuple(f for f in spec.families if f not in drawable)
+
+
+def draws_async(spec: SwarmSpec) -> bool:
+    """Async scheduling is drawn in some of the campaign's examples (or all of them)."""
+    if spec.is_reference:
+        return "async" in spec.families
+    return "async" in vllm_families(spec) or draws_async_option(spec)
+
+
+def draws_async_option(spec: SwarmSpec) -> bool:
+    """The engine declares async scheduling among its own drawn options (sglang: overlap)."""
+    return any(key == ASYNC_SCHEDULING_KEY for key, _ in spec.capabilities.extra_options)
+
+
+def draws_lookahead(spec: SwarmSpec) -> bool:
+    """Draft tokens are drawn for engines that declare them (an engine without lookahead
+    slots would be blamed for the drafter's writes)."""
+    return spec.capabilities.lookahead_tokens

@@ -1,0 +1,72 @@
+"""What each engine's campaign draws (fuzz/families.py): the --family names it accepts,
+whether async scheduling is drawn, and SGLang's overlap scheduling drawn as its option."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedcheck.fuzz.campaign import CampaignOptions, CampaignResult, check_target
+from schedcheck.fuzz.families import drawable_families, draws_async, undrawable_families
+from schedcheck.fuzz.swarm import SwarmSpec, draw_knobs
+
+
+def test_each_engine_names_the_families_it_draws():
+    assert drawable_families(SwarmSpec(engine="reference")) == ("async", "spec-decode")
+    assert drawable_families(SwarmSpec(engine="sglang")) == ("async",)
+    assert drawable_families(SwarmSpec(engine="vllm-engine")) == (
+        "priority",
+        "budget",
+        "admission",
+        "queue",
+    )
+    assert drawable_families(SwarmSpec(engine="vllm-v1")) == (
+        "priority",
+        "async",
+        "budget",
+        "admission",
+        "queue",
+        "spec-decode",
+        "sliding-window",
+    )
+
+
+def test_sglang_refuses_a_vllm_family_and_accepts_async():
+    spec = SwarmSpec(engine="sglang", families=("priority", "async"))
+    assert undrawable_families(spec) == ("priority",)
+    with pytest.raises(ValueError, match=r"cannot draw --family priority \(it draws async\)"):
+        check_target(spec)
+
+
+@pytest.mark.parametrize(
+    "engine, families, drawn",
+    [
+        ("reference", (), False),
+        ("reference", ("async",), True),
+        ("sglang", (), True),  # overlap on in half the examples
+        ("vllm-engine", (), False),
+        ("vllm-v1", (), True),
+    ],
+)
+def test_async_scheduling_is_drawn_where_the_engine_draws_it(engine, families, drawn):
+    spec = SwarmSpec(engine=engine, families=families)
+    assert draws_async(spec) is drawn
+    missed = CampaignResult(CampaignOptions(spec)).never_reached()
+    assert ("async-output-placeholder" in missed) is drawn  # nothing ran: 0 if reachable
+
+
+def _overlap_values(families: tuple[str, ...]) -> set[str]:
+    seen: set[str] = set()
+
+    @settings(max_examples=40, derandomize=True, database=None)
+    @given(st.data())
+    def draw(data: st.DataObject) -> None:
+        knobs = draw_knobs(data.draw, SwarmSpec(engine="sglang", families=families))
+        seen.add(dict(knobs.extra)["async_scheduling"])
+
+    draw()
+    return seen
+
+
+def test_sglang_draws_overlap_on_and_off_and_always_on_under_family_async():
+    assert _overlap_values(()) == {"false", "true"}
+    assert _overlap_values(("async",)) == {"true"}
