@@ -124,7 +124,7 @@ class SglangEngine:
         self._num_added = 0
         self._step = 0
         self._last: tuple[SchedulerOutput, ScheduleBatch] | None = None  # overlap off
-        self._launched = LaunchQueue(self.scheduler)  # overlap on
+        self._launched = LaunchQueue(self.scheduler, self._process)  # overlap on
         self._pending_finished: list[FinishedRequest] = []
         self._rejected: list[tuple[str, str]] = []
         self._force_retract = False  # fault point "preempt": until a decode step ran
@@ -177,6 +177,8 @@ class SglangEngine:
         assert self._last is None, "schedule() twice without update_from_output()"
         s = self.scheduler
         self._step += 1
+        if self._launched.pause_pending:  # it waits for the tokens in flight: run nothing
+            return SchedulerOutput(step=self._step, scheduled=())
         with faults.forced_retraction(self._force_retract):
             plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
         s.running_batch = plan.running_batch
@@ -201,7 +203,7 @@ class SglangEngine:
             dropped_req_ids=tuple(rid for rid in preempted if rid in in_flight),
         )
         if self.options.overlap:
-            self._launch(batch, output if scheduled else None)
+            self._launched.step(batch, output if scheduled else None)
         elif batch is None:
             s.last_batch = None  # event_loop_normal: last_batch = batch
         elif scheduled:
@@ -211,17 +213,6 @@ class SglangEngine:
         self._forget_done()
         return output
 
-    def _launch(self, batch: ScheduleBatch | None, output: SchedulerOutput | None) -> None:
-        """event_loop_overlap: launch the batch, then process the last one, if it is no
-        step of the simulator's (which processes its own at update_from_output)."""
-        queue = self._launched
-        num_queued = len(queue)
-        if batch is not None:
-            queue.launch(batch, output)
-        if num_queued and not queue.ours_first():
-            self._process(*queue.pop(None, [0] * len(self.scheduler.result_queue[0][0].reqs)))
-        self.scheduler.last_batch = batch
-
     def update_from_output(
         self, output: SchedulerOutput, sampled_token_ids: Mapping[str, int]
     ) -> list[FinishedRequest]:
@@ -230,9 +221,9 @@ class SglangEngine:
                 f"{r.request_id}: a token iff its chunk reaches num_tokens"
             )
         if self.options.overlap:
-            batch = self._launched.outputs and self.scheduler.result_queue[0][0]
-            assert batch, "no batch in flight"
-            self._process(*self._launched.pop(output, self._tokens(batch, sampled_token_ids)))
+            tokens = self._tokens(self._launched.oldest(), sampled_token_ids)
+            if self._launched.complete(output, tokens):  # a pause: retracted everything
+                self._paused_out = (*self._paused_out, *self._retracted())
         else:
             assert self._last is not None and self._last[0] is output, "not the last step"
             batch = self._last[1]
@@ -352,9 +343,10 @@ class SglangEngine:
         """Fault points of sim/faults.py through SGLang's own hooks (faults.py)."""
         if kind == "preempt":
             chunked = self.scheduler.chunked_req
-            # the pause processes a batch in flight (overlap), whose tokens are not here yet
-            pausable = chunked is not None and not chunked.finished() and not self._launched
-            if pausable and rng.random() < 0.5:
+            if chunked is not None and not chunked.finished() and rng.random() < 0.5:
+                if self._launched:  # overlap: after the batch in flight (overlap.py)
+                    self._launched.pause_pending = True
+                    return "pause_generation(retract) once the batch in flight is processed"
                 what = faults.pause_and_retract(self.scheduler)
                 # found now: the next schedule() may admit them again before it looks
                 self._paused_out = (*self._paused_out, *self._retracted())

@@ -66,4 +66,7 @@ def pause_and_retract(scheduler: Any) -> str:
     chunked = scheduler.chunked_req
     scheduler.pause_generation(PauseGenerationReqInput(mode="retract"))
     scheduler.continue_generation(ContinueGenerationReqInput(torch_empty_cache=False))
-    return f"pause_generation(retract) with a chunked prefill in flight ({chunked.rid})"
+    what = (
+        "a chunked prefill" if chunked is None else f"a chunked prefill in flight ({chunked.rid})"
+    )
+    return f"pause_generation(retract) with {what}"

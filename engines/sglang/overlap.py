@@ -11,7 +11,8 @@ result filled in and processed when the simulator hands N's sampled tokens over.
 own scheduler then sees what it sees in production: a queued result when it schedules
 (`_reqs_finishing_inflight` leaves out the requests whose queued token finishes them),
 requests it retracts while their token is in flight (their result is skipped:
-`req.is_retracted`), aborted ones that run once more.
+`req.is_retracted`), aborted ones that run once more, a pause that first processes the
+batch in flight.
 
 A decode whose last token is still in flight reads it through SGLang's future map; the
 adapter puts PLACEHOLDER_TOKEN_ID there and the simulator's runner fills it in. A request
@@ -25,6 +26,7 @@ before launching N+1; off in a default server, asserted off here).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,21 +34,45 @@ from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.utils import GenerationBatchResult
 
 from schedcheck.engines.protocol import SchedulerOutput
+from schedcheck.engines.sglang import faults
+
+Process = Callable[[ScheduleBatch, GenerationBatchResult], None]
 
 
 class LaunchQueue:
     """The batches launched and not processed yet, oldest first: SGLang's own
     `result_queue` (its batch copies and results), beside the output of ours each one is
-    (None: a batch of requests we aborted only, which is no step of the simulator's)."""
+    (None: a batch of requests we aborted only, which is no step of the simulator's).
 
-    def __init__(self, scheduler: Any) -> None:
+    A pause for a weight update (the preempt fault, `faults.pause_and_retract`) processes
+    the batch in flight first, so it waits for that batch's tokens: the next schedule()
+    runs nothing (the loop then hands the tokens over), and the pause, SGLang's own, pops
+    and processes the batch (through `process`) before it retracts every request."""
+
+    def __init__(self, scheduler: Any, process: Process) -> None:
         self.scheduler = scheduler
         self.outputs: deque[SchedulerOutput | None] = deque()
+        self.pause_pending = False
+        scheduler.process_batch_result = process  # what SGLang's pause calls on the batch
 
     def __len__(self) -> int:
         return len(self.outputs)
 
-    def launch(self, batch: ScheduleBatch, output: SchedulerOutput | None) -> None:
+    def step(self, batch: ScheduleBatch | None, output: SchedulerOutput | None) -> None:
+        """One turn of event_loop_overlap: launch the batch, then process the last one if
+        it is no step of the simulator's (which hands its own over: `complete`)."""
+        s = self.scheduler
+        num_queued = len(self.outputs)
+        if batch is not None:
+            self._launch(batch, output)
+        if num_queued and self.outputs[0] is None:
+            self.outputs.popleft()
+            last, result = s.result_queue.popleft()
+            result.next_token_ids = torch.zeros(len(last.reqs), dtype=torch.int64)
+            s.process_batch_result(last, result)
+        s.last_batch = batch
+
+    def _launch(self, batch: ScheduleBatch, output: SchedulerOutput | None) -> None:
         """`Scheduler.run_batch` under overlap, as its CPU side leaves the scheduler: the
         forward counters, and the batch's copy queued with a result still to come."""
         s = self.scheduler
@@ -59,20 +85,23 @@ class LaunchQueue:
         s.result_queue.append((batch.copy(), GenerationBatchResult(next_token_ids=None)))
         self.outputs.append(output)
 
-    def ours_first(self) -> bool:
-        """True if the oldest queued batch is a step of the simulator's (it processes that
-        one at update_from_output; the adapter processes the others itself)."""
-        return self.outputs[0] is not None
+    def oldest(self) -> ScheduleBatch:
+        assert self.outputs, "no batch in flight"
+        return self.scheduler.result_queue[0][0]
 
-    def pop(
-        self, output: SchedulerOutput | None, tokens: list[int]
-    ) -> tuple[ScheduleBatch, GenerationBatchResult]:
-        """The oldest batch's copy and its result, which now holds `tokens` (batch order)."""
+    def complete(self, output: SchedulerOutput, tokens: list[int]) -> bool:
+        """The oldest batch's result, now with `tokens` (batch order), processed; or, with a
+        pause pending, the pause (True), which processes it."""
+        s = self.scheduler
         assert self.outputs and self.outputs[0] is output, "not the oldest batch in flight"
         self.outputs.popleft()
-        batch, result = self.scheduler.result_queue.popleft()
-        result.next_token_ids = torch.tensor(tokens, dtype=torch.int64)
-        return batch, result
+        s.result_queue[0][1].next_token_ids = torch.tensor(tokens, dtype=torch.int64)
+        if self.pause_pending:
+            self.pause_pending = False
+            faults.pause_and_retract(s)
+            return True
+        s.process_batch_result(*s.result_queue.popleft())
+        return False
 
     def sampling(self) -> set[str]:
         """Our ids that a batch in flight samples a token for."""

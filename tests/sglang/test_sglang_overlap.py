@@ -82,6 +82,40 @@ def test_a_request_retracted_with_its_token_in_flight_loses_that_token():
     assert o4.scheduled[0].num_cached_tokens == 3
 
 
+class _Low:
+    """An rng whose draws take the pause (inject_fault draws random() < 0.5)."""
+
+    def random(self) -> float:
+        return 0.0
+
+
+def test_a_pause_waits_for_the_batch_in_flight_then_retracts_everything():
+    """The preempt fault's pause (pause_generation(mode="retract")) while b's second chunk
+    is in flight: under overlap SGLang's pause processes that batch first, so the next
+    schedule() runs nothing, the loop hands the batch's tokens over, and the pause then
+    retracts a (decoding) and b (chunked). Both come back in the next batch: a with a hit
+    on its prompt, b on the one position its first chunk checkpointed."""
+    e = engine(max_num_batched_tokens=4)
+    e.add_request(request("a", [1, 2, 3], 5))
+    e.add_request(request("b", range(10, 20), 2))
+    o1 = e.schedule()
+    o2 = e.schedule()
+    assert rows(o1) == [("a", 0, 3, 3, (1, 2, 3)), ("b", 0, 1, 10, (10,))]
+    assert rows(o2) == [("b", 1, 4, 10, (11, 12, 13, 14))]
+    e.update_from_output(o1, {"a": 11})
+    what = e.inject_fault("preempt", _Low())
+    assert what == "pause_generation(retract) once the batch in flight is processed"
+    assert rows(e.schedule()) == []  # waits for the batch in flight
+    assert e.update_from_output(o2, {}) == []
+    o4 = e.schedule()
+    assert (rows(o4), o4.preempted_req_ids, o4.dropped_req_ids) == (
+        [("a", 3, 1, 4, (11,)), ("b", 1, 3, 10, (11, 12, 13))],
+        ("a", "b"),
+        (),
+    )
+    assert [r.num_cached_tokens for r in o4.scheduled] == [3, 1]
+
+
 def test_overlap_replays_a_trace_clean_with_the_outputs_of_the_normal_loop():
     """The same trace, overlap on and off, through the simulator with every invariant:
     clean both ways, the same outputs (the hash model's, a function of the prompt), other
