@@ -70,7 +70,7 @@ class StepHost(Protocol):
 
 @runtime_checkable
 class AsyncSchedulingEngine(Protocol):
-    supports_async_scheduling: bool  # it models vLLM's AsyncScheduler
+    supports_async_scheduling: bool  # vLLM's AsyncScheduler, SGLang's overlap scheduling
 
 
 def pipeline_depth(name: str, engine: object, config: EngineConfig) -> int:
@@ -81,7 +81,7 @@ def pipeline_depth(name: str, engine: object, config: EngineConfig) -> int:
     if not (meets(engine, AsyncSchedulingEngine) and engine.supports_async_scheduling):
         raise ValueError(
             f"engine {name!r} does not model async scheduling (--async-scheduling): "
-            "use --engine vllm-v1"
+            "use --engine vllm-v1, sglang (overlap scheduling) or reference"
         )
     return 2
 

@@ -182,8 +182,8 @@ def add_scheduler_option_args(eng: argparse._ArgumentGroup) -> None:
     eng.add_argument(
         "--async-scheduling",
         action="store_true",
-        help="vllm-v1 (vLLM's AsyncScheduler) and reference: step N+1 is scheduled before "
-        "step N's output reaches the engine (pipeline depth 2, output placeholders)",
+        help="vllm-v1 (vLLM's AsyncScheduler), sglang (overlap scheduling) and reference: step "
+        "N+1 is scheduled before step N's output reaches the engine (pipeline depth 2)",
     )
     eng.add_argument(
         "--vllm-option",
