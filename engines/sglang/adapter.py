@@ -344,12 +344,10 @@ class SglangEngine:
         if kind == "preempt":
             chunked = self.scheduler.chunked_req
             if chunked is not None and not chunked.finished() and rng.random() < 0.5:
-                if self._launched:  # overlap: after the batch in flight (overlap.py)
-                    self._launched.pause_pending = True
-                    return "pause_generation(retract) once the batch in flight is processed"
-                what = faults.pause_and_retract(self.scheduler)
-                # found now: the next schedule() may admit them again before it looks
-                self._paused_out = (*self._paused_out, *self._retracted())
+                what = self._launched.pause()  # at once, or after the batch in flight
+                if not self._launched.pause_pending:
+                    # found now: the next schedule() may admit them again before it looks
+                    self._paused_out = (*self._paused_out, *self._retracted())
                 return what
             self._force_retract = True
             return "SGLANG_TEST_RETRACT until the next decode step"

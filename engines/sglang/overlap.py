@@ -66,11 +66,16 @@ class LaunchQueue:
         if batch is not None:
             self._launch(batch, output)
         if num_queued and self.outputs[0] is None:
-            self.outputs.popleft()
-            last, result = s.result_queue.popleft()
-            result.next_token_ids = torch.zeros(len(last.reqs), dtype=torch.int64)
-            s.process_batch_result(last, result)
+            self._tokens_of_no_one()
+            s.process_batch_result(*s.result_queue.popleft())
         s.last_batch = batch
+
+    def _tokens_of_no_one(self) -> None:
+        """The oldest batch is one of requests we aborted only: its tokens are discarded."""
+        output = self.outputs.popleft()
+        assert output is None, "a step of the simulator's: its tokens come at complete()"
+        batch, result = self.scheduler.result_queue[0]
+        result.next_token_ids = torch.zeros(len(batch.reqs), dtype=torch.int64)
 
     def _launch(self, batch: ScheduleBatch, output: SchedulerOutput | None) -> None:
         """`Scheduler.run_batch` under overlap, as its CPU side leaves the scheduler: the
@@ -101,7 +106,20 @@ class LaunchQueue:
             faults.pause_and_retract(s)
             return True
         s.process_batch_result(*s.result_queue.popleft())
+        if not self.outputs:  # what SGLang's idle turn leaves: nothing launched after it
+            s.last_batch = None
         return False
+
+    def pause(self) -> str:
+        """SGLang's pause for a weight update (`faults.pause_and_retract`), which processes
+        the batch in flight first: at once if that batch is no step of the simulator's
+        (its tokens are no one's), else once the loop hands its tokens over (`complete`)."""
+        if self.outputs and self.outputs[0] is not None:
+            self.pause_pending = True
+            return "pause_generation(retract) once the batch in flight is processed"
+        if self.outputs:
+            self._tokens_of_no_one()
+        return faults.pause_and_retract(self.scheduler)
 
     def sampling(self) -> set[str]:
         """Our ids that a batch in flight samples a token for."""

@@ -7,6 +7,8 @@ by hand, as the loop's async pipeline drives it (schedule N+1, then update N).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from sglang_driver import SGLANG_0_5_23, config, request
 
@@ -190,3 +192,20 @@ def test_a_request_aborted_with_tokens_in_flight_replays_clean(name):
     result = Scenario.from_json_text(text).run()
     assert result.violations == []
     assert result.aborted == 1 and result.finished == 1
+
+
+def test_a_pause_behind_a_batch_of_aborted_requests_runs_at_once():
+    """Shrunk by a page-16 overlap campaign (a harness error, fixed): at step 20 the pause
+    fired while the batch in flight ran only aborted r2's last forward, no step of the
+    simulator's, so no tokens would ever come for it; waiting for them stalled the run
+    (liveness). That batch's tokens are no one's: the pause runs at once."""
+    from schedcheck.fuzz.scenario import Scenario
+
+    path = Path(__file__).parent / "scenarios/overlap-pause-behind-an-aborted-batch.json"
+    result = Scenario.from_json_text(path.read_text()).run()
+    assert (result.violations, result.stuck) == ([], {})
+    assert (
+        "step 20: preempt: pause_generation(retract) with a chunked prefill in flight"
+        in (result.faults_fired[6])
+    )
+    assert len(result.outputs["r1"]) == 7
