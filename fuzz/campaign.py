@@ -145,6 +145,7 @@ class CampaignResult:
         out: tuple[str, ...] = () if spec.faults else FAULT_PATHS
         if not draws_async(spec):
             out += ("async-output-placeholder", "reset-with-step-in-flight")
+            out += ("retract-with-token-in-flight",)
         if "priority" in spec.families:
             out += ("cache-aware-reorder",)
         return out

@@ -34,6 +34,12 @@ vLLM v1 scheduler options (VLLM_OPTION_PATHS: only an engine with those options 
                                    them in the next step (async scheduling; FAULT_PATHS)
     engine-paused                  a fault paused the engine (PAUSED_ALL or PAUSED_NEW) and
                                    its pause settled: drained, reset, resumed (FAULT_PATHS)
+
+SGLang (counted by the adapter; ENGINE_PATHS):
+
+    retract-with-token-in-flight   overlap scheduling: a request retracted while a batch in
+                                   flight samples its token, which SGLang's result skips
+                                   (the output's dropped_req_ids)
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ RARE_PATHS = (
     "cache-aware-reorder",
     "reset-with-step-in-flight",
     "engine-paused",
+    "retract-with-token-in-flight",
 )
 # vLLM's fault points (engines/vllm/v1/faults.py): only where faults are drawn
 FAULT_PATHS = ("reset-with-step-in-flight", "engine-paused")
@@ -71,9 +78,12 @@ VLLM_OPTION_PATHS = (
     "cache-aware-reorder",
     *FAULT_PATHS,
 )
-# paths of a feature only some releases have: reachable only where the engine's
+# paths of a feature only some engines or releases have: reachable only where the engine's
 # rare_path_counts() names them
-RELEASE_PATHS = ("cache-aware-reorder", *FAULT_PATHS)
+ENGINE_PATHS = ("retract-with-token-in-flight",)  # SGLang's
+# paths only async scheduling reaches (vLLM's AsyncScheduler, SGLang's overlap scheduling)
+ASYNC_PATHS = ("async-output-placeholder", "retract-with-token-in-flight")
+RELEASE_PATHS = ("cache-aware-reorder", *FAULT_PATHS, *ENGINE_PATHS)
 SPEC_PATHS = ("spec-rejected", "spec-rejected-cross-block")
 SLIDING_PATHS = ("sliding-window-block-freed",)
 
@@ -219,9 +229,9 @@ def never_reached(
     """Rare paths with a zero count, of those the campaign can reach: one that never draws
     draft tokens cannot reach drafts-cross-block, one without prefix caching none of
     PREFIX_CACHE_PATHS, one that never draws vLLM v1's scheduler options (priority, async
-    scheduling, queue limits) none of VLLM_OPTION_PATHS, so they are not listed, but for
-    async-output-placeholder where `async_scheduling` says it draws async scheduling
-    (None: as `vllm_options`; SGLang's overlap scheduling reaches it too);
+    scheduling, queue limits) none of VLLM_OPTION_PATHS, so they are not listed, but
+    ASYNC_PATHS follow `async_scheduling` (the campaign draws it; None: as `vllm_options`;
+    SGLang's overlap scheduling reaches them too);
     SPEC_PATHS and SLIDING_PATHS only for a campaign that draws scheduled drafts (`spec`)
     or a sliding-window group (`sliding`); abort-mid-chunk only for an engine that declares
     aborts; evict-cached-block only where the engine's snapshot counts its evictions (the
@@ -232,11 +242,9 @@ def never_reached(
     if not prefix_caching:
         unreachable += PREFIX_CACHE_PATHS
     if not vllm_options:
-        unreachable += VLLM_OPTION_PATHS
-    if async_scheduling is not None:
-        placeholder = ("async-output-placeholder",)
-        unreachable = tuple(p for p in unreachable if p not in placeholder)
-        unreachable += () if async_scheduling else placeholder
+        unreachable += tuple(p for p in VLLM_OPTION_PATHS if p not in ASYNC_PATHS)
+    if not (vllm_options if async_scheduling is None else async_scheduling):
+        unreachable += ASYNC_PATHS
     if not spec:
         unreachable += SPEC_PATHS
     if not sliding:

@@ -129,6 +129,7 @@ class SglangEngine:
         self._rejected: list[tuple[str, str]] = []
         self._force_retract = False  # fault point "preempt": until a decode step ran
         self._paused_out: tuple[str, ...] = ()  # retracted by a pause, for the next output
+        self._num_dropped = 0  # overlap: retracted with a token in flight (coverage)
 
     # ------------------------------------------------------------------ requests --
     def add_request(self, request: EngineRequest) -> None:
@@ -192,6 +193,8 @@ class SglangEngine:
         rejected, self._rejected = self._rejected, []
         for rid, reason in rejected:
             self._pending_finished.append(FinishedRequest(rid, (), f"rejected: {reason}"))
+        dropped = tuple(rid for rid in preempted if rid in in_flight)
+        self._num_dropped += len(dropped)
         output = SchedulerOutput(
             step=self._step,
             scheduled=scheduled,
@@ -200,7 +203,7 @@ class SglangEngine:
             rejected_reasons=tuple(reason for _, reason in rejected),
             discarded=discarded,
             # overlap: retracted with a token in flight, which SGLang's result skips
-            dropped_req_ids=tuple(rid for rid in preempted if rid in in_flight),
+            dropped_req_ids=dropped,
         )
         if self.options.overlap:
             self._launched.step(batch, output if scheduled else None)
@@ -364,6 +367,10 @@ class SglangEngine:
         live = {t.request_id: t.req for t in admitted if t.req.kv.holds_kv}
         hidden = [self._reported[rid].req for rid in sorted(self._reported)]
         return SglangKVSnapshot(self.scheduler, self.config, live, hidden, self.allocator_log)
+
+    def rare_path_counts(self) -> Mapping[str, int]:
+        """Rare paths of SGLang's own code reached so far (sim/coverage.py)."""
+        return {"retract-with-token-in-flight": self._num_dropped}
 
     def has_unfinished_requests(self) -> bool:
         """Our live requests, rejections to report, and requests we aborted that SGLang

@@ -70,3 +70,15 @@ def _overlap_values(families: tuple[str, ...]) -> set[str]:
 def test_sglang_draws_overlap_on_and_off_and_always_on_under_family_async():
     assert _overlap_values(()) == {"false", "true"}
     assert _overlap_values(("async",)) == {"true"}
+
+
+def test_sglang_lists_a_retraction_with_a_token_in_flight_where_its_adapter_counts_it():
+    """retract-with-token-in-flight: SGLang's adapter counts it (rare_path_counts); a
+    campaign that draws overlap scheduling lists it while it is 0, one that cannot (the
+    reference without --family async) never does."""
+    result = CampaignResult(CampaignOptions(SwarmSpec(engine="sglang")))
+    result.engine_paths = ("retract-with-token-in-flight",)
+    assert "retract-with-token-in-flight" in result.never_reached()
+    reference = CampaignResult(CampaignOptions(SwarmSpec(engine="reference")))
+    reference.engine_paths = ("retract-with-token-in-flight",)
+    assert "retract-with-token-in-flight" not in reference.never_reached()
