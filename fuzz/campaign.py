@@ -47,7 +47,7 @@ from schedcheck.fuzz.swarm import (
 )
 from schedcheck.fuzz.worker import WorkerJob, run_worker
 from schedcheck.sim.blame import build_engine
-from schedcheck.sim.coverage import FAULT_PATHS, RARE_PATHS, merge, never_reached
+from schedcheck.sim.coverage import ASYNC_PATHS, FAULT_PATHS, RARE_PATHS, merge, never_reached
 
 GRACE_S = 60.0  # after the budget: time for a worker to finish its shrink and its bundle
 _NO_STOP = 2**62
@@ -144,8 +144,7 @@ class CampaignResult:
         spec = self.options.spec
         out: tuple[str, ...] = () if spec.faults else FAULT_PATHS
         if not draws_async(spec):
-            out += ("async-output-placeholder", "reset-with-step-in-flight")
-            out += ("retract-with-token-in-flight",)
+            out += (*ASYNC_PATHS, "reset-with-step-in-flight")
         if "priority" in spec.families:
             out += ("cache-aware-reorder",)
         return out

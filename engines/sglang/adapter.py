@@ -18,7 +18,7 @@ own methods, in the order of `Scheduler.event_loop_normal` (overlap off; with
                              token_ids = the batch's own prefill_input_ids_cpu; for a
                              decode, the last output token, which SGLang's forward relays
                              through its future map (`overlap_utils.resolve_forward_inputs`;
-                           PLACEHOLDER_TOKEN_ID while it is in flight, under overlap)
+                             PLACEHOLDER_TOKEN_ID while it is in flight, under overlap)
                              slots = req_to_token[req_pool_idx, :num_end] (what the
                              attention backends gather); the chunk's slots must be the
                              batch's out_cache_loc (checked: a mismatch raises)
