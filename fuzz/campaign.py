@@ -47,7 +47,7 @@ from schedcheck.fuzz.swarm import (
 )
 from schedcheck.fuzz.worker import WorkerJob, run_worker
 from schedcheck.sim.blame import build_engine
-from schedcheck.sim.coverage import ASYNC_PATHS, FAULT_PATHS, RARE_PATHS, merge, never_reached
+from schedcheck.sim.coverage import FAULT_PATHS, RARE_PATHS, merge, never_reached
 
 GRACE_S = 60.0  # after the budget: time for a worker to finish its shrink and its bundle
 _NO_STOP = 2**62
@@ -137,14 +137,14 @@ class CampaignResult:
         return [path for path in missed if path not in unreachable]
 
     def _unreachable(self) -> tuple[str, ...]:
-        """Option paths this campaign's draws cannot reach: without async scheduling drawn
-        (vLLM's whole engine on a CPU) no placeholder and no step in flight at a reset;
-        without faults drawn no fault path; under --family priority no cache-aware
-        reorder (vLLM applies the window under FCFS only)."""
+        """Option paths this campaign's draws cannot reach beyond never_reached's own (which
+        leaves out ASYNC_PATHS where async scheduling is not drawn): without it no step in
+        flight at a reset; without faults drawn no fault path; under --family priority no
+        cache-aware reorder (vLLM applies the window under FCFS only)."""
         spec = self.options.spec
         out: tuple[str, ...] = () if spec.faults else FAULT_PATHS
         if not draws_async(spec):
-            out += (*ASYNC_PATHS, "reset-with-step-in-flight")
+            out += ("reset-with-step-in-flight",)
         if "priority" in spec.families:
             out += ("cache-aware-reorder",)
         return out
