@@ -149,48 +149,24 @@ def test_overlap_replays_a_trace_clean_with_the_outputs_of_the_normal_loop():
     assert on.coverage["async-output-placeholder"] > 0 == off.coverage["async-output-placeholder"]
 
 
-# shrunk by the first overlap campaigns (harness errors, fixed): r1 aborted while it decodes
-# in both batches in flight (a KeyError: the adapter forgot it when the first one's result
-# freed it); r0 aborted with its first token in flight, its discarded decode reading that
-# token, which r2, a later turn, then shares (a false shadow-kv.read: the runner did not fill
-# the discarded chunk's placeholder in)
-ABORTED_IN_FLIGHT = {
-    "aborted-in-two-batches": (
-        "false",
-        4,
-        6,
-        4,
-        '{"arrival_time_s":0.0,"output_length":2,"prompt_token_ids":[1000],"request_id":"r0"},'
-        '{"abort_time_s":0.01125,"arrival_time_s":0.0,"output_length":4,'
-        '"prompt_token_ids":[2000],"request_id":"r1"}',
-    ),
-    "discarded-decode-of-a-token-in-flight": (
-        "true",
-        1,
-        12,
-        1,
-        '{"abort_time_s":0.00125,"arrival_time_s":0.0,"output_length":6,'
-        '"prompt_token_ids":[1000],"request_id":"r0"},'
-        '{"arrival_time_s":0.0,"output_length":1,"parent_request_id":"r0",'
-        '"prompt_token_ids":[3000],"request_id":"r2"}',
-    ),
-}
+# shrunk by the first overlap campaigns (harness errors, fixed; tests/sglang/scenarios/):
+# r1 aborted while it decodes in both batches in flight (a KeyError: the adapter forgot it
+# when the first one's result freed it); r0 aborted with its first token in flight, its
+# discarded decode reading that token, which r2, a later turn, then shares (a false
+# shadow-kv.read: the runner did not fill the discarded chunk's placeholder in)
+ABORTED_IN_FLIGHT = ("aborted-in-two-batches", "discarded-decode-of-a-token-in-flight")
+SCENARIOS = Path(__file__).parent / "scenarios"
 
 
-@pytest.mark.parametrize("name", sorted(ABORTED_IN_FLIGHT))
-def test_a_request_aborted_with_tokens_in_flight_replays_clean(name):
+def scenario(name: str):
     from schedcheck.fuzz.scenario import Scenario
 
-    prefix_caching, block_size, num_gpu_blocks, budget, requests = ABORTED_IN_FLIGHT[name]
-    text = (
-        f'{{"config":{{"block_manager":"radix","block_size":{block_size},'
-        f'"enable_chunked_prefill":true,"enable_prefix_caching":{prefix_caching},'
-        '"extra":{"async_scheduling":"true","schedule_policy":"fcfs"},'
-        f'"max_model_len":131072,"max_num_batched_tokens":{budget},"max_num_seqs":{budget},'
-        f'"num_gpu_blocks":{num_gpu_blocks}}},"engine":"sglang","faults":[],'
-        f'"requests":[{requests}],"seed":0}}'
-    )
-    result = Scenario.from_json_text(text).run()
+    return Scenario.from_json_text((SCENARIOS / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("name", ABORTED_IN_FLIGHT)
+def test_a_request_aborted_with_tokens_in_flight_replays_clean(name):
+    result = scenario(f"overlap-{name}").run()
     assert result.violations == []
     assert result.aborted == 1 and result.finished == 1
 
@@ -200,10 +176,7 @@ def test_a_pause_behind_a_batch_of_aborted_requests_runs_at_once():
     fired while the batch in flight ran only aborted r2's last forward, no step of the
     simulator's, so no tokens would ever come for it; waiting for them stalled the run
     (liveness). That batch's tokens are no one's: the pause runs at once."""
-    from schedcheck.fuzz.scenario import Scenario
-
-    path = Path(__file__).parent / "scenarios/overlap-pause-behind-an-aborted-batch.json"
-    result = Scenario.from_json_text(path.read_text()).run()
+    result = scenario("overlap-pause-behind-an-aborted-batch").run()
     assert (result.violations, result.stuck) == ([], {})
     assert (
         "step 20: preempt: pause_generation(retract) with a chunked prefill in flight"
