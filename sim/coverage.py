@@ -40,6 +40,8 @@ SGLang (counted by the adapter; ENGINE_PATHS):
     retract-with-token-in-flight   overlap scheduling: a request retracted while a batch in
                                    flight samples its token, which SGLang's result skips
                                    (the output's dropped_req_ids)
+    mixed-chunk-step               --enable-mixed-chunk: a prefill batch ran with the
+                                   running decodes in one forward (ForwardMode.MIXED)
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ RARE_PATHS = (
     "reset-with-step-in-flight",
     "engine-paused",
     "retract-with-token-in-flight",
+    "mixed-chunk-step",
 )
 # vLLM's fault points (engines/vllm/v1/faults.py): only where faults are drawn
 FAULT_PATHS = ("reset-with-step-in-flight", "engine-paused")
@@ -80,7 +83,7 @@ VLLM_OPTION_PATHS = (
 )
 # paths of a feature only some engines or releases have: reachable only where the engine's
 # rare_path_counts() names them
-ENGINE_PATHS = ("retract-with-token-in-flight",)  # SGLang's
+ENGINE_PATHS = ("retract-with-token-in-flight", "mixed-chunk-step")  # SGLang's
 # paths only async scheduling reaches (vLLM's AsyncScheduler, SGLang's overlap scheduling)
 ASYNC_PATHS = ("async-output-placeholder", "retract-with-token-in-flight")
 RELEASE_PATHS = ("cache-aware-reorder", *FAULT_PATHS, *ENGINE_PATHS)

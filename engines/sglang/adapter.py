@@ -70,6 +70,7 @@ from schedcheck.engines.sglang.build import SglangOptions, build_scheduler  # no
 from schedcheck.engines.sglang.changes import AllocatorLog  # noqa: E402
 from schedcheck.engines.sglang.chunks import Chunk, batch_chunks, check_written  # noqa: E402
 from schedcheck.engines.sglang.overlap import LaunchQueue  # noqa: E402
+from schedcheck.engines.sglang.paths import RarePaths  # noqa: E402
 from schedcheck.engines.sglang.rows import RowReader, page_table  # noqa: E402
 from schedcheck.engines.sglang.snapshot import SglangKVSnapshot  # noqa: E402
 from schedcheck.engines.vllm.common import frontend_rejection, read_only_prompt  # noqa: E402
@@ -129,7 +130,7 @@ class SglangEngine:
         self._rejected: list[tuple[str, str]] = []
         self._force_retract = False  # fault point "preempt": until a decode step ran
         self._paused_out: tuple[str, ...] = ()  # retracted by a pause, for the next output
-        self._num_dropped = 0  # overlap: retracted with a token in flight (coverage)
+        self.paths = RarePaths()  # rare paths of SGLang's code reached (coverage)
 
     # ------------------------------------------------------------------ requests --
     def add_request(self, request: EngineRequest) -> None:
@@ -194,7 +195,7 @@ class SglangEngine:
         for rid, reason in rejected:
             self._pending_finished.append(FinishedRequest(rid, (), f"rejected: {reason}"))
         dropped = tuple(rid for rid in preempted if rid in in_flight)
-        self._num_dropped += len(dropped)
+        self.paths.observe(batch, len(dropped))
         output = SchedulerOutput(
             step=self._step,
             scheduled=scheduled,
@@ -370,7 +371,7 @@ class SglangEngine:
 
     def rare_path_counts(self) -> Mapping[str, int]:
         """Rare paths of SGLang's own code reached so far (sim/coverage.py)."""
-        return {"retract-with-token-in-flight": self._num_dropped}
+        return self.paths.counts()
 
     def has_unfinished_requests(self) -> bool:
         """Our live requests, rejections to report, and requests we aborted that SGLang

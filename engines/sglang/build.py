@@ -6,7 +6,8 @@ way, with `Scheduler.__new__(Scheduler)` and the attributes its loop methods rea
 
 - the published `ServerArgs(model_path="dummy", device="cpu", page_size=P,
   chunked_prefill_size=C, schedule_policy=..., disable_radix_cache=...,
-  disable_overlap_schedule=not overlap)` (PrefillAdder and the tree read the global config);
+  disable_overlap_schedule=not overlap, enable_mixed_chunk=...)` (PrefillAdder and the tree
+  read the global config);
 - `ReqToTokenPool(max_num_seqs, max_model_len)`: one row of KV slot indices per request;
 - `TokenToKVPoolAllocator` (page size 1) or `PagedTokenToKVPoolAllocator` with
   `(num_gpu_blocks - 1) * P` slots: SGLang keeps page 0 (slots 0..P-1) for padding, as
@@ -29,6 +30,7 @@ from typing import Any
 
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig
 from schedcheck.engines.sglang import stubs
+from schedcheck.engines.sglang.fit import MIXED_CHUNK_KEY
 
 stubs.install()
 
@@ -48,14 +50,24 @@ class SglangOptions:
     # overlap scheduling (SGLang's default; EngineConfig.extra "async_scheduling"): batch
     # N+1 is scheduled and launched before N's result is processed (event_loop_overlap)
     overlap: bool = False
+    # --enable-mixed-chunk (EngineConfig.extra "enable_mixed_chunk"): with chunked prefill
+    # on, a prefill batch and the running decodes run as one forward (ForwardMode.MIXED)
+    mixed_chunk: bool = False
 
     @staticmethod
     def from_extra(extra: Any) -> SglangOptions:
         policy = str(extra.get("schedule_policy", "fcfs"))
         assert policy in SCHEDULE_POLICIES, f"schedule_policy {policy!r} not in {SCHEDULE_POLICIES}"
         chunk = extra.get("chunked_prefill_size")
-        overlap = extra.get(ASYNC_SCHEDULING_KEY, "false") == "true"
-        return SglangOptions(policy, None if chunk is None else int(chunk), overlap)
+        overlap = _flag(extra, ASYNC_SCHEDULING_KEY)
+        mixed = _flag(extra, MIXED_CHUNK_KEY)
+        return SglangOptions(policy, None if chunk is None else int(chunk), overlap, mixed)
+
+
+def _flag(extra: Any, key: str) -> bool:
+    value = str(extra.get(key, "false"))
+    assert value in ("false", "true"), f"{key} {value!r} is not 'false' or 'true'"
+    return value == "true"
 
 
 def server_args(config: EngineConfig, options: SglangOptions) -> ServerArgs:
@@ -75,6 +87,7 @@ def server_args(config: EngineConfig, options: SglangOptions) -> ServerArgs:
         schedule_policy=options.schedule_policy,
         disable_radix_cache=not config.enable_prefix_caching,
         disable_overlap_schedule=not options.overlap,
+        enable_mixed_chunk=options.mixed_chunk,  # Scheduler: only with chunked prefill on
         random_seed=0,
     )
 

@@ -8,7 +8,9 @@ fuzzer can draw configs for it where SGLang is absent.
   name, means the same here), on or off (`--no-prefix-caching` = `--disable-radix-cache`);
 - the swarm draws SGLang's schedule policy (EngineConfig.extra "schedule_policy") and
   overlap scheduling, SGLang's default, on or off ("async_scheduling": `overlap.py`; on in
-  every example under `--family async`);
+  every example under `--family async`), and `--enable-mixed-chunk` on or off
+  ("enable_mixed_chunk": a prefill batch and the running decodes in one forward, where
+  chunked prefill is on; `chunks.py` reads such a batch);
 - no priorities (priority scheduling off) and no draft tokens (no drafter);
 - a request SGLang's own frontend would cut short (`init_req_max_new_tokens`: the context
   length or the KV memory budget) is rejected, so an oversize one is too;
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from schedcheck.engines.capabilities import Capabilities, declare
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, Engine, EngineConfig
-from schedcheck.engines.sglang.fit import fit_config
+from schedcheck.engines.sglang.fit import MIXED_CHUNK_KEY, fit_config
 
 SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight")
 
@@ -31,6 +33,7 @@ SGLANG_CAPABILITIES = Capabilities(
     extra_options=(
         ("schedule_policy", SCHEDULE_POLICIES),
         (ASYNC_SCHEDULING_KEY, ("false", "true")),
+        (MIXED_CHUNK_KEY, ("false", "true")),  # off first: findings shrink to the normal loop
     ),
     priorities=False,
     lookahead_tokens=False,

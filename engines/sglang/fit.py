@@ -15,11 +15,18 @@
   refuse it instead, as vLLM's fitter does.
 - max_num_seqs is capped at the token budget: SGLang's budget (max_prefill_tokens,
   chunked_prefill_size) bounds prefill batches only; a decode batch runs one token for each
-  of up to max_running_requests requests (mixed chunks are off), so the protocol's
-  per-step budget holds only with max_num_seqs <= budget, as vLLM's fitter also sets.
+  of up to max_running_requests requests, so the protocol's per-step budget holds only
+  with max_num_seqs <= budget, as vLLM's fitter also sets. A mixed step
+  (`enable_mixed_chunk`) is within the budget by SGLang's own accounting: its PrefillAdder
+  takes the running batch's size off both budgets before it admits a prefill
+  (`num_mixed_decode_tokens`: rem_input_tokens and rem_chunk_tokens, scheduler.py
+  `_get_new_batch_prefill_raw`), and only those requests (or fewer) join it as decode rows;
+  the invariant checks that it holds, unchanged.
 - Speculative decoding is off (the adapter does not model SGLang's drafter).
 - `max_num_seqs` is at least 1 and SGLang's req_to_token rows are sized by it.
 - `SCHEDCHECK_SGLANG_POLICY` pins SGLang's schedule policy (lpm, fcfs, dfs-weight, ...).
+- `SCHEDCHECK_SGLANG_MIXED_CHUNK=on` (or `off`) pins `--enable-mixed-chunk` (EngineConfig.extra
+  "enable_mixed_chunk"; it acts only where chunked prefill is on, as in SGLang).
 - `SCHEDCHECK_SGLANG_PREFIX_CACHING=on` keeps the radix cache on: with it off, SGLang's
   ignore_eos admission path never admits a request at the memory cap its own frontend
   grants (a liveness finding, docs/sglang.md F1), which would end every campaign within
@@ -37,6 +44,8 @@ from schedcheck.engines.protocol import EngineConfig
 PAGE_SIZE_ENV = "SCHEDCHECK_SGLANG_PAGE_SIZE"
 POLICY_ENV = "SCHEDCHECK_SGLANG_POLICY"
 PREFIX_CACHING_ENV = "SCHEDCHECK_SGLANG_PREFIX_CACHING"
+MIXED_CHUNK_ENV = "SCHEDCHECK_SGLANG_MIXED_CHUNK"
+MIXED_CHUNK_KEY = "enable_mixed_chunk"  # EngineConfig.extra: "true" = --enable-mixed-chunk
 
 
 def fit_config(config: EngineConfig) -> EngineConfig:
@@ -47,6 +56,10 @@ def fit_config(config: EngineConfig) -> EngineConfig:
     policy = os.environ.get(POLICY_ENV)
     if policy:
         extra["schedule_policy"] = policy
+    mixed = os.environ.get(MIXED_CHUNK_ENV)
+    if mixed:
+        assert mixed in ("on", "off"), f"{MIXED_CHUNK_ENV} must be on or off"
+        extra[MIXED_CHUNK_KEY] = "true" if mixed == "on" else "false"
     caching = config.enable_prefix_caching or os.environ.get(PREFIX_CACHING_ENV) == "on"
     budget, max_model_len = config.max_num_batched_tokens, config.max_model_len
     if config.enable_chunked_prefill:

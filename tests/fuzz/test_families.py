@@ -54,22 +54,31 @@ def test_async_scheduling_is_drawn_where_the_engine_draws_it(engine, families, d
     assert ("async-output-placeholder" in missed) is drawn  # nothing ran: 0 if reachable
 
 
-def _overlap_values(families: tuple[str, ...]) -> set[str]:
+def _sglang_values(families: tuple[str, ...], key: str = "async_scheduling") -> set[str]:
     seen: set[str] = set()
 
     @settings(max_examples=40, derandomize=True, database=None)
     @given(st.data())
     def draw(data: st.DataObject) -> None:
         knobs = draw_knobs(data.draw, SwarmSpec(engine="sglang", families=families))
-        seen.add(dict(knobs.extra)["async_scheduling"])
+        seen.add(dict(knobs.extra)[key])
 
     draw()
     return seen
 
 
 def test_sglang_draws_overlap_on_and_off_and_always_on_under_family_async():
-    assert _overlap_values(()) == {"false", "true"}
-    assert _overlap_values(("async",)) == {"true"}
+    assert _sglang_values(()) == {"false", "true"}
+    assert _sglang_values(("async",)) == {"true"}
+
+
+def test_sglang_draws_mixed_chunks_on_and_off_off_first():
+    """--enable-mixed-chunk, drawn as overlap is (off first: findings shrink to the
+    normal loop), with or without --family async."""
+    assert _sglang_values((), "enable_mixed_chunk") == {"false", "true"}
+    assert _sglang_values(("async",), "enable_mixed_chunk") == {"false", "true"}
+    caps = SwarmSpec(engine="sglang").capabilities
+    assert dict(caps.extra_options)["enable_mixed_chunk"] == ("false", "true")
 
 
 def test_sglang_lists_a_retraction_with_a_token_in_flight_where_its_adapter_counts_it():
@@ -82,3 +91,15 @@ def test_sglang_lists_a_retraction_with_a_token_in_flight_where_its_adapter_coun
     reference = CampaignResult(CampaignOptions(SwarmSpec(engine="reference")))
     reference.engine_paths = ("retract-with-token-in-flight",)
     assert "retract-with-token-in-flight" not in reference.never_reached()
+
+
+def test_sglang_lists_a_mixed_step_while_none_ran_where_its_adapter_counts_it():
+    """mixed-chunk-step (sim/coverage.py ENGINE_PATHS): listed while 0 by a campaign whose
+    engine counts it (SGLang's rare_path_counts), not once reached, never elsewhere."""
+    result = CampaignResult(CampaignOptions(SwarmSpec(engine="sglang")))
+    result.engine_paths = ("mixed-chunk-step", "retract-with-token-in-flight")
+    assert "mixed-chunk-step" in result.never_reached()
+    result.coverage["mixed-chunk-step"] = 3
+    assert "mixed-chunk-step" not in result.never_reached()
+    reference = CampaignResult(CampaignOptions(SwarmSpec(engine="reference")))
+    assert "mixed-chunk-step" not in reference.never_reached()
