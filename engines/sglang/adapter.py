@@ -15,6 +15,7 @@ own methods, in the order of `Scheduler.event_loop_normal` (overlap off; with
                            mapped here, per request of the batch (batch order):
                              extend: num_computed = prefix_lens[i], chunk = extend_lens[i]
                              decode: num_computed = seq_lens[i] - 1, chunk = 1
+                             mixed (--enable-mixed-chunk): extend rows, then decode rows
                              token_ids = the batch's own prefill_input_ids_cpu; for a
                              decode, the last output token, which SGLang's forward relays
                              through its future map (`overlap_utils.resolve_forward_inputs`;
