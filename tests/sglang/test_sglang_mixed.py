@@ -191,3 +191,34 @@ def test_a_trace_replays_clean_with_mixed_steps_and_the_outputs_of_the_normal_lo
     assert dict(on.outputs) == dict(off.outputs) and len(on.outputs) == 10
     assert on.coverage["mixed-chunk-step"] > 0 == off.coverage["mixed-chunk-step"]
     assert on.fingerprint != off.fingerprint
+
+
+def test_the_decode_rows_are_taken_off_the_budget_before_the_chunk():
+    """Budget 4 (page 1): three running decodes leave the chunked prefill 1 token a step
+    (PrefillAdder's num_mixed_decode_tokens: rem_chunk_tokens 4 - 3), so each mixed step
+    runs exactly the budget, the protocol's max_num_batched_tokens."""
+    budget = dict(max_num_batched_tokens=4, max_num_seqs=4)
+    d = Driver(config(num_gpu_blocks=256, max_model_len=64, extra=MIXED, **budget))
+    for rid, token in (("a", 1), ("b", 2), ("c", 3)):
+        d.add(request(rid, [token], 20))
+    d.add(request("long", range(100, 130), 2))
+    first = d.step()
+    assert [
+        (r.request_id, r.num_computed_tokens, r.num_scheduled_tokens) for r in first.scheduled
+    ] == [
+        ("a", 0, 1),
+        ("b", 0, 1),
+        ("c", 0, 1),
+        ("long", 0, 1),
+    ]
+    for step in range(1, 6):  # bounded
+        out = d.step()
+        assert [
+            (r.request_id, r.num_computed_tokens, r.num_scheduled_tokens) for r in out.scheduled
+        ] == [
+            ("long", step, 1),
+            ("a", step, 1),
+            ("b", step, 1),
+            ("c", step, 1),
+        ]
+    assert d.violations == []
