@@ -26,12 +26,14 @@
 - `max_num_seqs` is at least 1 and SGLang's req_to_token rows are sized by it.
 - `SCHEDCHECK_SGLANG_POLICY` pins SGLang's schedule policy (lpm, fcfs, dfs-weight, ...).
 - `SCHEDCHECK_SGLANG_MIXED_CHUNK=on` (or `off`) pins `--enable-mixed-chunk` (EngineConfig.extra
-  "enable_mixed_chunk"; it acts only where chunked prefill is on, as in SGLang).
+  "enable_mixed_chunk"; it acts only where chunked prefill is on, as in SGLang), and
+  `SCHEDCHECK_SGLANG_CHUNKED_PREFILL=on` (or `off`) pins chunked prefill.
 - `SCHEDCHECK_SGLANG_PREFIX_CACHING=on` keeps the radix cache on: with it off, SGLang's
   ignore_eos admission path never admits a request at the memory cap its own frontend
   grants (a liveness finding, docs/sglang.md F1), which would end every campaign within
   seconds; the campaigns past F1 pin it on. The same path, with chunked prefill off, also
   admits a whole request past max_prefill_tokens (an accounting.budget finding, F8).
+  `=off` pins it off (with chunked prefill pinned on: that path without F8).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ PAGE_SIZE_ENV = "SCHEDCHECK_SGLANG_PAGE_SIZE"
 POLICY_ENV = "SCHEDCHECK_SGLANG_POLICY"
 PREFIX_CACHING_ENV = "SCHEDCHECK_SGLANG_PREFIX_CACHING"
 MIXED_CHUNK_ENV = "SCHEDCHECK_SGLANG_MIXED_CHUNK"
+CHUNKED_PREFILL_ENV = "SCHEDCHECK_SGLANG_CHUNKED_PREFILL"
 MIXED_CHUNK_KEY = "enable_mixed_chunk"  # EngineConfig.extra: "true" = --enable-mixed-chunk
 
 
@@ -56,13 +59,13 @@ def fit_config(config: EngineConfig) -> EngineConfig:
     policy = os.environ.get(POLICY_ENV)
     if policy:
         extra["schedule_policy"] = policy
-    mixed = os.environ.get(MIXED_CHUNK_ENV)
-    if mixed:
-        assert mixed in ("on", "off"), f"{MIXED_CHUNK_ENV} must be on or off"
-        extra[MIXED_CHUNK_KEY] = "true" if mixed == "on" else "false"
-    caching = config.enable_prefix_caching or os.environ.get(PREFIX_CACHING_ENV) == "on"
+    mixed = _pinned(MIXED_CHUNK_ENV, extra.get(MIXED_CHUNK_KEY) == "true")
+    if os.environ.get(MIXED_CHUNK_ENV):
+        extra[MIXED_CHUNK_KEY] = "true" if mixed else "false"
+    caching = _pinned(PREFIX_CACHING_ENV, config.enable_prefix_caching)
+    chunked = _pinned(CHUNKED_PREFILL_ENV, config.enable_chunked_prefill)
     budget, max_model_len = config.max_num_batched_tokens, config.max_model_len
-    if config.enable_chunked_prefill:
+    if chunked:
         budget = -(-budget // page) * page
     else:
         max_model_len = min(max_model_len, budget)
@@ -72,8 +75,18 @@ def fit_config(config: EngineConfig) -> EngineConfig:
         max_num_seqs=max(1, min(config.max_num_seqs, budget)),
         max_model_len=max_model_len,
         enable_prefix_caching=caching,
+        enable_chunked_prefill=chunked,
         block_size=page,
         num_gpu_blocks=max(2, -(-tokens // page) + 1),
         num_lookahead_tokens=0,
         extra=extra,
     )
+
+
+def _pinned(env: str, drawn: bool) -> bool:
+    """The campaign's pin (`on` / `off`) where the environment sets one, else as drawn."""
+    value = os.environ.get(env)
+    if not value:
+        return drawn
+    assert value in ("on", "off"), f"{env} must be on or off, not {value!r}"
+    return value == "on"

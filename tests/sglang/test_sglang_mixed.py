@@ -51,7 +51,7 @@ def test_the_option_is_parsed_and_sets_sglangs_flag_where_chunked_prefill_is_on(
     assert make_engine("sglang", no_chunks).scheduler.is_mixed_chunk is False  # as SGLang
 
 
-def test_the_fitter_pins_the_option_for_a_campaign(monkeypatch):
+def test_the_fitter_pins_the_option_and_chunked_prefill_for_a_campaign(monkeypatch):
     from schedcheck.engines.sglang.fit import MIXED_CHUNK_ENV, fit_config
 
     monkeypatch.setenv(MIXED_CHUNK_ENV, "on")
@@ -60,6 +60,13 @@ def test_the_fitter_pins_the_option_for_a_campaign(monkeypatch):
     assert fit_config(config(extra=MIXED)).extra["enable_mixed_chunk"] == "false"
     monkeypatch.delenv(MIXED_CHUNK_ENV)
     assert "enable_mixed_chunk" not in fit_config(config()).extra
+    drawn_off = config(enable_chunked_prefill=False, enable_prefix_caching=True)
+    assert fit_config(drawn_off).max_model_len == 16  # the budget (F2's cap), as drawn
+    monkeypatch.setenv("SCHEDCHECK_SGLANG_CHUNKED_PREFILL", "on")
+    monkeypatch.setenv("SCHEDCHECK_SGLANG_PREFIX_CACHING", "off")
+    fitted = fit_config(drawn_off)
+    assert (fitted.enable_chunked_prefill, fitted.enable_prefix_caching) == (True, False)
+    assert fitted.max_model_len == 48  # not capped: chunked prefill is on
 
 
 def test_a_chunked_prefill_runs_with_the_decode_in_one_step_and_ends_mid_page():
