@@ -3,9 +3,8 @@
 An engine under test is a scheduler plus a KV-cache block manager, driven step by step
 with no model: the simulator adds and aborts requests, calls `schedule()`, derives the
 runner metadata from the returned `SchedulerOutput` (see `metadata.py`), runs an
-executor, and feeds the sampled tokens back through `update_from_output()`.
-
-Names follow vLLM v1 (`vllm/v1/core/sched/output.py`) where we model vLLM.
+executor, and feeds the sampled tokens back through `update_from_output()`. Names follow
+vLLM v1 (`vllm/v1/core/sched/output.py`) where we model vLLM.
 
 Token layout of one scheduled request in one step::
 
@@ -45,10 +44,13 @@ class EngineRequest:
     priority: int = 0  # lower value = more important (vLLM's convention)
     cache_salt: str | None = None  # an extra key of the block hash (vLLM's cache_salt)
     # Optional: builds prompt_token_ids again (the same tokens, int64, read-only) whenever
-    # called. An engine that keeps thousands of requests waiting may keep no copy of the
-    # prompt until it admits one (the reference engine); an engine that ignores it loses
-    # nothing. Not part of the request's value (equality, repr).
+    # called: an engine keeping thousands of requests waiting may keep no prompt until it
+    # admits one (the reference engine). Not part of the request's value (equality, repr).
     prompt_source: Callable[[], TokenArray] | None = field(default=None, compare=False, repr=False)
+    # A later turn's parent (vLLM's streaming-input sessions continue it); `continues`,
+    # asked as the request finishes: does a later turn wait for it? (not part of its value)
+    parent_request_id: str | None = None
+    continues: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         assert self.prompt_token_ids.ndim == 1, "prompt_token_ids must be 1-D"

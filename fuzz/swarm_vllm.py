@@ -15,6 +15,8 @@ them to what vLLM's validation accepts (engines/vllm/v1/fit.py).
     admission  watermark, scheduler_reserve_full_isl False, max_num_active_seqs,
                cache_aware_admission_window / _threshold (0.34: fcfs + prefix caching only)
     queue      max_num_queued_reqs, max_num_queued_tokens (the API server's 503)
+    streaming  streaming_input: every request a resumable session, a later turn continuing
+               its parent's (engines/vllm/v1/sessions.py; 0.34.0 on, fit drops it before)
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY
+from schedcheck.engines.vllm.v1.sessions import STREAMING_INPUT_KEY
 from schedcheck.fuzz.strategies import BOOLEANS, draw_boundary_length, pick
 
-VLLM_FAMILIES = ("priority", "async", "budget", "admission", "queue")
+VLLM_FAMILIES = ("priority", "async", "budget", "admission", "queue", "streaming")
 # vLLM's whole engine on a CPU: its CPU platform turns async scheduling off
 VLLM_ENGINE_FAMILIES = ("priority", "budget", "admission", "queue")
 WATERMARKS = ("0.01", "0.1", "0.25", "0.5")
@@ -99,10 +102,15 @@ def _queue(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, str]:
     return out
 
 
+def _streaming(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, str]:
+    return {STREAMING_INPUT_KEY: "true"}
+
+
 _DRAWS = {
     "priority": _priority,
     "async": _async,
     "budget": _budget,
     "admission": _admission,
     "queue": _queue,
+    "streaming": _streaming,
 }

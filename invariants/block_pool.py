@@ -290,12 +290,18 @@ def _check_free_count(step: int, num_walked: int, snapshot: KVSnapshot) -> list[
 
 
 def check_no_leak(step: int, snapshot: KVSnapshot) -> list[Violation]:
-    """Once every request finished, no block is referenced (sglang#1858)."""
+    """Once every request finished, no block is referenced (sglang#1858) but by the tables
+    the engine keeps for a later turn (the optional `held_between_turns()`: vLLM's
+    streaming-input sessions), each of which holds its blocks once."""
     ref_cnt = np.asarray(snapshot.ref_cnt(), dtype=np.int64)
     if not np.count_nonzero(ref_cnt):  # the common case, in one call: nothing referenced
         return []
     ref_cnt = ref_cnt.copy()
     ref_cnt[np.asarray(getattr(snapshot, "reserved_block_ids", ()), dtype=np.int64)] = 0
+    held: tuple[str, ...] = getattr(snapshot, "held_between_turns", tuple)()
+    tables = snapshot.block_tables() if held else {}
+    for rid in held:  # bounded: the sessions kept
+        np.subtract.at(ref_cnt, np.asarray(tables.get(rid, ()), np.int64), 1)
     return [
         Violation(
             "block-pool.leak",

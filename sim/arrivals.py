@@ -116,6 +116,10 @@ class Arrivals:
         for successor in self.waiting_on.pop(request_id, []):
             self._release_after(successor, self.env.now)
 
+    def is_awaited(self, request_id: str) -> bool:
+        """Does a later turn (or request of its session) already wait for this one?"""
+        return request_id in self.waiting_on
+
     def full_prompt(self, request: TraceRequest) -> np.ndarray:
         """Parent's full prompt + parent's outputs + own prompt (bounded by the turn depth)."""
         parts = [request.own_prompt_tokens(self.vocab_size)]

@@ -34,6 +34,9 @@ vLLM v1 scheduler options (VLLM_OPTION_PATHS: only an engine with those options 
                                    them in the next step (async scheduling; FAULT_PATHS)
     engine-paused                  a fault paused the engine (PAUSED_ALL or PAUSED_NEW) and
                                    its pause settled: drained, reset, resumed (FAULT_PATHS)
+    session-resumed                a later turn continued its parent's streaming-input
+                                   session, KV kept between turns (0.34.0 on, with the
+                                   option: engines/vllm/v1/sessions.py; RELEASE_PATHS)
 
 SGLang (counted by the adapter; ENGINE_PATHS):
 
@@ -71,6 +74,7 @@ RARE_PATHS = (
     "engine-paused",
     "retract-with-token-in-flight",
     "mixed-chunk-step",
+    "session-resumed",
 )
 # vLLM's fault points (engines/vllm/v1/faults.py): only where faults are drawn
 FAULT_PATHS = ("reset-with-step-in-flight", "engine-paused")
@@ -86,7 +90,7 @@ VLLM_OPTION_PATHS = (
 ENGINE_PATHS = ("retract-with-token-in-flight", "mixed-chunk-step")  # SGLang's
 # paths only async scheduling reaches (vLLM's AsyncScheduler, SGLang's overlap scheduling)
 ASYNC_PATHS = ("async-output-placeholder", "retract-with-token-in-flight")
-RELEASE_PATHS = ("cache-aware-reorder", *FAULT_PATHS, *ENGINE_PATHS)
+RELEASE_PATHS = ("cache-aware-reorder", *FAULT_PATHS, *ENGINE_PATHS, "session-resumed")
 SPEC_PATHS = ("spec-rejected", "spec-rejected-cross-block")
 SLIDING_PATHS = ("sliding-window-block-freed",)
 

@@ -20,6 +20,7 @@ conversation may now be released).
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
@@ -95,8 +96,9 @@ class Ledger:
     ) -> None:
         self.context_steps, self.result, self.on_retired = context_steps, result, on_retired
         arrivals = getattr(on_retired, "__self__", None)
-        if isinstance(arrivals, Arrivals):  # the result keeps every request's outputs: the
-            arrivals.keep_outputs_in(result.outputs)  # arrivals read them there, no copy
+        self.arrivals = arrivals if isinstance(arrivals, Arrivals) else None
+        if self.arrivals is not None:  # the result keeps every request's outputs: the
+            self.arrivals.keep_outputs_in(result.outputs)  # arrivals read them there
         self.prompt_of = prompt_of  # None: each live request's prompt array is kept
         self.forget: list[Callable[[str], None]] = []  # told when a request leaves
         self.live: dict[str, LiveRequest] = {}
@@ -118,11 +120,18 @@ class Ledger:
             # the engine may keep no prompt while it waits: it asks the ledger, which
             # builds the prompt once for the engine and the executor
             prompt_source=live.prompt if self.prompt_of is not None else None,
+            parent_request_id=trace_req.parent_request_id,
+            continues=self._continues(live.request_id),
         )
         self.live[request.request_id] = live
         self.num_tokens[request.request_id] = request.num_prompt_tokens
         self.sampled[request.request_id] = []
         return request
+
+    def _continues(self, request_id: str) -> Callable[[], bool] | None:
+        """Asks the arrivals, when the request finishes, whether a later turn waits for it."""
+        arrivals = self.arrivals
+        return None if arrivals is None else functools.partial(arrivals.is_awaited, request_id)
 
     def retire(
         self, request_ids: Iterable[str], how: str, outputs: tuple[int, ...] | None = None

@@ -161,8 +161,10 @@ class StepChecks:
     ) -> list[Violation]:
         """Every step: the blocks that changed (a full sweep every Nth step if asked)."""
         live: Collection[str] = self.ledger.live.keys()  # a view: no copy of every id
-        if finished:
-            live = _LiveAfter(self.ledger.live, {f.request_id for f in finished})
+        held: tuple[str, ...] = getattr(snapshot, "held_between_turns", tuple)()  # optional
+        if finished or held:
+            gone = {f.request_id for f in finished}.difference(held)
+            live = _LiveAfter(self.ledger.live, gone, frozenset(held))
         interval = self.full_sweep_interval
         contents = self.executor.block_contents
         self.pool.full.expected_content = self._expected_content(snapshot)
@@ -220,24 +222,33 @@ class StepChecks:
 
 
 class _LiveAfter(Collection[str]):
-    """The live requests less those this step finished: a view, so that the pool check's
-    `in` costs O(1) and no step copies every live (or waiting) request's id."""
+    """The live requests less those this step finished, plus the finished turns whose
+    session the engine keeps for a later turn (`held`: their tables are the session's): a
+    view, so that the pool check's `in` costs O(1) and no step copies every live (or
+    waiting) request's id."""
 
-    __slots__ = ("gone", "live")
+    __slots__ = ("gone", "held", "live")
 
-    def __init__(self, live: Mapping[str, object], gone: set[str]) -> None:
-        self.live, self.gone = live, gone
+    def __init__(
+        self, live: Mapping[str, object], gone: set[str], held: frozenset[str] = frozenset()
+    ) -> None:
+        self.live, self.gone, self.held = live, gone, held
 
     def __contains__(self, request_id: object) -> bool:
+        if request_id in self.held:
+            return True
         return request_id in self.live and request_id not in self.gone
 
     def holds_all(self, request_ids: list[str]) -> bool:
         """`all(rid in self for rid in request_ids)`, in C (the pool check's owners look
         at every table each step)."""
+        if self.held:
+            return all(map(self.__contains__, request_ids))
         return all(map(self.live.__contains__, request_ids)) and self.gone.isdisjoint(request_ids)
 
     def __iter__(self) -> Iterator[str]:
-        return (rid for rid in self.live if rid not in self.gone)
+        yield from self.held
+        yield from (rid for rid in self.live if rid not in self.gone and rid not in self.held)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)

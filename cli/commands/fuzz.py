@@ -129,12 +129,12 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         default=[],
         choices=FAMILIES,
         help="draw this option family on in every example (a campaign per family); vllm-v1: "
-        "priority (policy), async (async scheduling), budget (max_num_scheduled_tokens, "
-        "adaptive threshold, prefill_schedule_interval), admission (watermark, "
-        "scheduler_reserve_full_isl, max_num_active_seqs), queue (max_num_queued_*), spec-decode "
-        "(scheduled drafts with acceptance), sliding-window (a hybrid KV cache with a sliding "
-        "window group); vllm-engine: priority, budget, admission, queue; reference: async, "
-        "spec-decode; sglang: async (overlap scheduling; else on in half the examples); repeatable",
+        "priority (policy), async (async scheduling), budget (max_num_scheduled_tokens, adaptive "
+        "threshold, prefill_schedule_interval), admission (watermark, scheduler_reserve_full_isl, "
+        "max_num_active_seqs), queue (max_num_queued_*), streaming (resumable streaming-input "
+        "sessions, 0.34.0 on), spec-decode (scheduled drafts with acceptance), sliding-window (a "
+        "hybrid KV cache, a sliding window group); vllm-engine: priority, budget, admission, "
+        "queue; reference: async, spec-decode; sglang: async (overlap; else half on); repeatable",
     )
 
 

@@ -25,6 +25,7 @@ def test_each_engine_names_the_families_it_draws():
         "budget",
         "admission",
         "queue",
+        "streaming",
         "spec-decode",
         "sliding-window",
     )

@@ -67,6 +67,7 @@ def test_a_named_family_is_drawn_in_every_example(data):
         "vllm:cache_aware_admission_threshold",
         "vllm:max_num_queued_reqs",
         "vllm:max_num_queued_tokens",
+        "streaming_input",
     }
 
 

@@ -9,6 +9,8 @@ release branch with its feature test).
     adapter.py     the Engine protocol over the Scheduler (imports vLLM)
     build.py       builds the Scheduler as EngineCore would (imports vLLM)
     runner.py      the model runner's block tables (`_update_states`)
+    mapping.py     vLLM's SchedulerOutput read as ours (a mixin of the adapter)
+    sessions.py    resumable streaming-input sessions: later turns continue their parent's
     snapshot.py    KVSnapshot over vLLM's BlockPool and managers (imports vLLM)
     changes.py     which blocks the BlockPool changed (incremental pool check)
     hash_index.py  what each block hash means (pool check)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,6 @@ from schedcheck.engines.protocol import (
     EngineRequest,
     FinishedRequest,
     KVSnapshot,
-    ScheduledRequest,
     SchedulerOutput,
     is_async_scheduling,
 )
@@ -73,11 +73,9 @@ from schedcheck.engines.vllm.v1.changes import BlockChangeLog
 from schedcheck.engines.vllm.v1.faults import FaultPoints
 from schedcheck.engines.vllm.v1.frontend import queue_rejection
 from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
-from schedcheck.engines.vllm.v1.runner import (
-    check_drafts_follow_tokens,
-    sampled_lists,
-    update_runner_tables,
-)
+from schedcheck.engines.vllm.v1.mapping import OutputMapping
+from schedcheck.engines.vllm.v1.runner import sampled_lists
+from schedcheck.engines.vllm.v1.sessions import Sessions, streaming_input
 from schedcheck.engines.vllm.v1.snapshot import V1KVSnapshot
 
 from vllm.sampling_params import SamplingParams  # isort: skip
@@ -95,7 +93,7 @@ ARRIVAL_TIME_TICK_S = 1e-6
 Ids = tuple[str, ...]
 
 
-class VllmV1Engine:
+class VllmV1Engine(OutputMapping):
     """The Engine protocol over one vLLM v1 Scheduler."""
 
     name = ENGINE_NAME
@@ -124,6 +122,7 @@ class VllmV1Engine:
         self._hash_index = BlockHashIndex(built.block_hasher)
         self._tokens: dict[str, TokenBuffer] = {}  # request id -> prompt + outputs
         self._live: dict[str, Request] = {}  # ids added and not yet reported finished
+        self._continues: dict[str, Any] = {}  # id -> its EngineRequest.continues
         self._num_groups = len(config.kv_cache_groups)
         self._group_tables = [RunnerBlockTables() for _ in range(self._num_groups)]
         self._tables = self._group_tables[0]
@@ -133,7 +132,9 @@ class VllmV1Engine:
         self._in_flight: deque[tuple[SchedulerOutput, VllmSchedulerOutput]] = deque()
         self._depth = 2 if is_async_scheduling(config) else 1
         self._same_step_preemptions = paths.SameStepPreemptions(self.scheduler)
-        self._faults = FaultPoints(self.scheduler)  # sim/faults.py's engine-level ones
+        # resumable streaming-input sessions (sessions.py): vLLM's ids -> our turns' ids
+        self._sessions = Sessions(streaming_input(config))
+        self._faults = FaultPoints(self.scheduler, self._sessions.turn_id)  # sim/faults.py's
         self._cache_aware_reorders = paths.count_cache_aware_reorders(self.scheduler)
         self._num_queue_rejections = 0
         self._last_arrival_time_s = -ARRIVAL_TIME_TICK_S
@@ -151,11 +152,14 @@ class VllmV1Engine:
             self._num_queue_rejections += reason is not None
         if reason is not None:
             self._rejected.append((rid, reason))
+            self._close(self._sessions.kept.pop(request.parent_request_id or "", None))
             return
         prompt = read_only_prompt(request.prompt_token_ids)
+        resumed = self._sessions.resume(request) if self._sessions.enabled else None
+        session, chunk = resumed if resumed is not None else (None, prompt.tolist())
         kwargs = dict(
-            request_id=rid,
-            prompt_token_ids=prompt.tolist(),
+            request_id=rid if session is None else session.request_id,
+            prompt_token_ids=chunk,
             sampling_params=SamplingParams(max_tokens=request.max_tokens, ignore_eos=True),
             pooling_params=None,
             arrival_time=self._arrival_time(request.arrival_time_s),
@@ -163,10 +167,15 @@ class VllmV1Engine:
             cache_salt=request.cache_salt,
             block_hasher=self._hash_index.block_hasher,
         )
+        if self._sessions.enabled:
+            kwargs["resumable"] = True
         vllm_request = Request(**eras.request_kwargs(Request, kwargs))
-        self.scheduler.add_request(vllm_request)
+        if session is not None:  # its hashes past the kept tokens are computed again
+            self._hash_index.renew(session.request_id)
+        self.scheduler.add_request(vllm_request)  # a session's next chunk: it continues
         self._tokens[rid] = TokenBuffer(prompt, request.max_tokens)
-        self._live[rid] = vllm_request
+        self._live[rid] = vllm_request if session is None else session
+        self._continues[rid] = request.continues
 
     def _arrival_time(self, arrival_time_s: float) -> float:
         """A stamp after every earlier one, as time.time() gives vLLM's frontend."""
@@ -179,12 +188,13 @@ class VllmV1Engine:
         request = self._live.get(request_id)
         if request is None or request.is_finished():
             return
-        aborted = self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
-        finished = eras.finished_ids(aborted, request_id)
-        if finished != [request_id]:
-            message = f"finish_requests({request_id!r}) reported {finished} finished"
+        vllm_id = request.request_id  # a session's, for a later turn
+        aborted = self.scheduler.finish_requests(vllm_id, RequestStatus.FINISHED_ABORTED)
+        finished = eras.finished_ids(aborted, vllm_id)
+        if finished != [vllm_id]:
+            message = f"finish_requests({vllm_id!r}) reported {finished} finished"
             raise _fault(message, "an abort reported other requests", request_id)
-        self._report_finished(request, "abort")
+        self._report_finished(request_id, "abort")
 
     # ---------------------------------------------------------------------- step --
     def schedule(self) -> SchedulerOutput:
@@ -219,8 +229,9 @@ class VllmV1Engine:
         vllm_output = in_flight.popleft()[1]
         self._last_batch = [r.request_id for r in output.scheduled]
         accepted = accepted_token_ids or {}
-        lists = sampled_lists(output, sampled_token_ids, accepted, self._live)
-        self._apply(vllm_output, eras.runner_output(ModelRunnerOutput, *lists))
+        _, sampled = sampled_lists(output, sampled_token_ids, accepted, self._live)
+        req_ids = list(vllm_output.num_scheduled_tokens)  # vLLM's names, our output's order
+        self._apply(vllm_output, eras.runner_output(ModelRunnerOutput, req_ids, sampled))
         for rid, token in sampled_token_ids.items():
             self._append_tokens(rid, (*accepted.get(rid, ()), int(token)))
         finished, self._pending_finished = self._pending_finished, []
@@ -234,7 +245,8 @@ class VllmV1Engine:
         batch = [rid for rid in self._last_batch if rid in self._live]
         req_ids = [*draft_token_ids, *(rid for rid in batch if rid not in draft_token_ids)]
         drafts = [list(draft_token_ids.get(rid, ())) for rid in req_ids]
-        self.scheduler.update_draft_token_ids(eras.draft_token_ids(req_ids, drafts))
+        vllm_ids = list(map(self._sessions.session_id, req_ids))
+        self.scheduler.update_draft_token_ids(eras.draft_token_ids(vllm_ids, drafts))
 
     def _apply_empty_heads(self) -> None:
         """The empty steps at the head of the batch queue, applied (EngineCore pops them)."""
@@ -247,7 +259,8 @@ class VllmV1Engine:
         for outputs in engine_outputs.values():
             for out in outputs.outputs:
                 if out.finish_reason is not None:
-                    self._report_finished(self._live[out.request_id], str(out.finish_reason))
+                    turn = self._sessions.turn_id(out.request_id)
+                    self._report_finished(turn, str(out.finish_reason))
 
     def inject_fault(self, kind: str, rng: np.random.Generator) -> str | None:
         """Fault points of sim/faults.py through vLLM's own calls (faults.py)."""
@@ -257,7 +270,8 @@ class VllmV1Engine:
     def kv_snapshot(self) -> KVSnapshot:
         window_frees = sum(c[0] for c in self._window_frees)
         return V1KVSnapshot(self.scheduler, self.config.block_size, self._evictions.num_calls,
-                            window_frees, self._changes, self._hash_index)  # fmt: skip
+                            window_frees, self._changes, self._hash_index,
+                            self._sessions)  # fmt: skip
 
     def has_unfinished_requests(self) -> bool:
         # _pending_finished is not counted: those requests are finished already
@@ -272,6 +286,8 @@ class VllmV1Engine:
         if self._cache_aware_reorders is not None:
             counts["cache-aware-reorder"] = self._cache_aware_reorders[0]
         counts.update(self._faults.path_counts)  # the fault points' (faults.py)
+        if self._sessions.enabled:
+            counts["session-resumed"] = self._sessions.num_resumed
         return counts
 
     def waiting_reasons(self) -> Mapping[str, str]:
@@ -284,88 +300,6 @@ class VllmV1Engine:
             for rid, r in self._live.items()
             if id(r) not in running and not r.is_finished()
         }
-
-    # ------------------------------------------------------------------- mapping --
-    def _map_output(
-        self, so: VllmSchedulerOutput, preempted: set[str], by_fault: set[str], dropped: Ids
-    ) -> SchedulerOutput:
-        """Our SchedulerOutput from vLLM's, in vLLM's batch order (num_scheduled_tokens);
-        `by_fault`: preempted before the call (faults.py), which it may schedule again,
-        of which `dropped` lose their samples in flight."""
-        self._step += 1
-        for tables in self._group_tables:
-            tables.drop(so.finished_req_ids)
-        computed, admitted = update_runner_tables(so, self._group_tables)
-        unmapped = set(so.num_scheduled_tokens) - set(computed)
-        # vLLM 0.10.1.1 and 0.11.0, priority policy: a request preempted after it was
-        # scheduled in the same call stays in num_scheduled_tokens (fixed in 0.11.1), its
-        # blocks freed; 0.11.0 lists it as neither new nor cached, 0.10.1.1 as cached. The
-        # engine's fault, reported before the runner would use those blocks.
-        stale = sorted(unmapped | (set(so.num_scheduled_tokens) & preempted))
-        if stale:
-            raise EngineFault(
-                "engine-crash",
-                f"vLLM scheduled {stale} in num_scheduled_tokens though it preempted "
-                f"{sorted(set(stale) & preempted)} in the same call (listed as neither a new "
-                f"nor a cached request: {sorted(unmapped)})",
-                case="scheduled and preempted by one schedule() call",
-            )
-        spec = so.scheduled_spec_decode_tokens
-        scheduled = tuple(
-            self._scheduled_request(rid, n, computed[rid], rid in admitted, spec.get(rid))
-            for rid, n in so.num_scheduled_tokens.items()
-        )
-        rejected, self._rejected = self._rejected, []
-        for rid, reason in rejected:
-            self._pending_finished.append(FinishedRequest(rid, (), f"rejected: {reason}"))
-        return SchedulerOutput(
-            step=self._step,
-            scheduled=scheduled,
-            preempted_req_ids=tuple(sorted(preempted | by_fault)),
-            finished_req_ids=tuple(sorted(so.finished_req_ids)),
-            rejected_req_ids=tuple(rid for rid, _ in rejected),
-            rejected_reasons=tuple(reason for _, reason in rejected),
-            block_copies=eras.block_copies(so),
-            dropped_req_ids=dropped,
-        )
-
-    def _scheduled_request(
-        self,
-        rid: str,
-        num_scheduled: int,
-        num_computed: int,
-        admitted: bool,
-        spec_token_ids: list[int] | None,
-    ) -> ScheduledRequest:
-        request, tokens = self._live[rid], self._tokens[rid]
-        # schedule() advanced vLLM's count to `end`; where it did not, the check after the
-        # update reports both counts (accounting.manager-agreement), not a crash
-        end = num_computed + num_scheduled
-        if spec_token_ids:  # the runner appends the drafts after the known tokens
-            check_drafts_follow_tokens(rid, num_computed, num_scheduled, spec_token_ids)
-            stop = end - len(spec_token_ids)
-            if self._depth > 1:  # async: vLLM's own placeholders (-1); every draft accepted
-                num_tokens, known = stop, tokens.chunk_with_placeholders(num_computed, stop)
-            else:
-                num_tokens, known = tokens.num_tokens, tokens.chunk(num_computed, stop)
-            chunk = np.concatenate([known, np.asarray(spec_token_ids, dtype=np.int64)])
-        elif self._depth > 1 and end > tokens.num_tokens:  # async: runs in-flight samples
-            num_tokens, chunk = end, tokens.chunk_with_placeholders(num_computed, end)
-        else:
-            num_tokens, chunk = tokens.num_tokens, tokens.chunk(num_computed, end)
-        return ScheduledRequest(  # positional, in field order: this runs per request per step
-            rid,
-            num_computed,
-            num_scheduled,
-            num_tokens,  # == request.num_tokens (+ placeholders): the tokens the runner knows
-            request.num_prompt_tokens,
-            chunk,
-            self._tables.table(rid),
-            num_computed if admitted else 0,
-            None,  # slots: vLLM addresses KV per block
-            tuple(spec_token_ids or ()),
-            tuple(t.table(rid) for t in self._group_tables) if self._num_groups > 1 else (),
-        )
 
     def _append_tokens(self, rid: str, token_ids: tuple[int, ...]) -> None:
         """Mirror the tokens vLLM appended: the first ones up to its stop (max_tokens), none
@@ -381,13 +315,26 @@ class VllmV1Engine:
         for token_id in token_ids[:num_appended]:
             buf.append(token_id)
 
-    def _report_finished(self, request: Request, reason: str) -> None:
-        rid = request.request_id
-        self._live.pop(rid)
+    def _report_finished(self, rid: str, reason: str) -> None:
+        """Turn `rid` finished; a session whose turn stopped is kept for the later turn that
+        waits for it, or else closed (sessions.py)."""
+        request = self._live.pop(rid)
         self._tokens.pop(rid)
-        self._pending_finished.append(
-            FinishedRequest(rid, tuple(int(t) for t in request.output_token_ids), reason)
-        )
+        outputs = tuple(int(t) for t in request.output_token_ids)
+        self._pending_finished.append(FinishedRequest(rid, outputs, reason))
+        continues = self._continues.pop(rid, None)
+        if not request.is_finished() and not self._sessions.keep(rid, request, continues):
+            self._close(request)
+
+    def _close(self, session: Request | None) -> None:
+        """End a kept session's input stream (a request that is not resumable, as AsyncLLM
+        sends it): vLLM aborts the session and frees its blocks."""
+        if session is None:
+            return
+        params = SamplingParams(max_tokens=1, ignore_eos=True)
+        kwargs = dict(request_id=session.request_id, prompt_token_ids=[0],
+                      sampling_params=params, pooling_params=None, resumable=False)  # fmt: skip
+        self.scheduler.add_request(Request(**eras.request_kwargs(Request, kwargs)))
 
 
 def _fault(message: str, case: str, request_id: str) -> EngineFault:

@@ -55,8 +55,9 @@ PAUSE_STATE_OF_MODE = {"keep": "PAUSED_ALL", "wait": "PAUSED_NEW"}  # the engine
 class FaultPoints:
     """The fault points of one vllm-v1 engine, its pause, and the requests they preempted."""
 
-    def __init__(self, scheduler: Any) -> None:
+    def __init__(self, scheduler: Any, turn_id: Callable[[str], str] = str) -> None:
         self.scheduler = scheduler
+        self.turn_id = turn_id  # our name of a vLLM request (sessions.py)
         self.preempted: set[str] = set()  # for the next step's output
         self.dropped: tuple[str, ...] = ()  # the next output's dropped_req_ids
         self.pause_mode: str | None = None  # "keep" or "wait": a pause not finished yet
@@ -81,7 +82,7 @@ class FaultPoints:
         if kind == "preempt" and self._resets_running and self.scheduler.running:
             if between_steps:
                 return self._reset_running()
-            running = {r.request_id for r in self.scheduler.running}
+            running = {self.turn_id(r.request_id) for r in self.scheduler.running}
             chunks = [r for o in in_flight for r in o.scheduled if r.request_id in running]
             drafts = any(r.spec_token_ids for r in chunks)  # the runner keeps what it drew
             if not drafts and rng.random() < 0.5:  # drawn: either is production's

@@ -30,6 +30,7 @@ from typing import Any
 from schedcheck.engines.protocol import EngineConfig, is_async_scheduling
 from schedcheck.engines.vllm.common import fit_config, write_tiny_model_dir
 from schedcheck.engines.vllm.v1 import eras
+from schedcheck.engines.vllm.v1.sessions import STREAMING_INPUT_KEY, has_streaming_input
 
 OPTION_PREFIX = "vllm:"  # as options.OPTION_PREFIX (which imports vLLM)
 ACTIVE_SEQS_KEY = "vllm:max_num_active_seqs"
@@ -55,7 +56,8 @@ def _fit_release(config: EngineConfig) -> EngineConfig:
     them in ModelRunnerOutput then, which the adapter does not drive), and drafts with
     async scheduling where the release runs no drafts then (0.11.0). Where it runs them
     only with a draft model (0.12.0), the config names EAGLE as production's would
-    (eras.DRAFT_METHOD_KEY). Without vLLM installed, nothing is moved."""
+    (eras.DRAFT_METHOD_KEY); streaming-input sessions before 0.34.0. Without vLLM
+    installed, nothing is moved."""
     fields = eras.scheduler_config_fields()
     if not fields:
         return config
@@ -64,6 +66,8 @@ def _fit_release(config: EngineConfig) -> EngineConfig:
         for k, v in config.extra.items()
         if not k.startswith(OPTION_PREFIX) or k[len(OPTION_PREFIX) :] in fields
     }
+    if not has_streaming_input():  # no resumable requests before 0.34.0
+        extra.pop(STREAMING_INPUT_KEY, None)
     changes: dict[str, Any] = {}
     if config.num_speculative_tokens and not eras.has_draft_token_ids_api():
         changes["num_speculative_tokens"] = 0

@@ -65,6 +65,12 @@ class BlockHashIndex:
         """`request_id`'s block_hashes may have grown (or it is a new request)."""
         self._noted[request_id] = None
 
+    def renew(self, request_id: str) -> None:
+        """`request_id`'s block_hashes were cut back in place (a streaming-input session's
+        next chunk drops its last token's): indexed again from the start at the next update."""
+        self._drop(request_id)
+        self.note(request_id)
+
     def update(self, requests: Mapping[str, Any]) -> None:
         """Index the hashes vLLM computed since the last update (`requests`: vLLM's, by
         id); a noted request no longer there, or there as a new Request, is dropped."""

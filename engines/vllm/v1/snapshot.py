@@ -44,6 +44,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from schedcheck.engines.vllm.v1.changes import BlockChangeLog
 from schedcheck.engines.vllm.v1.eras import block_hash_bytes, block_hashes_bytes
 from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
+from schedcheck.engines.vllm.v1.sessions import Sessions
 
 NULL_BLOCK_REF_CNT = 1  # reported for vLLM's null block: held by the pool itself
 _REF_CNT = operator.attrgetter("ref_cnt")
@@ -63,8 +64,12 @@ class V1KVSnapshot:
         num_sliding_window_blocks_freed: int = 0,
         change_log: BlockChangeLog | None = None,
         hash_index: BlockHashIndex | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self._scheduler = scheduler
+        # streaming-input sessions (sessions.py): tables named by the turn running them
+        self._names = {} if sessions is None else dict(sessions.renamed)
+        self._held = () if sessions is None else tuple(sessions.kept)
         self._change_log = change_log
         self._hash_index = hash_index
         self.num_evicted_blocks = num_evicted_blocks  # cached blocks evicted, in total
@@ -145,14 +150,30 @@ class V1KVSnapshot:
         if self._hash_index is None:
             return [None] * len(hashes)
         self._hash_index.update(self._scheduler.requests)
-        return self._hash_index.positions(hashes, self._block_size, len(self._managers) > 1)
+        out = self._hash_index.positions(hashes, self._block_size, len(self._managers) > 1)
+        if not self._names:
+            return out
+        names = self._names
+        return [None if p is None else (names.get(p[0], p[0]), p[1], p[2]) for p in out]
+
+    def held_between_turns(self) -> tuple[str, ...]:
+        """Finished turns whose streaming-input session keeps its blocks for the later turn
+        that waits (sessions.py): their tables are held by design, not leaked."""
+        return self._held
+
+    def _named(self, req_to_blocks: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`req_to_blocks` keyed by our names (sessions by the turn running them)."""
+        if not self._names:
+            return req_to_blocks
+        names = self._names
+        return {names.get(rid, rid): blocks for rid, blocks in req_to_blocks.items()}
 
     def block_table_views(self) -> Mapping[str, Sequence[int]]:
         """req_to_blocks as lazy id sequences (len, [i] and [i:] cost what they read).
         Several groups: the concatenated tables of `block_tables()`."""
         if len(self._managers) > 1:
             return self._hybrid_block_tables()
-        return _TableViews(self._manager.req_to_blocks)
+        return _TableViews(self._named(self._manager.req_to_blocks))
 
     def table_ends(self) -> tuple[list[str], list[int], list[int]] | None:
         """(request ids, lengths, last block ids) of `block_table_views()`, in its order,
@@ -160,7 +181,7 @@ class V1KVSnapshot:
         every table); None with several groups (the views are plain lists then)."""
         if len(self._managers) > 1:
             return None
-        req_to_blocks = self._manager.req_to_blocks
+        req_to_blocks = self._named(self._manager.req_to_blocks)
         lists = list(compress(req_to_blocks.values(), req_to_blocks.values()))  # not empty
         request_ids = list(compress(req_to_blocks, req_to_blocks.values()))
         return request_ids, list(map(len, lists)), list(map(_BLOCK_ID, map(_LAST, lists)))
@@ -170,7 +191,7 @@ class V1KVSnapshot:
         table does not grow at its end (group 0 grows in its middle, and a sliding-window
         group drops blocks before its window)."""
         if len(self._managers) > 1:  # the keys of _hybrid_block_tables(), no table built
-            held = (m.req_to_blocks.items() for m in self._managers)
+            held = (self._named(m.req_to_blocks).items() for m in self._managers)
             return list(dict.fromkeys(rid for items in held for rid, blocks in items if blocks))
         return ()
 
@@ -190,7 +211,7 @@ class V1KVSnapshot:
             return self._hybrid_block_tables()
         return {
             req_id: [b.block_id for b in blocks]
-            for req_id, blocks in self._manager.req_to_blocks.items()
+            for req_id, blocks in self._named(self._manager.req_to_blocks).items()
             if blocks
         }
 
@@ -198,7 +219,7 @@ class V1KVSnapshot:
         out: dict[str, list[int]] = {}
         null_block = self._pool.null_block
         for manager in self._managers:
-            for req_id, blocks in manager.req_to_blocks.items():
+            for req_id, blocks in self._named(manager.req_to_blocks).items():
                 if blocks:
                     held = (b.block_id for b in blocks if b is not null_block)
                     out.setdefault(req_id, []).extend(held)
@@ -211,16 +232,16 @@ class V1KVSnapshot:
         Request's own num_computed_tokens, which `schedule()` has already advanced by the
         step's scheduled tokens. `num_cached_blocks()` is the manager's own count.
         """
-        requests = self._scheduler.requests
+        requests, names = self._scheduler.requests, self._names
         return {
-            req_id: int(requests[req_id].num_computed_tokens)
+            names.get(req_id, req_id): int(requests[req_id].num_computed_tokens)
             for req_id, blocks in self._manager.req_to_blocks.items()
             if blocks
         }
 
     def num_cached_blocks(self) -> Mapping[str, int]:
         """request id -> the manager's num_cached_block: leading blocks whose hash it cached."""
-        return dict(self._manager.num_cached_block)
+        return dict(self._named(self._manager.num_cached_block))
 
 
 class _BlockIds(Sequence[int]):

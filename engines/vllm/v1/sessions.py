@@ -1,0 +1,109 @@
+"""vLLM's resumable (streaming-input) sessions, driven by the simulator's later turns.
+
+A streaming-input client (vLLM 0.34's `AsyncLLM.generate` with an input stream) sends each
+input chunk as a `Request(resumable=True)` under the session's one request id. When a turn
+stops, vLLM keeps the request and its KV blocks (WAITING_FOR_STREAMING_REQ); the next
+chunk continues it (`Scheduler._update_request_as_session`: every token but the last one
+sampled, then the chunk); the stream's end, a request that is not resumable, aborts the
+session and frees its blocks.
+
+The simulator's later turns (a trace's `parent_request_id`) map onto this unchanged. With
+the option on (EngineConfig.extra "streaming_input" "true"), every request is resumable; a
+turn whose finish a later turn waits for (`EngineRequest.continues()`) is kept, any other
+is closed at once. The later turn continues its parent's session with its prompt past the
+tokens vLLM keeps, its parent's last output first, so the session's tokens are its prompt:
+
+    parent P (session s):  | P's prompt ............. | P's outputs o1 .. ok |
+    vLLM keeps:            | P's prompt ............. | o1 .. o(k-1) |
+    later turn C's prompt: | P's prompt ............. | o1 .. ok | C's own |
+    the chunk sent to s:                                  | ok | C's own |
+
+vLLM names the session by its first request's id (s), the simulator each turn by its own
+(C): `turn_id` and `session_id` translate, for sessions only (identity for the rest).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from schedcheck.engines.protocol import EngineConfig, EngineRequest
+
+STREAMING_INPUT_KEY = "streaming_input"  # EngineConfig.extra: "true" drives sessions
+
+
+def streaming_input(config: EngineConfig) -> bool:
+    return config.extra.get(STREAMING_INPUT_KEY, "false") == "true"
+
+
+@functools.cache
+def has_streaming_input() -> bool:
+    """The installed vLLM's requests may be resumable sessions (0.34.0 on). Imports vLLM."""
+    from vllm.v1.request import Request
+
+    return "resumable" in inspect.signature(Request.__init__).parameters
+
+
+class Sessions:
+    """Which of vLLM's requests are sessions, which turn runs each, which are kept."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled  # every request is resumable
+        self._turn_of: dict[str, str] = {}  # vLLM session id -> its turn's id, where they differ
+        self._session_of: dict[str, str] = {}  # the reverse
+        # the id of a turn that ended, kept for the later turn that waits -> vLLM's request
+        self.kept: dict[str, Any] = {}
+        self.num_resumed = 0  # later turns that continued a kept session
+
+    def turn_id(self, vllm_id: str) -> str:
+        return self._turn_of.get(vllm_id, vllm_id)
+
+    def session_id(self, turn_id: str) -> str:
+        return self._session_of.get(turn_id, turn_id)
+
+    @property
+    def renamed(self) -> dict[str, str]:
+        """vLLM session id -> the id of its turn, where they differ (read-only use)."""
+        return self._turn_of
+
+    def keep(self, turn_id: str, session: Any, continues: Callable[[], bool] | None) -> bool:
+        """The turn `turn_id` of `session` stopped: keep the session for the later turn that
+        waits for it (True), or not (the caller closes it)."""
+        if continues is None or not continues():
+            return False
+        self.kept[turn_id] = session
+        return True
+
+    def resume(self, request: EngineRequest) -> tuple[Any, list[int]] | None:
+        """The kept session `request` continues (its parent's), and the chunk to send it;
+        None where its parent's session was not kept."""
+        parent = request.parent_request_id
+        session = self.kept.pop(parent, None) if parent is not None else None
+        if session is None:
+            return None
+        keep_end = session.num_tokens - 1  # vLLM drops the last sampled token
+        prompt = request.prompt_token_ids
+        kept = list(session.all_token_ids[:keep_end])
+        assert prompt.size > keep_end and prompt[:keep_end].tolist() == kept, (
+            f"{request.request_id}: its prompt does not start with session "
+            f"{session.request_id}'s {keep_end} kept tokens"
+        )
+        self._unname(session.request_id)
+        if request.request_id != session.request_id:
+            self._turn_of[session.request_id] = request.request_id
+            self._session_of[request.request_id] = session.request_id
+        self.num_resumed += 1
+        return session, prompt[keep_end:].tolist()
+
+    def forget(self, vllm_ids: Any) -> None:
+        """vLLM freed these requests (its finished_req_ids, named by turn before this)."""
+        if self._turn_of:
+            for vllm_id in vllm_ids:  # bounded: the step's finished requests
+                self._unname(vllm_id)
+
+    def _unname(self, session_id: str) -> None:
+        turn = self._turn_of.pop(session_id, None)
+        if turn is not None:
+            self._session_of.pop(turn, None)

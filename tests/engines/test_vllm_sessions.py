@@ -1,0 +1,109 @@
+"""engines/vllm/v1/sessions.py without vLLM: which turn runs a session, which sessions are
+kept, the chunk a later turn sends; and the idle check's tables held between turns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from schedcheck.engines.protocol import EngineConfig, EngineRequest
+from schedcheck.engines.vllm.v1.sessions import Sessions, streaming_input
+from schedcheck.invariants.block_pool import check_no_leak
+
+
+@dataclass
+class FakeSession:
+    """What Sessions reads of vLLM's Request."""
+
+    request_id: str
+    all_token_ids: list[int] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+
+def later_turn(rid: str, parent: str, prompt: list[int]) -> EngineRequest:
+    tokens = np.asarray(prompt, np.int64)
+    tokens.flags.writeable = False
+    return EngineRequest(rid, tokens, 2, parent_request_id=parent)
+
+
+def test_the_option_is_read_from_extra():
+    assert streaming_input(EngineConfig(extra={"streaming_input": "true"}))
+    assert not streaming_input(EngineConfig())
+
+
+def test_a_kept_session_is_continued_by_the_later_turn_with_its_last_output_first():
+    sessions = Sessions(enabled=True)
+    s = FakeSession("r0", [10, 11, 12, 70, 71])  # prompt 10..12, outputs 70, 71
+    assert sessions.keep("r0", s, lambda: True)
+    assert sessions.kept == {"r0": s}
+    session, chunk = sessions.resume(later_turn("r1", "r0", [10, 11, 12, 70, 71, 30, 31]))
+    assert (session, chunk) == (s, [71, 30, 31])  # vLLM keeps 4 tokens, drops 71
+    assert (sessions.turn_id("r0"), sessions.session_id("r1"), sessions.kept) == ("r1", "r0", {})
+    assert (sessions.turn_id("x"), sessions.session_id("x"), sessions.num_resumed) == ("x", "x", 1)
+
+
+def test_a_session_is_named_by_its_latest_turn_until_vllm_frees_it():
+    sessions = Sessions(enabled=True)
+    s = FakeSession("r0", [10, 70])
+    sessions.keep("r0", s, lambda: True)
+    sessions.resume(later_turn("r1", "r0", [10, 70, 30]))
+    s.all_token_ids = [10, 70, 30, 80]
+    sessions.keep("r1", s, lambda: True)
+    sessions.resume(later_turn("r2", "r1", [10, 70, 30, 80, 40]))
+    assert (sessions.turn_id("r0"), sessions.session_id("r2"), sessions.session_id("r1")) == (
+        "r2",
+        "r0",
+        "r1",
+    )
+    sessions.forget({"r0"})
+    assert (sessions.turn_id("r0"), sessions.session_id("r2"), sessions.renamed) == ("r0", "r2", {})
+
+
+def test_a_turn_no_later_turn_waits_for_is_not_kept():
+    sessions = Sessions(enabled=True)
+    s = FakeSession("r0", [10, 70])
+    assert not sessions.keep("r0", s, lambda: False)
+    assert not sessions.keep("r0", s, None)
+    assert sessions.kept == {}
+    assert sessions.resume(later_turn("r1", "r0", [10, 70, 30])) is None  # a request of its own
+
+
+def test_a_later_turn_whose_prompt_is_not_the_sessions_tokens_is_refused():
+    sessions = Sessions(enabled=True)
+    sessions.keep("r0", FakeSession("r0", [10, 11, 70]), lambda: True)
+    with pytest.raises(AssertionError, match="does not start with session r0's 2 kept tokens"):
+        sessions.resume(later_turn("r1", "r0", [10, 12, 70, 30]))
+
+
+class FakeSnapshot:
+    """A pool of 6 blocks (block 0 reserved): r0's kept session holds 1 and 2, block 3 is
+    held twice (r0's and a request that should be gone)."""
+
+    reserved_block_ids = (0,)
+
+    def __init__(self, held: tuple[str, ...]) -> None:
+        self._held = held
+
+    def ref_cnt(self) -> np.ndarray:
+        return np.array([1, 1, 1, 2, 0, 0], np.int64)
+
+    def block_tables(self):
+        return {"r0": [1, 2, 3], "gone": [3]}
+
+    def held_between_turns(self) -> tuple[str, ...]:
+        return self._held
+
+
+def test_the_idle_check_leaves_out_what_a_kept_session_holds_once():
+    kept = check_no_leak(7, FakeSnapshot(("r0",)))
+    assert [(v.invariant, v.block) for v in kept] == [("block-pool.leak", 3)]
+    assert "block 3 still has ref_cnt 1" in kept[0].message
+    none_kept = check_no_leak(7, FakeSnapshot(()))
+    assert [(v.block, v.message.split(", ")[1]) for v in none_kept] == [
+        (1, "block 1 still has ref_cnt 1")
+    ]

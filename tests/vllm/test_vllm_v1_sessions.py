@@ -1,0 +1,100 @@
+"""vLLM 0.34.0's resumable streaming-input sessions behind the vllm-v1 adapter
+(engines/vllm/v1/sessions.py; tox -e vllm-v1): a later turn continues its parent's session
+through vLLM's own add_request, with the KV kept between turns, and every check holds.
+
+Block size 4; block 0 is vLLM's null block. Each trace runs with streaming_input on and
+off: the tokens are a function of the prompts (the hash model), so the outputs agree.
+"""
+
+from __future__ import annotations
+
+import pytest
+from vllm_driver import NEEDS_VLLM_V1, needs_release
+
+from schedcheck.engines.protocol import EngineConfig
+from schedcheck.sim.cost_model import StepCostModel
+from schedcheck.sim.loop import SimOptions, Simulation
+from schedcheck.traces.schema import TraceRequest
+
+pytestmark = [*NEEDS_VLLM_V1, needs_release("0.34.0", "resumable streaming-input sessions")]
+
+STEP_COST = StepCostModel("fixed", 1000.0, 0.0, 0.0, 0.0)  # 1 ms a step
+CONVERSATION = (  # a three-turn conversation, and a request beside it
+    TraceRequest("r0", 0.0, 3, prompt_token_ids=tuple(range(100, 110))),
+    TraceRequest("r1", 0.001, 2, prompt_token_ids=(300, 301, 302), parent_request_id="r0"),
+    TraceRequest("r2", 0.002, 2, prompt_token_ids=(400,), parent_request_id="r1"),
+    TraceRequest("r3", 0.0, 4, prompt_token_ids=tuple(range(200, 213))),
+)
+
+
+def run(trace, streaming: bool, async_scheduling: bool = False, num_gpu_blocks: int = 40):
+    extra = {"streaming_input": "true" if streaming else "false"}
+    if async_scheduling:
+        extra["async_scheduling"] = "true"
+    config = EngineConfig(
+        block_size=4,
+        num_gpu_blocks=num_gpu_blocks,
+        max_num_batched_tokens=32,
+        max_num_seqs=4,
+        max_model_len=32,
+        extra=extra,
+    )
+    sim = Simulation(list(trace), "vllm-v1", config, SimOptions(), STEP_COST)
+    result = sim.run()
+    return result, dict(sim.engine.rare_path_counts()).get("session-resumed")
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_later_turns_continue_their_parents_session_and_every_check_holds(async_scheduling):
+    on, resumed = run(CONVERSATION, True, async_scheduling)
+    off, not_resumed = run(CONVERSATION, False, async_scheduling)
+    assert (on.violations, on.stuck, off.violations, off.stuck) == ([], {}, [], {})
+    assert (resumed, not_resumed) == (2, None)  # r1 continued r0's session, r2 r1's
+    assert dict(on.outputs) == dict(off.outputs)
+    assert [len(on.outputs[r]) for r in ("r0", "r1", "r2", "r3")] == [3, 2, 2, 4]
+
+
+def test_a_session_kept_while_its_later_turn_thinks_is_no_leak_of_the_idle_engine():
+    """r1 arrives 0.5 s after r0 finished: the engine goes idle with r0's session holding
+    its blocks (held_between_turns), which the idle check does not count as a leak."""
+    trace = (
+        TraceRequest("r0", 0.0, 2, prompt_token_ids=tuple(range(100, 110))),
+        TraceRequest(
+            "r1", 0.0, 2, prompt_token_ids=(300,), parent_request_id="r0", think_time_s=0.5
+        ),
+    )
+    result, resumed = run(trace, True)
+    assert (result.violations, result.stuck, resumed) == ([], {}, 1)
+
+
+def test_a_turn_no_later_turn_waits_for_is_closed_and_frees_its_blocks():
+    """r1 arrives after r0 finished (no turn waited): r0's session was closed at its stop
+    (a non-resumable request ends the stream) and r1 is a request of its own."""
+    trace = (
+        TraceRequest("r0", 0.0, 1, prompt_token_ids=tuple(range(100, 110))),
+        TraceRequest("r1", 1.0, 1, prompt_token_ids=(300,), parent_request_id="r0"),
+    )
+    result, resumed = run(trace, True)
+    assert (result.violations, result.stuck, resumed) == ([], {}, 0)
+
+
+def test_two_sessions_that_fill_the_pool_deadlock_vllm_a_liveness_finding():
+    """vLLM 0.34.0's known deadlock (tests/vllm/repro/streaming_sessions_deadlock_under_kv_
+    pressure.py; upstream PR #49439): a and b hold 4 blocks each of the 8, their next turns
+    need a 5th each, and nothing runs to be preempted. The same trace without sessions
+    recomputes the turns and is clean."""
+    trace = (
+        TraceRequest("a", 0.0, 1, prompt_token_ids=tuple(range(100, 114))),
+        TraceRequest("b", 0.0, 1, prompt_token_ids=tuple(range(200, 214))),
+        TraceRequest("a2", 0.0, 1, prompt_token_ids=(300, 301, 302), parent_request_id="a"),
+        TraceRequest("b2", 0.0, 1, prompt_token_ids=(400, 401, 402), parent_request_id="b"),
+    )
+    stuck, resumed = run(trace, True, num_gpu_blocks=9)
+    assert resumed == 2 and stuck.violations == []
+    assert stuck.stuck == {
+        "a2": "WAITING: 0 running, 0 free blocks",
+        "b2": "WAITING: 0 running, 0 free blocks",
+        "*": "the engine schedules nothing while requests wait",
+    }
+    clean, _ = run(trace, False, num_gpu_blocks=9)
+    assert (clean.violations, clean.stuck) == ([], {})
