@@ -19,16 +19,17 @@ class FakeSession:
 
     request_id: str
     all_token_ids: list[int] = field(default_factory=list)
+    cache_salt: str | None = None
 
     @property
     def num_tokens(self) -> int:
         return len(self.all_token_ids)
 
 
-def later_turn(rid: str, parent: str, prompt: list[int]) -> EngineRequest:
+def later_turn(rid: str, parent: str, prompt: list[int], salt: str | None = None) -> EngineRequest:
     tokens = np.asarray(prompt, np.int64)
     tokens.flags.writeable = False
-    return EngineRequest(rid, tokens, 2, parent_request_id=parent)
+    return EngineRequest(rid, tokens, 2, cache_salt=salt, parent_request_id=parent)
 
 
 def test_the_option_is_read_from_extra():
@@ -71,6 +72,16 @@ def test_a_turn_no_later_turn_waits_for_is_not_kept():
     assert not sessions.keep("r0", s, None)
     assert sessions.kept == {}
     assert sessions.resume(later_turn("r1", "r0", [10, 70, 30])) is None  # a request of its own
+
+
+def test_a_later_turn_of_another_cache_salt_does_not_continue_the_session():
+    """A session keeps its first request's salt (a streaming update carries none): the
+    later turn is a request of its own, the session handed back to be closed."""
+    sessions = Sessions(enabled=True)
+    s = FakeSession("r0", [10, 70], cache_salt="a")
+    sessions.keep("r0", s, lambda: True)
+    assert sessions.resume(later_turn("r1", "r0", [10, 70, 30], salt=None)) == (s, None)
+    assert (sessions.kept, sessions.num_resumed, sessions.turn_id("r0")) == ({}, 0, "r0")
 
 
 def test_a_later_turn_whose_prompt_is_not_the_sessions_tokens_is_refused():

@@ -78,6 +78,19 @@ def test_a_turn_no_later_turn_waits_for_is_closed_and_frees_its_blocks():
     assert (result.violations, result.stuck, resumed) == ([], {}, 0)
 
 
+def test_a_later_turn_of_another_cache_salt_is_a_request_of_its_own():
+    """A session keeps its first request's cache_salt (a streaming update carries none),
+    so a later turn salted otherwise cannot continue it: the session is closed and the
+    turn added anew (its KV is not its parent's). Found as a harness false positive by
+    the first `--family streaming` campaign (shadow-kv.read, 2 requests)."""
+    trace = (
+        TraceRequest("r5", 0.0, 1, prompt_token_ids=(6000,), cache_salt="a"),
+        TraceRequest("r6", 0.0, 1, prompt_token_ids=(7000,), parent_request_id="r5"),
+    )
+    result, resumed = run(trace, True)
+    assert (result.violations, result.stuck, resumed) == ([], {}, 0)
+
+
 def test_two_sessions_that_fill_the_pool_deadlock_vllm_a_liveness_finding():
     """vLLM 0.34.0's known deadlock (tests/vllm/repro/streaming_sessions_deadlock_under_kv_
     pressure.py; upstream PR #49439): a and b hold 4 blocks each of the 8, their next turns

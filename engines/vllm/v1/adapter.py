@@ -155,8 +155,9 @@ class VllmV1Engine(OutputMapping):
             self._close(self._sessions.kept.pop(request.parent_request_id or "", None))
             return
         prompt = read_only_prompt(request.prompt_token_ids)
-        resumed = self._sessions.resume(request) if self._sessions.enabled else None
-        session, chunk = resumed if resumed is not None else (None, prompt.tolist())
+        session, chunk = self._resume(request)
+        if chunk is None:
+            chunk = prompt.tolist()
         kwargs = dict(
             request_id=rid if session is None else session.request_id,
             prompt_token_ids=chunk,
@@ -176,6 +177,18 @@ class VllmV1Engine(OutputMapping):
         self._tokens[rid] = TokenBuffer(prompt, request.max_tokens)
         self._live[rid] = vllm_request if session is None else session
         self._continues[rid] = request.continues
+
+    def _resume(self, request: EngineRequest) -> tuple[Request | None, list[int] | None]:
+        """The kept session `request` continues and the chunk it sends (sessions.py), or
+        (None, None); a session it cannot continue is closed."""
+        resumed = self._sessions.resume(request) if self._sessions.enabled else None
+        if resumed is None:
+            return None, None
+        session, chunk = resumed
+        if chunk is None:
+            self._close(session)
+            return None, None
+        return session, chunk
 
     def _arrival_time(self, arrival_time_s: float) -> float:
         """A stamp after every earlier one, as time.time() gives vLLM's frontend."""

@@ -76,13 +76,17 @@ class Sessions:
         self.kept[turn_id] = session
         return True
 
-    def resume(self, request: EngineRequest) -> tuple[Any, list[int]] | None:
+    def resume(self, request: EngineRequest) -> tuple[Any, list[int] | None] | None:
         """The kept session `request` continues (its parent's), and the chunk to send it;
-        None where its parent's session was not kept."""
+        None where its parent's session was not kept; no chunk where the request cannot
+        continue it (another cache_salt: a session keeps its first request's, so the
+        caller closes it and adds the request anew)."""
         parent = request.parent_request_id
         session = self.kept.pop(parent, None) if parent is not None else None
         if session is None:
             return None
+        if request.cache_salt != session.cache_salt:
+            return session, None
         keep_end = session.num_tokens - 1  # vLLM drops the last sampled token
         prompt = request.prompt_token_ids
         kept = list(session.all_token_ids[:keep_end])
