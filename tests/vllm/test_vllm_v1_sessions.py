@@ -111,3 +111,29 @@ def test_two_sessions_that_fill_the_pool_deadlock_vllm_a_liveness_finding():
     }
     clean, _ = run(trace, False, num_gpu_blocks=9)
     assert (clean.violations, clean.stuck) == ([], {})
+
+
+def test_a_weight_updates_cache_reset_with_a_session_kept_crashes_vllm():
+    """vLLM 0.34.0 (tests/vllm/repro/streaming_session_breaks_running_reset.py): the fault
+    point's reset of the running requests (an RL weight update's clear_cache) raises while
+    r0's session waits for r1, r2 running: an engine-crash, vLLM's own frame."""
+    trace = (
+        TraceRequest("r0", 0.0, 1, prompt_token_ids=tuple(range(100, 106))),
+        TraceRequest(
+            "r1", 0.0, 1, prompt_token_ids=(300,), parent_request_id="r0", think_time_s=0.05
+        ),
+        TraceRequest("r2", 0.0, 30, prompt_token_ids=tuple(range(200, 206))),
+    )
+    config = EngineConfig(
+        block_size=4,
+        num_gpu_blocks=40,
+        max_num_batched_tokens=32,
+        max_num_seqs=4,
+        max_model_len=64,
+        extra={"streaming_input": "true"},
+    )
+    options = SimOptions(faults={"preempt": 0.5}, seed=0)
+    result = Simulation(list(trace), "vllm-v1", config, options, STEP_COST).run()
+    assert [(v.invariant, v.case) for v in result.violations] == [
+        ("engine-crash", "RuntimeError at vllm/v1/core/sched/scheduler.py:reset_prefix_cache:3348")
+    ]
