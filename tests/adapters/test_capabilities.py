@@ -124,6 +124,7 @@ def test_paths_an_engine_without_prefix_caching_cannot_reach_are_not_listed():
     assert never_reached({}, drafts=False, prefix_caching=False, vllm_options=False) == [
         "same-prefix-same-step",
         "abort-mid-chunk",
-        "mixed-chunk-step",  # an engine path (SGLang's), listed by default (engine_paths)
+        "mixed-chunk-step",  # engine paths (SGLang's, vLLM 0.34's sessions): listed by
+        "session-resumed",  # default (engine_paths)
     ]
     assert never_reached({}, spec=True, sliding=True) == list(RARE_PATHS)
