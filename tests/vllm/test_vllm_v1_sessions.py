@@ -27,7 +27,9 @@ CONVERSATION = (  # a three-turn conversation, and a request beside it
 )
 
 
-def run(trace, streaming: bool, async_scheduling: bool = False, num_gpu_blocks: int = 40):
+def run(
+    trace, streaming: bool, async_scheduling: bool = False, num_gpu_blocks: int = 40, faults=None
+):
     extra = {"streaming_input": "true" if streaming else "false"}
     if async_scheduling:
         extra["async_scheduling"] = "true"
@@ -39,7 +41,8 @@ def run(trace, streaming: bool, async_scheduling: bool = False, num_gpu_blocks: 
         max_model_len=32,
         extra=extra,
     )
-    sim = Simulation(list(trace), "vllm-v1", config, SimOptions(), STEP_COST)
+    options = SimOptions(faults=faults or {}, seed=0)
+    sim = Simulation(list(trace), "vllm-v1", config, options, STEP_COST)
     result = sim.run()
     return result, dict(sim.engine.rare_path_counts()).get("session-resumed")
 
@@ -122,18 +125,9 @@ def test_a_weight_updates_cache_reset_with_a_session_kept_crashes_vllm():
         TraceRequest(
             "r1", 0.0, 1, prompt_token_ids=(300,), parent_request_id="r0", think_time_s=0.05
         ),
-        TraceRequest("r2", 0.0, 30, prompt_token_ids=tuple(range(200, 206))),
+        TraceRequest("r2", 0.0, 20, prompt_token_ids=tuple(range(200, 206))),
     )
-    config = EngineConfig(
-        block_size=4,
-        num_gpu_blocks=40,
-        max_num_batched_tokens=32,
-        max_num_seqs=4,
-        max_model_len=64,
-        extra={"streaming_input": "true"},
-    )
-    options = SimOptions(faults={"preempt": 0.5}, seed=0)
-    result = Simulation(list(trace), "vllm-v1", config, options, STEP_COST).run()
+    result, _ = run(trace, True, faults={"preempt": 0.5})
     assert [(v.invariant, v.case) for v in result.violations] == [
         ("engine-crash", "RuntimeError at vllm/v1/core/sched/scheduler.py:reset_prefix_cache:3348")
     ]
