@@ -200,6 +200,9 @@ class KVSnapshot(Protocol):
                                   incremental check walks a step's changed blocks in one
                                   compiled call. They must say what ref_cnt_of, is_free
                                   and hash_changes_of say (the reference hashed manager).
+    held_between_turns()          finished requests whose tables the engine keeps by design
+                                  for a later turn (vLLM's streaming-input sessions): owners
+                                  for the pool check, left out of the idle check.
     hash_words()                  (cached now, each block's hash as 4 little-endian words)
                                   of every block id, or None (a hash not 32 bytes long):
                                   with pool_arrays, the incremental check reads a step's new

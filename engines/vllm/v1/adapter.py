@@ -45,8 +45,7 @@ vLLM's output contradicts its own contract, the adapter raises EngineFault with 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -122,7 +121,7 @@ class VllmV1Engine(OutputMapping):
         self._hash_index = BlockHashIndex(built.block_hasher)
         self._tokens: dict[str, TokenBuffer] = {}  # request id -> prompt + outputs
         self._live: dict[str, Request] = {}  # ids added and not yet reported finished
-        self._continues: dict[str, Any] = {}  # id -> its EngineRequest.continues
+        self._continues: dict[str, Callable[[], bool] | None] = {}  # EngineRequest.continues
         self._num_groups = len(config.kv_cache_groups)
         self._group_tables = [RunnerBlockTables() for _ in range(self._num_groups)]
         self._tables = self._group_tables[0]
