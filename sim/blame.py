@@ -57,11 +57,10 @@ def crash_violation(step: int, where: str, exc: BaseException) -> Violation:
 
 def harness_crash(step: int, exc: BaseException) -> Violation:
     """The violation of an exception raised outside any engine call (the harness's, unless
-    it is an adapter's EngineFault, or the engine's own code raised it, reached through a
-    call the loop makes directly, such as has_unfinished_requests: then the engine's)."""
-    is_harness, case = crash_case(exc)
-    if isinstance(exc, EngineFault) or not is_harness:
+    it is an adapter's EngineFault: then the engine's, wherever the adapter saw it)."""
+    if isinstance(exc, EngineFault):
         return crash_violation(step, "step", exc)
+    _, case = crash_case(exc)
     return Violation(
         HARNESS_CRASH,
         step,

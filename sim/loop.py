@@ -11,12 +11,10 @@ reads of the executor, the block pool, outputs of finished requests). Liveness p
 derived from the work left, else the run fails with the stuck requests and the engine's
 reasons (exit 3).
 
-The loop owns the SimPy process, the step and its numbering; its parts own the rest: what
-it knows of each request (sim/ledger.py), what enters between steps (sim/intake.py), the
-checks, liveness, the steps in flight under async scheduling (sim/pipelined.py),
-speculative decoding's drafts (sim/speculation.py), the executor's optional parts
-(sim/executors.py). A synchronous step and a pipelined one execute alike (`execute`); they
-differ in when the engine learns the step's output.
+The loop owns the SimPy process, the step and its numbering; its parts own the rest: the
+ledger, the intake, the checks, liveness, the steps in flight under async scheduling
+(sim/pipelined.py), drafts (sim/speculation.py), the executor's parts (sim/executors.py).
+A synchronous step and a pipelined one execute alike, but for when the engine learns it.
 """
 
 from __future__ import annotations
@@ -197,19 +195,22 @@ class Simulation:
             except Exception as exc:  # the harness itself raised: a finding, with its bundle
                 self._fatal([harness_crash(self.step_index, exc)])
 
+    def _unfinished(self) -> bool:  # an engine call: what it raises is blamed by its frames
+        return call_engine("has_unfinished_requests", self.engine.has_unfinished_requests)
+
     def _turn(self) -> Process:
         """Take what arrived, then run one step (or apply one in flight, or wait)."""
         self.intake.drain()
         if self.arrivals.done and not self.liveness.started:
             self.liveness.start(self.step_index)
-        if not self.engine.has_unfinished_requests():
+        if not self._unfinished():
             yield from self._idle()
             return
         if self._liveness_exceeded():
             return
         if self.options.faults and self.liveness.faults_on(self.step_index):
             self.intake.inject_faults(self.step_index, self.result.faults_fired)
-            if not self.engine.has_unfinished_requests():
+            if not self._unfinished():
                 return
         output = call_engine("schedule", self.engine.schedule)
         yield from self._run_step(output)
@@ -334,7 +335,7 @@ class Simulation:
 
     def _sleep_or_stall(self) -> Process:
         """After a step that ran nothing: retry at once after progress, else wait or fail."""
-        if self.liveness.empty_steps == 0 or not self.engine.has_unfinished_requests():
+        if self.liveness.empty_steps == 0 or not self._unfinished():
             return
         if self.liveness.stalled:
             self._stuck("the engine schedules nothing while requests wait")

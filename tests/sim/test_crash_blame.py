@@ -43,17 +43,3 @@ def test_an_engine_fault_is_the_violation_it_names_wherever_it_is_raised(make):
     v = make(*args)
     assert (v.invariant, v.case, v.step) == ("engine-crash", "listed twice", 5)
     assert v.message.endswith("vLLM listed r0 twice")
-
-
-def test_the_engines_own_raise_outside_an_engine_call_is_the_engine():
-    """vLLM raising inside a call the loop makes directly (has_unfinished_requests, where
-    the adapter settles a pause: vLLM 0.34.0's reset_prefix_cache with a streaming session
-    kept) is an engine-crash, as inside schedule()."""
-    exc = _raised(RuntimeError("Failed to reset KV cache"))  # a user's module: the engine
-    v = harness_crash(4, exc)
-    assert (v.invariant, v.case, v.step) == (
-        "engine-crash",
-        "RuntimeError at test_crash_blame.py:_raised:12",
-        4,
-    )
-    assert v.message == "step: RuntimeError: Failed to reset KV cache"

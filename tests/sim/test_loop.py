@@ -146,6 +146,27 @@ def test_an_engine_crash_is_a_violation_unless_ignored():
     assert (ignored.violations, ignored.ignored, ignored.steps) == ([], {"engine-crash": 1}, 2)
 
 
+class _CrashingWhenAsked(_Crashing):
+    """The toy engine, raising from has_unfinished_requests() at its third call (as vLLM
+    0.34.0 does where the adapter settles a pause: its cache reset with a session kept)."""
+
+    def schedule(self):
+        return self.inner.schedule()
+
+    def has_unfinished_requests(self):
+        self.calls += 1
+        if self.calls == 3:
+            raise RuntimeError("boom")
+        return self.inner.has_unfinished_requests()
+
+
+def test_a_raise_from_has_unfinished_requests_is_blamed_as_inside_any_engine_call():
+    crashed = run(_trace(), f"{__name__}:_CrashingWhenAsked", CFG, SimOptions(), UNIT)
+    assert [(v.invariant, v.message) for v in crashed.violations] == [
+        ("engine-crash", "has_unfinished_requests: RuntimeError: boom")
+    ]
+
+
 def test_the_liveness_bound_counts_a_threshold_limited_prefill_by_its_threshold():
     """1,500 prompt tokens at 1 token a step (long_prefill_token_threshold 1, budget 64) take
     1,500 steps; a bound counted in budgets (2 * 25 + 1,002 = 1,052) cut it off: a false
