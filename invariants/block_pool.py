@@ -27,6 +27,7 @@ from typing import cast
 import numpy as np
 
 from schedcheck.engines.protocol import KVSnapshot
+from schedcheck.invariants import pool_reads
 from schedcheck.invariants.hash_memory import HashMemory
 from schedcheck.invariants.violation import Violation
 
@@ -298,7 +299,7 @@ def check_no_leak(step: int, snapshot: KVSnapshot) -> list[Violation]:
         return []
     ref_cnt = ref_cnt.copy()
     ref_cnt[np.asarray(getattr(snapshot, "reserved_block_ids", ()), dtype=np.int64)] = 0
-    held: tuple[str, ...] = getattr(snapshot, "held_between_turns", tuple)()
+    held = pool_reads.held_between_turns(snapshot)
     tables = snapshot.block_tables() if held else {}
     for rid in held:  # bounded: the sessions kept
         np.subtract.at(ref_cnt, np.asarray(tables.get(rid, ()), np.int64), 1)

@@ -39,6 +39,13 @@ def table_ends(
     return list(tables), list(map(len, tables.values())), lasts
 
 
+def held_between_turns(snapshot: KVSnapshot) -> tuple[str, ...]:
+    """Finished requests whose tables the engine keeps by design for a later turn (the
+    optional `held_between_turns()`: vLLM's streaming-input sessions); none without it."""
+    held = getattr(snapshot, "held_between_turns", None)
+    return () if held is None else tuple(held())
+
+
 def all_live(live: Collection[str], request_ids: list[str]) -> bool:
     """Is every one of `request_ids` live? In C where `live` can say so itself
     (`holds_all`: a view of the live requests less this step's finished ones)."""

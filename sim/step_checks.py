@@ -29,7 +29,7 @@ import numpy as np
 
 from schedcheck.engines.metadata import RunnerMetadata, build_metadata
 from schedcheck.engines.protocol import EngineConfig, FinishedRequest, KVSnapshot, SchedulerOutput
-from schedcheck.invariants import hash_model
+from schedcheck.invariants import hash_model, pool_reads
 from schedcheck.invariants.accounting import AccountingChecker
 from schedcheck.invariants.block_pool import ExpectedContent, Named
 from schedcheck.invariants.idle import check_idle
@@ -161,7 +161,7 @@ class StepChecks:
     ) -> list[Violation]:
         """Every step: the blocks that changed (a full sweep every Nth step if asked)."""
         live: Collection[str] = self.ledger.live.keys()  # a view: no copy of every id
-        held: tuple[str, ...] = getattr(snapshot, "held_between_turns", tuple)()  # optional
+        held = pool_reads.held_between_turns(snapshot)  # sessions' tables, kept by design
         if finished or held:
             gone = {f.request_id for f in finished}.difference(held)
             live = _LiveAfter(self.ledger.live, gone, frozenset(held))

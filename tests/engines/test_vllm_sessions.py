@@ -32,6 +32,13 @@ def later_turn(rid: str, parent: str, prompt: list[int], salt: str | None = None
     return EngineRequest(rid, tokens, 2, cache_salt=salt, parent_request_id=parent)
 
 
+def continue_(sessions: Sessions, request: EngineRequest):
+    """As the adapter does: the session kept for `request`, and the chunk it sends it (None
+    where it cannot continue it); None where no session was kept."""
+    session = sessions.take(request)
+    return None if session is None else (session, sessions.resume(request, session))
+
+
 def test_the_option_is_read_from_extra():
     assert streaming_input(EngineConfig(extra={"streaming_input": "true"}))
     assert not streaming_input(EngineConfig())
@@ -42,7 +49,7 @@ def test_a_kept_session_is_continued_by_the_later_turn_with_its_last_output_firs
     s = FakeSession("r0", [10, 11, 12, 70, 71])  # prompt 10..12, outputs 70, 71
     assert sessions.keep("r0", s, lambda: True)
     assert sessions.kept == {"r0": s}
-    session, chunk = sessions.resume(later_turn("r1", "r0", [10, 11, 12, 70, 71, 30, 31]))
+    session, chunk = continue_(sessions, later_turn("r1", "r0", [10, 11, 12, 70, 71, 30, 31]))
     assert (session, chunk) == (s, [71, 30, 31])  # vLLM keeps 4 tokens, drops 71
     assert (sessions.turn_id("r0"), sessions.session_id("r1"), sessions.kept) == ("r1", "r0", {})
     assert (sessions.turn_id("x"), sessions.session_id("x"), sessions.num_resumed) == ("x", "x", 1)
@@ -52,10 +59,10 @@ def test_a_session_is_named_by_its_latest_turn_until_vllm_frees_it():
     sessions = Sessions(enabled=True)
     s = FakeSession("r0", [10, 70])
     sessions.keep("r0", s, lambda: True)
-    sessions.resume(later_turn("r1", "r0", [10, 70, 30]))
+    continue_(sessions, later_turn("r1", "r0", [10, 70, 30]))
     s.all_token_ids = [10, 70, 30, 80]
     sessions.keep("r1", s, lambda: True)
-    sessions.resume(later_turn("r2", "r1", [10, 70, 30, 80, 40]))
+    continue_(sessions, later_turn("r2", "r1", [10, 70, 30, 80, 40]))
     assert (sessions.turn_id("r0"), sessions.session_id("r2"), sessions.session_id("r1")) == (
         "r2",
         "r0",
@@ -71,7 +78,7 @@ def test_a_turn_no_later_turn_waits_for_is_not_kept():
     assert not sessions.keep("r0", s, lambda: False)
     assert not sessions.keep("r0", s, None)
     assert sessions.kept == {}
-    assert sessions.resume(later_turn("r1", "r0", [10, 70, 30])) is None  # a request of its own
+    assert continue_(sessions, later_turn("r1", "r0", [10, 70, 30])) is None  # its own request
 
 
 def test_a_later_turn_of_another_cache_salt_does_not_continue_the_session():
@@ -80,7 +87,7 @@ def test_a_later_turn_of_another_cache_salt_does_not_continue_the_session():
     sessions = Sessions(enabled=True)
     s = FakeSession("r0", [10, 70], cache_salt="a")
     sessions.keep("r0", s, lambda: True)
-    assert sessions.resume(later_turn("r1", "r0", [10, 70, 30], salt=None)) == (s, None)
+    assert continue_(sessions, later_turn("r1", "r0", [10, 70, 30], salt=None)) == (s, None)
     assert (sessions.kept, sessions.num_resumed, sessions.turn_id("r0")) == ({}, 0, "r0")
 
 
@@ -88,7 +95,7 @@ def test_a_later_turn_whose_prompt_is_not_the_sessions_tokens_is_refused():
     sessions = Sessions(enabled=True)
     sessions.keep("r0", FakeSession("r0", [10, 11, 70]), lambda: True)
     with pytest.raises(AssertionError, match="does not start with session r0's 2 kept tokens"):
-        sessions.resume(later_turn("r1", "r0", [10, 12, 70, 30]))
+        continue_(sessions, later_turn("r1", "r0", [10, 12, 70, 30]))
 
 
 class FakeSnapshot:

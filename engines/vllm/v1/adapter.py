@@ -89,7 +89,6 @@ ENGINE_NAME = "vllm-v1"
 # the last (ties would order the priority policy's victims by request id: a false liveness
 # finding of the first priority campaign, tests/vllm/test_vllm_v1_options.py)
 ARRIVAL_TIME_TICK_S = 1e-6
-Ids = tuple[str, ...]
 
 
 class VllmV1Engine(OutputMapping):
@@ -151,12 +150,11 @@ class VllmV1Engine(OutputMapping):
             self._num_queue_rejections += reason is not None
         if reason is not None:
             self._rejected.append((rid, reason))
-            self._close(self._sessions.kept.pop(request.parent_request_id or "", None))
+            self._close(self._sessions.take(request))  # its parent's session: not continued
             return
         prompt = read_only_prompt(request.prompt_token_ids)
-        session, chunk = self._resume(request)
-        if chunk is None:
-            chunk = prompt.tolist()
+        resumed = self._resume(request)
+        session, chunk = resumed if resumed is not None else (None, prompt.tolist())
         kwargs = dict(
             request_id=rid if session is None else session.request_id,
             prompt_token_ids=chunk,
@@ -177,16 +175,14 @@ class VllmV1Engine(OutputMapping):
         self._live[rid] = vllm_request if session is None else session
         self._continues[rid] = request.continues
 
-    def _resume(self, request: EngineRequest) -> tuple[Request | None, list[int] | None]:
+    def _resume(self, request: EngineRequest) -> tuple[Request, list[int]] | None:
         """The kept session `request` continues and the chunk it sends (sessions.py), or
-        (None, None); a session it cannot continue is closed."""
-        resumed = self._sessions.resume(request) if self._sessions.enabled else None
-        if resumed is None:
-            return None, None
-        session, chunk = resumed
+        None; its parent's session, where it cannot continue it, is closed."""
+        session = self._sessions.take(request)
+        chunk = None if session is None else self._sessions.resume(request, session)
         if chunk is None:
             self._close(session)
-            return None, None
+            return None
         return session, chunk
 
     def _arrival_time(self, arrival_time_s: float) -> float:
@@ -241,7 +237,7 @@ class VllmV1Engine(OutputMapping):
         vllm_output = in_flight.popleft()[1]
         self._last_batch = [r.request_id for r in output.scheduled]
         accepted = accepted_token_ids or {}
-        _, sampled = sampled_lists(output, sampled_token_ids, accepted, self._live)
+        sampled = sampled_lists(output, sampled_token_ids, accepted, self._live)
         req_ids = list(vllm_output.num_scheduled_tokens)  # vLLM's names, our output's order
         self._apply(vllm_output, eras.runner_output(ModelRunnerOutput, req_ids, sampled))
         for rid, token in sampled_token_ids.items():

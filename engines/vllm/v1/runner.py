@@ -78,12 +78,11 @@ def sampled_lists(
     sampled_token_ids: Mapping[str, int],
     accepted_token_ids: Mapping[str, tuple[int, ...]],
     live: Collection[str],
-) -> tuple[list[str], list[list[int]]]:
-    """What the runner returns for a step (`output`, ours): the batch's request ids, and
-    for each one token if it samples, none for a partial prefill chunk; a request with
+) -> list[list[int]]:
+    """What the runner returns for a step (`output`, ours), in its batch order: for each
+    request one token if it samples, none for a partial prefill chunk; a request with
     drafts gets its accepted drafts, then its sampled (bonus) token. `live`: the requests
     not reported finished (an aborted one may sample nothing)."""
-    req_ids = [r.request_id for r in output.scheduled]
     sampled: list[list[int]] = []
     for r in output.scheduled:  # bounded: the step's requests
         token = sampled_token_ids.get(r.request_id)
@@ -94,4 +93,4 @@ def sampled_lists(
         accepted = list(accepted_token_ids.get(r.request_id, ()))
         assert len(accepted) <= r.num_draft_tokens, f"{r.request_id}: accepted > drafts"
         sampled.append([] if token is None else [*accepted, int(token)])
-    return req_ids, sampled
+    return sampled

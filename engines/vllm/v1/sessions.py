@@ -76,17 +76,17 @@ class Sessions:
         self.kept[turn_id] = session
         return True
 
-    def resume(self, request: EngineRequest) -> tuple[Any, list[int] | None] | None:
-        """The kept session `request` continues (its parent's), and the chunk to send it;
-        None where its parent's session was not kept; no chunk where the request cannot
-        continue it (another cache_salt: a session keeps its first request's, so the
-        caller closes it and adds the request anew)."""
+    def take(self, request: EngineRequest) -> Any | None:
+        """The session kept for `request` (its parent's), no longer kept; None if none."""
         parent = request.parent_request_id
-        session = self.kept.pop(parent, None) if parent is not None else None
-        if session is None:
-            return None
+        return None if parent is None else self.kept.pop(parent, None)
+
+    def resume(self, request: EngineRequest, session: Any) -> list[int] | None:
+        """`request` continues `session` (taken for it): the chunk to send it, now named
+        by `request`; None where it cannot continue it (another cache_salt: a session keeps
+        its first request's, so the caller closes it and adds the request anew)."""
         if request.cache_salt != session.cache_salt:
-            return session, None
+            return None
         keep_end = session.num_tokens - 1  # vLLM drops the last sampled token
         prompt = request.prompt_token_ids
         kept = list(session.all_token_ids[:keep_end])
@@ -99,7 +99,7 @@ class Sessions:
             self._turn_of[session.request_id] = request.request_id
             self._session_of[request.request_id] = session.request_id
         self.num_resumed += 1
-        return session, prompt[keep_end:].tolist()
+        return prompt[keep_end:].tolist()
 
     def forget(self, vllm_ids: Any) -> None:
         """vLLM freed these requests (its finished_req_ids, named by turn before this)."""

@@ -68,8 +68,8 @@ class V1KVSnapshot:
     ) -> None:
         self._scheduler = scheduler
         # streaming-input sessions (sessions.py): tables named by the turn running them
-        self._names = {} if sessions is None else dict(sessions.renamed)
-        self._held = () if sessions is None else tuple(sessions.kept)
+        self._sessions = sessions
+        self._names = {} if sessions is None else sessions.renamed  # live, as the rest
         self._change_log = change_log
         self._hash_index = hash_index
         self.num_evicted_blocks = num_evicted_blocks  # cached blocks evicted, in total
@@ -159,7 +159,7 @@ class V1KVSnapshot:
     def held_between_turns(self) -> tuple[str, ...]:
         """Finished turns whose streaming-input session keeps its blocks for the later turn
         that waits (sessions.py): their tables are held by design, not leaked."""
-        return self._held
+        return () if self._sessions is None else tuple(self._sessions.kept)
 
     def _named(self, req_to_blocks: Mapping[str, Any]) -> Mapping[str, Any]:
         """`req_to_blocks` keyed by our names (sessions by the turn running them)."""
