@@ -11,7 +11,7 @@ scenarios the engine can run. A factory declares its capabilities with `declare`
 
 `Capabilities()` describes a full-featured engine. An engine that declares nothing gets
 `UNDECLARED`: the conservative subset (no cache salts, no priorities, no draft tokens, no
-rejection of a prompt that can never fit; the swarm leaves those out for it).
+rejection of a prompt that can never fit, no EOS stops; the swarm leaves those out for it).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ class Capabilities:
     priorities: bool = True  # EngineRequest.priority is read (the swarm draws priorities)
     aborts: bool = True  # abort_request of a waiting or running request
     later_turns: bool = True  # a request whose prompt extends a finished one's history
+    eos: bool = True  # EngineRequest.eos_token_id stops a request ("stop"; the swarm draws it)
     lookahead_tokens: bool = True  # num_lookahead_tokens > 0 (draft KV slots)
     # the engine refuses, through rejected_req_ids, a request that can never fit the cache
     rejects_oversize: bool = True
@@ -76,7 +77,7 @@ class Capabilities:
 
 
 UNDECLARED = Capabilities(
-    cache_salt=False, priorities=False, lookahead_tokens=False, rejects_oversize=False
+    cache_salt=False, priorities=False, lookahead_tokens=False, rejects_oversize=False, eos=False
 )
 
 

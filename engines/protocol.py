@@ -39,10 +39,11 @@ class EngineRequest:
 
     request_id: str
     prompt_token_ids: TokenArray  # int64, read-only
-    max_tokens: int  # tokens to generate; EOS is ignored
+    max_tokens: int  # tokens to generate at most
     arrival_time_s: float = 0.0
     priority: int = 0  # lower value = more important (vLLM's convention)
     cache_salt: str | None = None  # an extra key of the block hash (vLLM's cache_salt)
+    eos_token_id: int | None = None  # stops once sampled ("stop"); None: ignored (ignore_eos)
     # Optional: builds prompt_token_ids again (the same tokens, int64, read-only) whenever
     # called: an engine keeping thousands of requests waiting may keep no prompt until it
     # admits one (the reference engine). Not part of the request's value (equality, repr).
@@ -140,7 +141,7 @@ class SchedulerOutput:
 class FinishedRequest:
     request_id: str
     output_token_ids: tuple[int, ...]
-    reason: str  # "length", "abort" or "rejected: ..."
+    reason: str  # "length", "stop" (EOS sampled), "abort" or "rejected: ..."
 
 
 def hash_words_of(hashes: Sequence[bytes]) -> npt.NDArray[np.uint64] | None:

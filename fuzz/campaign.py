@@ -32,6 +32,7 @@ from schedcheck.fuzz.database import FailureDB
 from schedcheck.fuzz.families import (
     drawable_families,
     draws_async,
+    draws_eos,
     draws_lookahead,
     draws_sliding_window,
     draws_spec_decode,
@@ -132,6 +133,7 @@ class CampaignResult:
             aborts=spec.capabilities.aborts,
             evictions_counted=self.evictions_counted,
             engine_paths=self.engine_paths,
+            eos=draws_eos(spec),
         )
         unreachable = self._unreachable()
         return [path for path in missed if path not in unreachable]

@@ -32,12 +32,14 @@ class SwarmSpec(Protocol):
 
 
 # --family: a campaign per option family (vLLM's scheduler options, drafts, sliding windows)
-FAMILIES = (*VLLM_FAMILIES, "spec-decode", "sliding-window")
+FAMILIES = (*VLLM_FAMILIES, "spec-decode", "sliding-window", "eos")
 # engines drawing vLLM v1's scheduler options, with the families each draws
 VLLM_OPTION_ENGINES: Mapping[str, tuple[str, ...]] = {
     "vllm-v1": VLLM_FAMILIES,
     "vllm-engine": VLLM_ENGINE_FAMILIES,
 }
+# engines that draw the model's EOS in half their examples (others: under --family eos)
+EOS_ENGINES = frozenset({"vllm-v1"})
 SPEC_ENGINES = frozenset({"vllm-v1", "reference"})  # engines that schedule draft tokens
 HYBRID_ENGINES = frozenset({"vllm-v1"})  # engines with sliding-window KV-cache groups
 
@@ -56,6 +58,13 @@ def always_spec_decode(spec: SwarmSpec) -> bool:
 
         return spec.mutant in SPEC_DECODE_MUTANTS
     return False
+
+
+def draws_eos(spec: SwarmSpec) -> bool:
+    """The model's EOS is drawn (fuzz/swarm.py's draw_eos) for an engine that declares EOS
+    stops: in every example under --family eos, else in half of EOS_ENGINES' examples (the
+    reference engine's stream stays as it was without the family)."""
+    return spec.capabilities.eos and ("eos" in spec.families or spec.engine in EOS_ENGINES)
 
 
 def draws_sliding_window(spec: SwarmSpec) -> bool:
@@ -80,6 +89,7 @@ def drawable_families(spec: SwarmSpec) -> tuple[str, ...]:
         drawable.add("async")
     drawable |= {"spec-decode"} if draws_spec_decode(spec) else set()
     drawable |= {"sliding-window"} if draws_sliding_window(spec) else set()
+    drawable |= {"eos"} if spec.capabilities.eos else set()
     return tuple(f for f in FAMILIES if f in drawable)
 
 

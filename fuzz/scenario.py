@@ -22,6 +22,7 @@ from schedcheck.fuzz.strategies import BOOLEANS, draw_plans, integers, materiali
 from schedcheck.fuzz.swarm import (
     SwarmSpec,
     budget_for_unchunked,
+    draw_eos,
     draw_faults,
     draw_features_for,
     draw_knobs,
@@ -33,6 +34,7 @@ from schedcheck.sim.loop import RunResult, SimOptions, run
 from schedcheck.traces import request_to_json
 from schedcheck.traces.reader import read_trace_lines
 from schedcheck.traces.schema import TraceRequest
+from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
 
 COST_PROFILE = "unit"
 STEPS_MAX = 20_000  # far above what a 12-request example needs; a clean run never hits it
@@ -48,6 +50,8 @@ class Scenario:
     seed: int = 0  # the run's SimOptions.seed (its fault generator)
     ignore: tuple[str, ...] = ()  # SimOptions.ignore: invariants of known behaviours
     draft_acceptance: float = 0.7  # SimOptions.draft_acceptance (with scheduled drafts)
+    vocab_size: int = DEFAULT_VOCAB_SIZE  # SimOptions': the model's, with its EOS
+    eos_token_id: int | None = None  # SimOptions': None, EOS ignored
 
     def __post_init__(self) -> None:
         assert self.requests, "a scenario has at least one request"
@@ -73,6 +77,8 @@ class Scenario:
             record_schedule=record_schedule,
             ignore=self.ignore,
             draft_acceptance=self.draft_acceptance,
+            vocab_size=self.vocab_size,
+            eos_token_id=self.eos_token_id,
         )
 
     def run(self, record_schedule: bool = False) -> RunResult:
@@ -98,6 +104,8 @@ class Scenario:
             obj["ignore"] = list(self.ignore)
         if self.config.num_speculative_tokens:  # likewise
             obj["draft_acceptance"] = self.draft_acceptance
+        if self.eos_token_id is not None:  # likewise
+            obj["vocab_size"], obj["eos_token_id"] = self.vocab_size, self.eos_token_id
         return obj
 
     def dumps(self) -> str:
@@ -120,6 +128,8 @@ class Scenario:
             seed=int(obj["seed"]),
             ignore=tuple(str(name) for name in obj.get("ignore", ())),
             draft_acceptance=float(obj.get("draft_acceptance", 0.7)),
+            vocab_size=int(obj.get("vocab_size", DEFAULT_VOCAB_SIZE)),
+            eos_token_id=None if obj.get("eos_token_id") is None else int(obj["eos_token_id"]),
         )
 
 
@@ -143,12 +153,16 @@ def _scenarios(draw: st.DrawFn, spec: SwarmSpec) -> Scenario:
     if not knob.enable_chunked_prefill and draw(BOOLEANS):
         budget_tokens = budget_for_unchunked(knob, requests)
     blocks = draw_num_gpu_blocks(draw, spec, requests, knob)
+    faults, seed = draw_faults(draw, spec), draw(integers(0, SIM_SEED_MAX))
+    vocab_size, eos_token_id = draw_eos(draw, spec)  # last: earlier draws are as they were
     return Scenario(
         engine=spec.engine,
         requests=requests,
         config=engine_config(spec, knob, blocks, budget_tokens),
-        faults=draw_faults(draw, spec),
-        seed=draw(integers(0, SIM_SEED_MAX)),
+        faults=faults,
+        seed=seed,
         ignore=spec.ignore,
         draft_acceptance=knob.draft_acceptance,
+        vocab_size=vocab_size,
+        eos_token_id=eos_token_id,
     )

@@ -42,6 +42,11 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
                                  rejected
     faults                       per kind 0 or a per-step probability (sim/faults.py);
                                  abort-mid-chunk only for engines with aborts
+    eos_token_id, vocab_size     the model's EOS (engines that declare EOS stops: vllm-v1 in
+                                 half the examples, any under --family eos): a vocabulary
+                                 of 8, 2 or 64 sampled ids, one of them the EOS, so a
+                                 request stops at about one sampled token in that many
+                                 (shrinks to no EOS, then to the first id)
     trace features               cache salts, priorities (under a "priority" policy, if
                                  the engine has one), aborts and later turns only for
                                  engines that declare them
@@ -74,6 +79,7 @@ from schedcheck.fuzz.families import (
 from schedcheck.fuzz.families import (
     VLLM_OPTION_ENGINES,
     always_spec_decode,
+    draws_eos,
     draws_lookahead,
     draws_sliding_window,
     draws_spec_decode,
@@ -91,8 +97,10 @@ from schedcheck.fuzz.strategies import (
 from schedcheck.fuzz.swarm_vllm import draw_vllm_v1_extra
 from schedcheck.sim.faults import FAULT_KINDS
 from schedcheck.traces.schema import TraceRequest
+from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE, FIRST_TOKEN_ID
 
 BLOCK_SIZES = (4, 2, 8, 16, 1)
+EOS_SPANS = (8, 2, 64)
 BUDGET_TOKENS_MAX = 64
 MAX_NUM_SEQS = (256, 1, 2, 3, 4, 6)
 SLACK_BLOCKS = (0, 1, 2, 4, 8, 16, 64)
@@ -315,6 +323,14 @@ def draw_num_gpu_blocks(
     if spec.draws_oversize and draw(integers(0, 7)) == 7:
         return max(1, need_max - 1)
     return need_max + pick(draw, SLACK_BLOCKS)
+
+
+def draw_eos(draw: st.DrawFn, spec: SwarmSpec) -> tuple[int, int | None]:
+    """(vocab_size, eos_token_id): the model's EOS where `draws_eos`, else none."""
+    if not draws_eos(spec) or ("eos" not in spec.families and not draw(BOOLEANS)):
+        return DEFAULT_VOCAB_SIZE, None
+    span = pick(draw, EOS_SPANS)  # sampled ids: a stop at about one token in `span`
+    return FIRST_TOKEN_ID + span, FIRST_TOKEN_ID + draw(integers(0, span - 1))
 
 
 def draw_faults(draw: st.DrawFn, spec: SwarmSpec) -> tuple[tuple[str, float], ...]:

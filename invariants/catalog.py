@@ -335,6 +335,13 @@ INVARIANTS: tuple[Invariant, ...] = (
         "vllm#16445",
     ),
     Invariant(
+        "outputs.stop",
+        "outputs",
+        _OUT,
+        "with the model's EOS, a request finished for 'stop' ends with it, one finished for "
+        "'length' does not, and none returns a token past its first EOS",
+    ),
+    Invariant(
         "outputs.unchunked",
         "outputs",
         _OUT,

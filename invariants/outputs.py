@@ -5,17 +5,36 @@ Properties, checked when a request finishes:
 - length: a request that finished for "length" has exactly max_tokens outputs, or fewer
   where max_model_len stops it first (vLLM caps a sequence at max_model_len and reports
   "length"): min(max_tokens, max_model_len - num_prompt_tokens);
+- stop: with the model's EOS (SimOptions.eos_token_id), a request's outputs end at the
+  first EOS it samples, and one that finished for "stop" ends with it (EOS is checked
+  before the length: an EOS sampled as the max_tokens-th token is a "stop");
 - unchunked: those tokens equal the run of the request alone, its whole prompt in one
   forward, no cache (the hash model makes that run a pure function of the prompt).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeVar
+
 import numpy as np
 
 from schedcheck.engines.protocol import FinishedRequest
 from schedcheck.invariants import hash_model
 from schedcheck.invariants.violation import Violation
+
+Tokens = TypeVar("Tokens", bound=Sequence[int])
+
+
+def until_eos(tokens: Tokens, eos_token_id: int | None) -> Tokens:
+    """`tokens` up to and with the first EOS (where the request stops); all, where none."""
+    if eos_token_id is None:
+        return tokens
+    try:
+        k = tokens.index(eos_token_id)
+    except ValueError:
+        return tokens
+    return tokens[: k + 1]  # type: ignore[return-value]
 
 
 def check_finished(
@@ -28,6 +47,7 @@ def check_finished(
     salt: int = 0,
     unchunked: bool = True,
     max_model_len: int | None = None,
+    eos_token_id: int | None = None,
 ) -> list[Violation]:
     """`unchunked=False` when the tokens come from a real model (the tensor executor does
     its own comparison against unchunked execution)."""
@@ -65,6 +85,7 @@ def check_finished(
                 found=str(num_returned),
             )
         )
+    out += _check_stop(step, finished, eos_token_id)
     k = hash_model.outputs_consistent(prompt, sampled, vocab_size, salt) if unchunked else -1
     if k >= 0:
         want = hash_model.unchunked_outputs(prompt, k + 1, vocab_size, salt)
@@ -80,6 +101,27 @@ def check_finished(
             )
         )
     return out
+
+
+def _check_stop(step: int, finished: FinishedRequest, eos_token_id: int | None) -> list[Violation]:
+    """A "stop" ends with the EOS; a "length" does not (vLLM checks EOS first)."""
+    outputs = finished.output_token_ids
+    ends_with_eos = eos_token_id is not None and bool(outputs) and outputs[-1] == eos_token_id
+    if (finished.reason == "stop") == ends_with_eos:
+        return []
+    last = str(outputs[-1]) if outputs else "no output"
+    why = "do not end with" if finished.reason == "stop" else "end with"
+    return [
+        Violation(
+            "outputs.stop",
+            step,
+            f"finished for {finished.reason} with {len(outputs)} outputs that {why} the "
+            f"model's EOS ({eos_token_id})",
+            request_id=finished.request_id,
+            expected="stop" if ends_with_eos else f"EOS {eos_token_id} last",
+            found=f"{finished.reason}, last output {last}",
+        )
+    ]
 
 
 def _first_difference(a: np.ndarray, b: np.ndarray) -> int:

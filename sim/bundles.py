@@ -44,13 +44,22 @@ def run_config(result: RunResult) -> dict[str, Any]:
     return {
         "engine": result.engine,
         "engine_config": config,
-        "sim": {name: _plain(getattr(result.options, name)) for name in _SIM_FIELDS},
+        "sim": _sim_fields(result.options),
         "executor_options": dict(result.options.executor_options),
         "cost": dataclasses.asdict(result.cost),
         "seed": result.options.seed,
         "mutant": result.config.mutant,
         "executor": result.options.executor,
     }
+
+
+def _sim_fields(options: SimOptions) -> dict[str, Any]:
+    """The options that change what a run does; eos_token_id only where set (a bundle
+    written before it existed reads the same)."""
+    fields = {name: _plain(getattr(options, name)) for name in _SIM_FIELDS}
+    if options.eos_token_id is not None:
+        fields["eos_token_id"] = options.eos_token_id
+    return fields
 
 
 def _plain(value: Any) -> Any:

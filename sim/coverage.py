@@ -38,6 +38,10 @@ vLLM v1 scheduler options (VLLM_OPTION_PATHS: only an engine with those options 
                                    session, KV kept between turns (0.34.0 on, with the
                                    option: engines/vllm/v1/sessions.py; RELEASE_PATHS)
 
+The model's EOS (SimOptions.eos_token_id; EOS_PATHS: only a campaign that draws it):
+
+    eos-stop                       a request stopped at the EOS it sampled (reason "stop")
+
 SGLang (counted by the adapter; ENGINE_PATHS):
 
     retract-with-token-in-flight   overlap scheduling: a request retracted while a batch in
@@ -54,7 +58,7 @@ from typing import Protocol
 
 import numpy as np
 
-from schedcheck.engines.protocol import ScheduledRequest, SchedulerOutput
+from schedcheck.engines.protocol import FinishedRequest, ScheduledRequest, SchedulerOutput
 
 RARE_PATHS = (
     "fully-cached-prompt",
@@ -75,6 +79,7 @@ RARE_PATHS = (
     "retract-with-token-in-flight",
     "mixed-chunk-step",
     "session-resumed",
+    "eos-stop",
 )
 # vLLM's fault points (engines/vllm/v1/faults.py): only where faults are drawn
 FAULT_PATHS = ("reset-with-step-in-flight", "engine-paused")
@@ -92,6 +97,7 @@ ENGINE_PATHS = ("retract-with-token-in-flight", "mixed-chunk-step")  # SGLang's
 ASYNC_PATHS = ("async-output-placeholder", "retract-with-token-in-flight")
 RELEASE_PATHS = ("cache-aware-reorder", *FAULT_PATHS, *ENGINE_PATHS, "session-resumed")
 SPEC_PATHS = ("spec-rejected", "spec-rejected-cross-block")
+EOS_PATHS = ("eos-stop",)
 SLIDING_PATHS = ("sliding-window-block-freed",)
 
 
@@ -171,6 +177,11 @@ class Coverage:
         if rid in self.mid_prefill:
             self.counts["abort-mid-chunk"] += 1
 
+    def observe_finished(self, finished: Collection[FinishedRequest]) -> None:
+        for f in finished:  # bounded: the step's finished requests
+            if f.reason == "stop":
+                self.counts["eos-stop"] += 1
+
     def forget(self, rid: str) -> None:
         self.first_block_key.pop(rid, None)
         self.mid_prefill.discard(rid)
@@ -232,6 +243,7 @@ def never_reached(
     aborts: bool = True,
     evictions_counted: bool = True,
     engine_paths: Collection[str] = RELEASE_PATHS,
+    eos: bool = False,
 ) -> list[str]:
     """Rare paths with a zero count, of those the campaign can reach: one that never draws
     draft tokens cannot reach drafts-cross-block, one without prefix caching none of
@@ -244,7 +256,7 @@ def never_reached(
     aborts; evict-cached-block only where the engine's snapshot counts its evictions (the
     optional `num_evicted_blocks`: without it the path is unmeasured, not unreached);
     RELEASE_PATHS only where `engine_paths` (the engine's rare_path_counts() keys) names
-    them."""
+    them; EOS_PATHS only for a campaign that draws the model's EOS (`eos`)."""
     unreachable: tuple[str, ...] = () if drafts else ("drafts-cross-block",)
     if not prefix_caching:
         unreachable += PREFIX_CACHE_PATHS
@@ -258,6 +270,8 @@ def never_reached(
         unreachable += SLIDING_PATHS
     if not aborts:
         unreachable += ("abort-mid-chunk",)
+    if not eos:
+        unreachable += EOS_PATHS
     if not evictions_counted:
         unreachable += ("evict-cached-block",)
     unreachable += tuple(p for p in RELEASE_PATHS if p not in engine_paths)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from schedcheck.engines.protocol import EngineRequest, ScheduledRequest, SchedulerOutput
+from schedcheck.invariants.outputs import until_eos
 from schedcheck.sim.arrivals import Arrivals, Release
 from schedcheck.sim.result import RunResult
 from schedcheck.traces.schema import TraceRequest
@@ -95,6 +96,7 @@ class Ledger:
         prompt_of: PromptOf | None = None,
     ) -> None:
         self.context_steps, self.result, self.on_retired = context_steps, result, on_retired
+        self.eos_token_id = result.options.eos_token_id  # the model's: a request stops there
         arrivals = getattr(on_retired, "__self__", None)
         self.arrivals = arrivals if isinstance(arrivals, Arrivals) else None
         if self.arrivals is not None:  # the result keeps every request's outputs: the
@@ -117,6 +119,7 @@ class Ledger:
             arrival_time_s=now_s,
             priority=live.priority,
             cache_salt=live.cache_salt,
+            eos_token_id=self.eos_token_id,
             # the engine may keep no prompt while it waits: it asks the ledger, which
             # builds the prompt once for the engine and the executor
             prompt_source=live.prompt if self.prompt_of is not None else None,
@@ -163,12 +166,17 @@ class Ledger:
 
     def gain(self, request_id: str, tokens: tuple[int, ...]) -> tuple[int, ...]:
         """The tokens a request gained in a step the engine has applied, up to its
-        max_tokens (an engine stops there and drops the rest of a step's accepted drafts,
-        as vLLM does). Returns the tokens kept (none for a request no longer live)."""
+        max_tokens or its EOS (an engine stops there and drops the rest of a step's
+        accepted drafts, as vLLM does). Returns the tokens kept (none for a request no
+        longer live, or stopped)."""
         if request_id not in self.live:
             return ()
-        room = self.live[request_id].max_tokens - len(self.sampled[request_id])
+        sampled = self.sampled[request_id]
+        room = self.live[request_id].max_tokens - len(sampled)
         tokens = tokens[: max(room, 0)]
+        eos = self.eos_token_id
+        if eos is not None:
+            tokens = () if sampled and sampled[-1] == eos else until_eos(tokens, eos)
         self.sampled_by_runner(request_id, tokens)
         return tokens
 
@@ -201,12 +209,14 @@ class Ledger:
     def _gain_samples(self, sampled: Mapping[str, int]) -> None:
         """gain(rid, (token,)) for each rid: token, in one loop."""
         live, lists, num_tokens = self.live, self.sampled, self.num_tokens
+        eos = self.eos_token_id
         for rid, token in sampled.items():  # bounded: the step's sampling requests
             request = live.get(rid)
             if request is None:
                 continue
             tokens = lists[rid]
-            if len(tokens) < request.max_tokens:
+            stopped = eos is not None and bool(tokens) and tokens[-1] == eos
+            if len(tokens) < request.max_tokens and not stopped:
                 tokens.append(token)
                 num_tokens[rid] += 1
 

@@ -8,8 +8,7 @@ One step, as a serving engine runs it::
 Safety phase: every step is checked (sim/step_checks.py: token accounting, the shadow-KV
 reads of the executor, the block pool, outputs of finished requests). Liveness phase
 (sim/liveness.py): once nothing more will arrive, every request must finish within a bound
-derived from the work left, else the run fails with the stuck requests and the engine's
-reasons (exit 3).
+derived from the work left, else the run fails with the stuck requests and reasons (exit 3).
 
 The loop owns the SimPy process, the step and its numbering; its parts own the rest: the
 ledger, the intake, the checks, liveness, the steps in flight under async scheduling
@@ -312,6 +311,7 @@ class Simulation:
         unapplied = self.pipeline.unapplied_rejections()
         found = found + self.checks.after_update(output, finished, unapplied, self.step_index)
         self.violate(found)
+        self.coverage.observe_finished(finished)
         for f in finished:
             self.ledger.retire((f.request_id,), "finished", f.output_token_ids)
 

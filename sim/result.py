@@ -16,7 +16,7 @@ from schedcheck.sim.blame import crash_violation
 from schedcheck.sim.cost_model import StepCostModel
 from schedcheck.sim.faults import check_faults
 from schedcheck.traces.schema import TraceRequest
-from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE
+from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE, FIRST_TOKEN_ID
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIVENESS = 0, 1, 2, 3
 T = TypeVar("T")
@@ -36,6 +36,9 @@ class SimOptions:
     record_kv_events: bool = False  # keep the engine's block events (sim/kv_events.py)
     check_invariants: bool = True
     vocab_size: int = DEFAULT_VOCAB_SIZE
+    # the model's EOS id: a request stops once it samples it (vLLM's FINISHED_STOPPED, reason
+    # "stop"); None: EOS is ignored and every request runs to max_tokens (ignore_eos)
+    eos_token_id: int | None = None
     executor: str = "symbolic"  # "hash" (bare: no shadow KV) or "tensor" (gpu/, lazily)
     executor_options: Mapping[str, Any] = field(default_factory=dict)
     context_steps: int = 4  # steps of a request quoted in its violations
@@ -52,6 +55,11 @@ class SimOptions:
         check_faults(self.faults)
         assert self.steps_max >= 1 and self.stall_steps_max >= 1 and self.context_steps >= 0
         assert 0.0 <= self.draft_acceptance <= 1.0, "draft_acceptance is a probability"
+        eos = self.eos_token_id
+        assert eos is None or FIRST_TOKEN_ID <= eos < self.vocab_size, (
+            f"eos_token_id {eos} is not a token the model samples [{FIRST_TOKEN_ID}, "
+            f"{self.vocab_size})"
+        )
 
 
 class Outputs(MutableMapping[str, list[int]]):

@@ -33,7 +33,7 @@ from schedcheck.invariants import hash_model, pool_reads
 from schedcheck.invariants.accounting import AccountingChecker
 from schedcheck.invariants.block_pool import ExpectedContent, Named
 from schedcheck.invariants.idle import check_idle
-from schedcheck.invariants.outputs import check_finished
+from schedcheck.invariants.outputs import check_finished, until_eos
 from schedcheck.invariants.pool_delta import PoolDeltaChecker
 from schedcheck.invariants.protocol import ProtocolChecker
 from schedcheck.invariants.violation import Violation
@@ -180,12 +180,13 @@ class StepChecks:
 
     def _check_outputs(self, step: int, finished: FinishedRequest) -> list[Violation]:
         request = self.ledger.live.get(finished.request_id)
-        if request is None or finished.reason != "length":
+        if request is None or finished.reason not in ("length", "stop"):
             return []
         self.result.invariants_checked += 3
-        # async: the runner may sample past max_tokens (a step scheduled before the engine
-        # saw the last one); the engine must return exactly the first max_tokens
-        sampled = self.ledger.sampled[finished.request_id][: request.max_tokens]
+        # async: the runner may sample past max_tokens or the EOS (a step scheduled before
+        # the engine saw the last one); the engine must return exactly those before
+        eos = self.options.eos_token_id
+        sampled = until_eos(self.ledger.sampled[finished.request_id][: request.max_tokens], eos)
         return check_finished(
             step,
             finished,
@@ -196,6 +197,7 @@ class StepChecks:
             hash_model.salt_identity(request.cache_salt),
             unchunked=self.executor.hash_model_tokens,
             max_model_len=self.config.max_model_len,
+            eos_token_id=eos,
         )
 
     def _expected_content(self, snapshot: KVSnapshot) -> ExpectedContent | None:

@@ -4,8 +4,7 @@ Stops at the first finding or when the budget is spent; prints the seed, the opt
 reproduce command for each finding (--json: one object). With --continue-past-findings,
 campaign follows campaign until the budget is spent, each ignoring the invariants found
 before it, so one run lists every distinct kind of finding (--json: {"campaigns": [...]}).
-`--shrink BUNDLE` instead shrinks a failing bundle (e.g. from `schedcheck replay` of a real
-trace) by delta debugging.
+`--shrink BUNDLE` shrinks a failing bundle (from `schedcheck replay`) by delta debugging.
 
 Exit codes: 0 nothing found, 1 found (bundle written), 2 bad input.
 """
@@ -133,8 +132,9 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         "threshold, prefill_schedule_interval), admission (watermark, scheduler_reserve_full_isl, "
         "max_num_active_seqs), queue (max_num_queued_*), streaming (resumable streaming-input "
         "sessions, 0.34.0 on), spec-decode (scheduled drafts with acceptance), sliding-window (a "
-        "hybrid KV cache, a sliding window group); vllm-engine: priority, budget, admission, "
-        "queue; reference: async, spec-decode; sglang: async (overlap; else half on); repeatable",
+        "hybrid KV cache, a sliding window group), eos (the model's EOS stops requests); "
+        "vllm-engine: priority, budget, admission, queue; reference: async, spec-decode, eos; "
+        "sglang: async (overlap; else half on); repeatable",
     )
 
 

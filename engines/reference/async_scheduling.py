@@ -17,7 +17,9 @@ step's tokens are stale (`num_stale_tokens`): its update caches nothing (the blo
 freed) but still delivers its sample (vLLM 0.33 keeps stale outputs unless the KV is to be
 transferred); the request is not re-admitted while one of its samples is still a
 placeholder. A request whose outputs, placeholders included, reach max_tokens is not
-scheduled again; it finishes at the update that fills its last placeholder.
+scheduled again; it finishes at the update that fills its last placeholder. One that
+samples its EOS finishes at that update; a step of it still in flight (scheduled before
+the EOS was known) is dropped with its placeholder, as vLLM drops it.
 
 The KV manager counts what was applied; vLLM's Request counts what was scheduled. After an
 update (where the simulator reads it) the snapshot reports the second: the manager's count
@@ -98,7 +100,8 @@ class AsyncScheduling(Scheduler):
                     "but sampled_token_ids has no token for it"
                 )
             request.fill_placeholder(scheduled.num_end_tokens, int(token_id))
-            if request.num_output_tokens - request.num_output_placeholders >= request.max_tokens:
+            num_outputs = request.num_output_tokens - request.num_output_placeholders
+            if num_outputs >= request.max_tokens or token_id == request.eos_token_id:
                 finished.append(self._finish_async(request))
         return finished
 
@@ -116,7 +119,7 @@ class AsyncScheduling(Scheduler):
             self.running.remove(request)
         else:  # preempted while its last sample was in flight
             self.waiting.remove(request)
-        return self._finish_length(request)
+        return self._finish_stopped(request)
 
     def kv_snapshot_of(self, snapshot: KVSnapshot) -> KVSnapshot:
         return _InFlightSnapshot(snapshot, self.requests)

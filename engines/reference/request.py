@@ -41,6 +41,7 @@ class RequestStatus(enum.Enum):
     RUNNING = "running"
     PREEMPTED = "preempted"  # back in the waiting queue after a recompute preemption
     FINISHED_LENGTH = "finished_length"
+    FINISHED_STOPPED = "finished_stopped"  # sampled its EOS
     FINISHED_ABORTED = "finished_aborted"
     FINISHED_REJECTED = "finished_rejected"
 
@@ -50,7 +51,12 @@ class RequestStatus(enum.Enum):
 
 
 _FINISHED = frozenset(
-    (RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_REJECTED)
+    (
+        RequestStatus.FINISHED_LENGTH,
+        RequestStatus.FINISHED_STOPPED,
+        RequestStatus.FINISHED_ABORTED,
+        RequestStatus.FINISHED_REJECTED,
+    )
 )
 
 
@@ -68,6 +74,7 @@ class Request:
         "arrival_seq",
         "arrival_time_s",
         "cache_salt",
+        "eos_token_id",
         "max_tokens",
         "num_cached_tokens",
         "num_computed_tokens",
@@ -91,6 +98,7 @@ class Request:
         self.request_id = engine_request.request_id
         self.num_prompt_tokens = int(prompt.size)
         self.max_tokens = engine_request.max_tokens
+        self.eos_token_id = engine_request.eos_token_id  # None: EOS ignored
         self.priority = engine_request.priority
         self.arrival_time_s = engine_request.arrival_time_s
         self.arrival_seq = arrival_seq  # tie-breaker: the order add_request saw
@@ -178,6 +186,29 @@ class Request:
         buffer[num_tokens] = token_id
         self.output_token_ids.append(token_id)
         self.num_tokens = num_tokens + 1
+
+    def append_outputs(self, tokens: tuple[int, ...]) -> None:
+        """A step's tokens (accepted drafts, then the bonus token) up to max_tokens and the
+        EOS; the rest is dropped, as vLLM drops the drafts accepted past a stop."""
+        tokens = tokens[: self.max_tokens - self.num_output_tokens]
+        if self.eos_token_id in tokens:
+            tokens = tokens[: tokens.index(self.eos_token_id) + 1]
+        for token in tokens:  # bounded: the step's drafts + 1
+            self.append_output_token(int(token))
+
+    def stop_reason(self) -> str | None:
+        """ "stop" once the last output is the EOS (checked first, as vLLM does), "length"
+        at max_tokens, else None. Outputs past the EOS (async: a placeholder of a step in
+        flight) are dropped: the request returns what ends at its EOS."""
+        outputs = self.output_token_ids
+        eos = self.eos_token_id
+        if eos is not None and eos in outputs:
+            past = outputs.index(eos) + 1
+            self.num_output_placeholders -= outputs[past:].count(PLACEHOLDER_TOKEN_ID)
+            del outputs[past:]
+            self.num_tokens = self.num_prompt_tokens + len(outputs)
+            return "stop"
+        return "length" if self.num_output_tokens >= self.max_tokens else None
 
     def append_placeholder(self) -> None:
         """Async scheduling: a sample still in flight holds its position (token -1)."""

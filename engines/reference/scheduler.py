@@ -36,10 +36,11 @@ holding rejected-draft KV is never cached.
 
 `update_from_output` then advances num_computed_tokens by num_scheduled_tokens, lets the
 block manager cache what became full and written, appends a sampled token for every request
-whose chunk reached num_tokens, and finishes requests at max_tokens (reason "length"),
-freeing their blocks in reverse order. A request that can never run (prompt + max_tokens >
-max_model_len, more blocks than the cache has, or - with chunked prefill off - more tokens
-than the budget) is rejected at `add_request` and reported in the next SchedulerOutput.
+whose chunk reached num_tokens, and finishes requests at max_tokens (reason "length") or at
+the EOS they sampled ("stop"), freeing their blocks in reverse order. A request that can
+never run (prompt + max_tokens > max_model_len, more blocks than the cache has, or - with
+chunked prefill off - more tokens than the budget) is rejected at `add_request` and
+reported in the next SchedulerOutput.
 
 Differences from vLLM v1, on purpose: num_computed_tokens advances in update_from_output
 (vLLM advances it right after scheduling, for async scheduling); blocks are cached after the
@@ -68,6 +69,7 @@ from schedcheck.engines.reference.request import Request, RequestStatus
 from schedcheck.engines.reference.request_queue import make_queue
 
 _RUNNING = RequestStatus.RUNNING
+_STOPPED = {"stop": RequestStatus.FINISHED_STOPPED, "length": RequestStatus.FINISHED_LENGTH}
 
 
 class Scheduler:
@@ -591,7 +593,7 @@ class Scheduler:
                 if self._update_with_drafts(
                     request, scheduled, sampled_token_ids, accepted_token_ids or {}
                 ):
-                    finished.append(self._finish_length(request))
+                    finished.append(self._finish_stopped(request))
                     num_finished_running += 1
                 continue
             num_end_tokens = start + scheduled.num_scheduled_tokens
@@ -607,17 +609,20 @@ class Scheduler:
                     "but sampled_token_ids has no token for it"
                 )
             request.append_output_token(int(token_id))
-            if request.num_tokens - request.num_prompt_tokens >= request.max_tokens:
-                finished.append(self._finish_length(request))
+            if request.num_output_tokens >= request.max_tokens or token_id == request.eos_token_id:
+                finished.append(self._finish_stopped(request))
                 num_finished_running += 1
         if num_finished_running:
             self.running = [r for r in self.running if r.status is _RUNNING]
         return finished
 
-    def _finish_length(self, request: Request) -> FinishedRequest:
-        request.status = RequestStatus.FINISHED_LENGTH
+    def _finish_stopped(self, request: Request) -> FinishedRequest:
+        """At its EOS ("stop") or max_tokens ("length"): its blocks freed."""
+        reason = request.stop_reason()
+        assert reason is not None, f"{request.request_id} has not stopped"
+        request.status = _STOPPED[reason]
         self.kv_manager.free(request)
-        return self._finish(request, "length")
+        return self._finish(request, reason)
 
     # -- speculative decoding --------------------------------------------------------------
 
@@ -641,8 +646,8 @@ class Scheduler:
         accepted_token_ids: Mapping[str, tuple[int, ...]],
     ) -> bool:
         """A step that ran drafts: append the accepted drafts and the bonus token (up to
-        max_tokens), roll num_computed_tokens back by the rejected drafts, then cache the
-        full blocks of what is computed. Returns True when the request reached max_tokens::
+        max_tokens or the EOS), roll num_computed_tokens back by the rejected drafts, then
+        cache the full blocks of what is computed. Returns True when the request stopped::
 
             before    | computed | t | d1 d2 d3 |   num_end_tokens = n + 3 (n = num_tokens)
             accepted  d1              rejected d2 d3 (2)
@@ -655,15 +660,13 @@ class Scheduler:
         accepted = tuple(accepted_token_ids.get(rid, ()))
         num_rejected = len(scheduled.spec_token_ids) - len(accepted)
         assert num_rejected >= 0, f"{rid}: more accepted than drafted"
-        room = request.max_tokens - request.num_output_tokens
-        for token in (*accepted, int(token_id))[:room]:
-            request.append_output_token(int(token))
+        request.append_outputs((*accepted, int(token_id)))
         num_end_tokens = scheduled.num_end_tokens
         num_computed_tokens = self._rolled_back(request, num_end_tokens, num_rejected)
         request.num_computed_tokens = self._cache_after_drafts(
             request, num_end_tokens, num_computed_tokens
         )
-        return request.num_output_tokens >= request.max_tokens
+        return request.stop_reason() is not None
 
     def _rolled_back(self, request: Request, num_end_tokens: int, num_rejected: int) -> int:
         """num_computed_tokens after rejection sampling: the rejected drafts' KV is not

@@ -137,6 +137,7 @@ class SglangEngine:
     def add_request(self, request: EngineRequest) -> None:
         rid = request.request_id
         assert rid not in self._rid_of, f"duplicate id {rid}"
+        assert request.eos_token_id is None, "EOS stops are not driven here (eos=False)"
         reason = frontend_rejection(request, self.config.max_model_len)
         prompt = read_only_prompt(request.prompt_token_ids)
         params = SamplingParams(max_new_tokens=request.max_tokens, ignore_eos=True)

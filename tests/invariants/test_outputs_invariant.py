@@ -52,7 +52,7 @@ def test_returned_tokens_compared_as_ints_whatever_their_type_and_length():
     finished, sampled = _finish(prompt, 3)
     as_numpy = FinishedRequest("r0", tuple(np.int32(t) for t in sampled), "length")
     assert check_finished(5, as_numpy, prompt, sampled, 3, VOCAB) == []
-    short = FinishedRequest("r0", finished.output_token_ids[:2], "stop")
+    short = FinishedRequest("r0", finished.output_token_ids[:2], "abort")
     [v] = check_finished(5, short, prompt, sampled, 3, VOCAB)
     assert (v.invariant, v.position, v.expected, v.found) == (
         "outputs.returned",

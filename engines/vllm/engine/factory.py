@@ -56,6 +56,7 @@ CAPABILITIES = Capabilities(
     fit_config=fit_config,
     priorities=True,  # read under policy "priority"
     lookahead_tokens=False,
+    eos=False,  # EOS not driven: every request runs to max_tokens
     rejects_oversize=False,
     spare_blocks=1,  # BlockPool's null block
 )

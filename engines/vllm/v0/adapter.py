@@ -94,6 +94,7 @@ class VllmV0Engine:
     def add_request(self, request: EngineRequest) -> None:
         rid = request.request_id
         assert rid not in self._groups, f"duplicate id {rid}"
+        assert request.eos_token_id is None, "EOS stops are not driven here (eos=False)"
         if request.cache_salt is not None:  # refused, not ignored: ignoring shares across salts
             raise ValueError(f"{rid}: vLLM v0 has no cache_salt (vLLM added it in v1)")
         prompt = read_only_prompt(request.prompt_token_ids)

@@ -28,6 +28,7 @@ V0_CAPABILITIES = Capabilities(
     cache_salt=False,
     priorities=False,
     lookahead_tokens=False,
+    eos=False,  # EOS not driven: every request runs to max_tokens
     rejects_oversize=False,
     spare_blocks=1,
 )

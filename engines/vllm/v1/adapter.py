@@ -158,7 +158,8 @@ class VllmV1Engine(OutputMapping):
         kwargs = dict(
             request_id=rid if session is None else session.request_id,
             prompt_token_ids=chunk,
-            sampling_params=SamplingParams(max_tokens=request.max_tokens, ignore_eos=True),
+            sampling_params=sampling_params(request),
+            eos_token_id=request.eos_token_id,
             pooling_params=None,
             arrival_time=self._arrival_time(request.arrival_time_s),
             priority=request.priority,
@@ -343,6 +344,16 @@ class VllmV1Engine(OutputMapping):
         kwargs = dict(request_id=session.request_id, prompt_token_ids=[0],
                       sampling_params=params, pooling_params=None, resumable=False)  # fmt: skip
         self.scheduler.add_request(Request(**eras.request_kwargs(Request, kwargs)))
+
+
+def sampling_params(request: EngineRequest) -> SamplingParams:
+    """max_tokens, and the model's EOS as vLLM's frontend sets it (from the model's
+    generation config); ignore_eos where the simulator's model has none."""
+    eos_token_id = request.eos_token_id
+    params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=eos_token_id is None)
+    if eos_token_id is not None:
+        params.update_from_generation_config({}, eos_token_id)
+    return params
 
 
 def _fault(message: str, case: str, request_id: str) -> EngineFault:

@@ -325,13 +325,13 @@ def async_draft_method(make_engine: Callable[[EngineConfig], Any]) -> str | None
 
 # ------------------------------------------------------------------ requests --
 def request_kwargs(request_cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """kwargs plus the parameters an older Request requires (set to None: no EOS, the
-    stop is max_tokens with ignore_eos; no multimodal input)."""
-    params = _init_parameters(request_cls)
-    out = dict(kwargs)
+    """kwargs plus what an older Request requires (no multimodal input); the model's EOS
+    (eos_token_id) is the Request's own in 0.10.1.1, only its SamplingParams' after."""
+    params, out = _init_parameters(request_cls), dict(kwargs)
+    eos_token_id = out.pop("eos_token_id", None)
     for name in ("eos_token_id", "multi_modal_kwargs", "multi_modal_hashes"):
         if name in params:
-            out[name] = None
+            out[name] = eos_token_id if name == "eos_token_id" else None
     if "multi_modal_placeholders" in params:
         out["multi_modal_placeholders"] = None
     unknown = set(out) - set(params)
