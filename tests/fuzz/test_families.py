@@ -6,12 +6,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedcheck.fuzz.campaign import CampaignOptions, CampaignResult, check_target
-from schedcheck.fuzz.families import drawable_families, draws_async, undrawable_families
+from schedcheck.fuzz.families import (
+    drawable_families,
+    draws_async,
+    draws_eos,
+    undrawable_families,
+)
+from schedcheck.fuzz.scenario import Scenario, scenarios
 from schedcheck.fuzz.swarm import SwarmSpec, draw_knobs
 
 
 def test_each_engine_names_the_families_it_draws():
-    assert drawable_families(SwarmSpec(engine="reference")) == ("async", "spec-decode")
+    assert drawable_families(SwarmSpec(engine="reference")) == ("async", "spec-decode", "eos")
     assert drawable_families(SwarmSpec(engine="sglang")) == ("async",)
     assert drawable_families(SwarmSpec(engine="vllm-engine")) == (
         "priority",
@@ -28,6 +34,7 @@ def test_each_engine_names_the_families_it_draws():
         "streaming",
         "spec-decode",
         "sliding-window",
+        "eos",
     )
 
 
@@ -104,3 +111,35 @@ def test_sglang_lists_a_mixed_step_while_none_ran_where_its_adapter_counts_it():
     assert "mixed-chunk-step" not in result.never_reached()
     reference = CampaignResult(CampaignOptions(SwarmSpec(engine="reference")))
     assert "mixed-chunk-step" not in reference.never_reached()
+
+
+def _eos_drawn(engine: str, families: tuple[str, ...]) -> set[tuple[int, int | None]]:
+    """The (vocab_size, eos_token_id) pairs 30 examples of the spec draw."""
+    seen: set[tuple[int, int | None]] = set()
+
+    @settings(max_examples=30, derandomize=True, database=None, deadline=None)
+    @given(scenarios(SwarmSpec(engine=engine, families=families)))
+    def draw(scenario: Scenario) -> None:
+        seen.add((scenario.vocab_size, scenario.eos_token_id))
+        again = Scenario.from_json_text(scenario.dumps())  # carried with the scenario
+        assert (again.vocab_size, again.eos_token_id) == (
+            scenario.vocab_size,
+            scenario.eos_token_id,
+        )
+        assert ("eos_token_id" in scenario.to_json()) is (scenario.eos_token_id is not None)
+
+    draw()
+    return seen
+
+
+def test_the_eos_is_drawn_under_its_family_and_never_without_it_for_the_reference():
+    assert not draws_eos(SwarmSpec(engine="reference"))
+    assert _eos_drawn("reference", ()) == {(32_000, None)}  # its stream unchanged
+    drawn = _eos_drawn("reference", ("eos",))
+    assert all(eos is not None and 3 <= eos < vocab for vocab, eos in drawn)
+    assert {vocab for vocab, _ in drawn} >= {3 + 8, 3 + 2}
+    assert not draws_eos(SwarmSpec(engine="sglang", families=("eos",)))  # not declared
+    missed = CampaignResult(CampaignOptions(SwarmSpec(engine="reference"))).never_reached()
+    assert "eos-stop" not in missed
+    missed = CampaignResult(CampaignOptions(SwarmSpec(engine="reference", families=("eos",))))
+    assert "eos-stop" in missed.never_reached()
