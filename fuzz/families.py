@@ -39,7 +39,7 @@ VLLM_OPTION_ENGINES: Mapping[str, tuple[str, ...]] = {
     "vllm-engine": VLLM_ENGINE_FAMILIES,
 }
 # engines that draw the model's EOS in half their examples (others: under --family eos)
-EOS_ENGINES = frozenset({"vllm-v1"})
+EOS_ENGINES = frozenset({"vllm-v1", "sglang"})
 SPEC_ENGINES = frozenset({"vllm-v1", "reference"})  # engines that schedule draft tokens
 HYBRID_ENGINES = frozenset({"vllm-v1"})  # engines with sliding-window KV-cache groups
 

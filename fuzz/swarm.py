@@ -42,8 +42,8 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
                                  rejected
     faults                       per kind 0 or a per-step probability (sim/faults.py);
                                  abort-mid-chunk only for engines with aborts
-    eos_token_id, vocab_size     the model's EOS (engines that declare EOS stops: vllm-v1 in
-                                 half the examples, any under --family eos): a vocabulary
+    eos_token_id, vocab_size     the model's EOS (engines that declare EOS stops: vllm-v1 and
+                                 sglang in half the examples, any under --family eos): a vocabulary
                                  of 8, 2 or 64 sampled ids, one of them the EOS, so a
                                  request stops at about one sampled token in that many
                                  (shrinks to no EOS, then to the first id)

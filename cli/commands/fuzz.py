@@ -134,7 +134,7 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         "sessions, 0.34.0 on), spec-decode (scheduled drafts with acceptance), sliding-window (a "
         "hybrid KV cache, a sliding window group), eos (the model's EOS stops requests); "
         "vllm-engine: priority, budget, admission, queue; reference: async, spec-decode, eos; "
-        "sglang: async (overlap; else half on); repeatable",
+        "sglang: async (overlap; else half on), eos; repeatable",
     )
 
 

@@ -42,8 +42,7 @@ forward_iter) and the stand-in model output; nothing else.
 Request ids: SGLang aborts by rid *prefix* (`req.rid.startswith(recv_req.rid)`), so the
 adapter gives SGLang prefix-free rids (`000000000042`), not the trace's ids.
 
-An exception raised inside SGLang propagates unchanged; the simulator turns it into an
-`engine-crash` finding.
+An exception raised inside SGLang propagates unchanged (the simulator's `engine-crash`).
 """
 
 from __future__ import annotations
@@ -79,11 +78,13 @@ from schedcheck.engines.vllm.common import frontend_rejection, read_only_prompt 
 import torch  # noqa: E402  # isort: skip
 from sglang.srt.managers.io_struct import AbortReq  # noqa: E402  # isort: skip
 from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req, ScheduleBatch  # noqa: E402  # isort: skip
+from sglang.srt.managers.schedule_batch import FINISH_MATCHED_TOKEN  # noqa: E402  # isort: skip
 from sglang.srt.managers.utils import GenerationBatchResult  # noqa: E402  # isort: skip
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402  # isort: skip
 
 ENGINE_NAME = "sglang"
 VOCAB_SIZE = 1 << 30  # above every hash-model token id
+_REASONS = {FINISH_LENGTH: "length", FINISH_MATCHED_TOKEN: "stop"}  # else "abort"
 
 
 @dataclass
@@ -137,10 +138,11 @@ class SglangEngine:
     def add_request(self, request: EngineRequest) -> None:
         rid = request.request_id
         assert rid not in self._rid_of, f"duplicate id {rid}"
-        assert request.eos_token_id is None, "EOS stops are not driven here (eos=False)"
         reason = frontend_rejection(request, self.config.max_model_len)
         prompt = read_only_prompt(request.prompt_token_ids)
-        params = SamplingParams(max_new_tokens=request.max_tokens, ignore_eos=True)
+        eos = request.eos_token_id  # the model's EOS: a stop token (FINISH_MATCHED_TOKEN)
+        params = SamplingParams(max_new_tokens=request.max_tokens, ignore_eos=eos is None)
+        params.stop_token_ids = None if eos is None else {eos}
         params.normalize(None)
         sgl_rid = f"{self._num_added:012d}"
         self._num_added += 1
@@ -264,8 +266,7 @@ class SglangEngine:
         for req in batch.reqs:
             tracked = self._by_rid[req.rid]
             if req.finished() and not tracked.reported:
-                reason = "length" if isinstance(req.finished_reason, FINISH_LENGTH) else "abort"
-                self._report(tracked, reason)
+                self._report(tracked, _REASONS.get(type(req.finished_reason), "abort"))
 
     # ------------------------------------------------------------------- mapping --
     def _map_batch(
@@ -327,7 +328,7 @@ class SglangEngine:
         self._reported[tracked.req.rid] = tracked
         self._rid_of.pop(tracked.request_id, None)
         self.rows.forget(tracked.request_id)
-        outputs = tuple(int(t) for t in tracked.req.output_ids)
+        outputs = tuple(int(t) for t in tracked.req.output_ids_through_stop)
         self._pending_finished.append(FinishedRequest(tracked.request_id, outputs, reason))
 
     def _forget_done(self) -> None:

@@ -36,7 +36,6 @@ SGLANG_CAPABILITIES = Capabilities(
         (MIXED_CHUNK_KEY, ("false", "true")),  # off first: findings shrink to the normal loop
     ),
     priorities=False,
-    eos=False,  # EOS not driven: every request runs to max_tokens
     lookahead_tokens=False,
     spare_blocks=3,
 )

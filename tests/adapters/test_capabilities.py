@@ -127,4 +127,4 @@ def test_paths_an_engine_without_prefix_caching_cannot_reach_are_not_listed():
         "mixed-chunk-step",  # engine paths (SGLang's, vLLM 0.34's sessions): listed by
         "session-resumed",  # default (engine_paths)
     ]
-    assert never_reached({}, spec=True, sliding=True) == list(RARE_PATHS)
+    assert never_reached({}, spec=True, sliding=True, eos=True) == list(RARE_PATHS)

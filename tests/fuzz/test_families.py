@@ -18,7 +18,7 @@ from schedcheck.fuzz.swarm import SwarmSpec, draw_knobs
 
 def test_each_engine_names_the_families_it_draws():
     assert drawable_families(SwarmSpec(engine="reference")) == ("async", "spec-decode", "eos")
-    assert drawable_families(SwarmSpec(engine="sglang")) == ("async",)
+    assert drawable_families(SwarmSpec(engine="sglang")) == ("async", "eos")
     assert drawable_families(SwarmSpec(engine="vllm-engine")) == (
         "priority",
         "budget",
@@ -138,7 +138,8 @@ def test_the_eos_is_drawn_under_its_family_and_never_without_it_for_the_referenc
     drawn = _eos_drawn("reference", ("eos",))
     assert all(eos is not None and 3 <= eos < vocab for vocab, eos in drawn)
     assert {vocab for vocab, _ in drawn} >= {3 + 8, 3 + 2}
-    assert not draws_eos(SwarmSpec(engine="sglang", families=("eos",)))  # not declared
+    assert draws_eos(SwarmSpec(engine="sglang")) and draws_eos(SwarmSpec(engine="vllm-v1"))
+    assert not draws_eos(SwarmSpec(engine="vllm-engine", families=("eos",)))  # not declared
     missed = CampaignResult(CampaignOptions(SwarmSpec(engine="reference"))).never_reached()
     assert "eos-stop" not in missed
     missed = CampaignResult(CampaignOptions(SwarmSpec(engine="reference", families=("eos",))))
