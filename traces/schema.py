@@ -24,7 +24,7 @@ from schedcheck.traces.tokens import DEFAULT_VOCAB_SIZE, expand_hash_ids
 class TraceRequest:
     request_id: str
     arrival_time_s: float
-    output_length: int  # tokens to generate; EOS ignored
+    output_length: int  # max_tokens: tokens to generate, fewer where the run sets an EOS
     prompt_token_ids: tuple[int, ...] | None = None
     input_length: int | None = None
     hash_ids: tuple[int, ...] | None = None

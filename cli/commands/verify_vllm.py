@@ -52,6 +52,8 @@ def verify_bundle_on_vllm(path: str | Path, engine: str = KERNEL_ENGINE) -> Kern
     recorded = EngineConfig(**cfg["engine_config"])
     config, notes = kernel_config(recorded)
     sim = {k: v for k, v in cfg.get("sim", {}).items() if k != "progress"}
+    if sim.get("eos_token_id") is not None:  # Capabilities.eos: False
+        raise ValueError(f"{path}: its requests stop at an EOS; vllm-engine drives no EOS stops")
     options = SimOptions(
         **{**sim, "keep_going": True},
         executor_options=cfg.get("executor_options", {}),

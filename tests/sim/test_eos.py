@@ -121,3 +121,21 @@ def test_a_bundle_names_the_eos_only_when_set():
 def test_an_eos_the_model_never_samples_is_refused():
     with pytest.raises(AssertionError, match="not a token the model samples"):
         SimOptions(vocab_size=FIRST_TOKEN_ID + 5, eos_token_id=FIRST_TOKEN_ID + 5)
+
+
+def test_a_bundle_with_an_eos_is_refused_by_vllms_kernel_replay(tmp_path):
+    from schedcheck.cli.commands.verify_vllm import verify_bundle_on_vllm
+    from schedcheck.sim.bundles import save_bundle
+
+    result = run(
+        _trace()[:1],
+        "reference",
+        CONFIG,
+        dataclasses.replace(OPTIONS, record_schedule=True),
+        profile("unit"),
+    )
+    bundle = save_bundle(tmp_path / "bundle", result)
+    with pytest.raises(
+        ValueError, match="its requests stop at an EOS; vllm-engine drives no EOS stops"
+    ):
+        verify_bundle_on_vllm(bundle)
