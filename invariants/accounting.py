@@ -16,6 +16,10 @@ Properties (each checked every step):
   the shadow KV then reads every skipped key, so a hit on unwritten KV is still caught;
 - blocks: the block table holds at least cdiv(num_computed + num_scheduled, block_size)
   blocks (vllm#7380: off by one at exact multiples);
+- max-model-len: no position runs at or past max_model_len (num_computed + num_scheduled,
+  drafts included, <= max_model_len), and the block table holds at most
+  cdiv(max_model_len, block_size) blocks: the width of the model runner's block table and
+  the range of its positions, past which a kernel reads or writes out of bounds;
 - knowledge: num_tokens equals the tokens the request really has (prompt + outputs);
 - agreement: after the update, the KV manager's num_computed_tokens equals the
   scheduler's (vllm#11186);
@@ -42,6 +46,8 @@ class AccountingChecker:
         self.config = config
         self.decodes_within_budget = decodes_within_budget
         self.next_start: dict[str, int] = {}  # request id -> num_computed after its last step
+        self.max_model_len = config.max_model_len
+        self.max_blocks = -(-config.max_model_len // config.block_size)  # the runner's width
 
     def check_step(
         self, output: SchedulerOutput, known_num_tokens: Mapping[str, int]
@@ -61,6 +67,7 @@ class AccountingChecker:
         seen: set[str] = set()
         total = 0
         bs, next_start = self.config.block_size, self.next_start
+        max_model_len, max_blocks = self.max_model_len, self.max_blocks
         for req in scheduled:  # bounded: the step's requests
             rid = req.request_id
             ncomp, nsched, ntok = req.num_computed_tokens, req.num_scheduled_tokens, req.num_tokens
@@ -75,7 +82,9 @@ class AccountingChecker:
                 and (ndraft == 0 or end - ndraft == ntok)
                 and req.token_ids.size == nsched
                 and known.get(rid, ntok) == ntok
-                and len(req.block_table) * bs >= end
+                and end <= len(req.block_table) * bs
+                and end <= max_model_len
+                and len(req.block_table) <= max_blocks
                 and (ncomp == start or (ncomp == req.num_cached_tokens and (start or 0) <= ncomp))
             ):
                 seen.add(rid)
@@ -129,6 +138,7 @@ class AccountingChecker:
 
         _check_range(req, bad)
         _check_chunk(req, known, self.config.block_size, bad)
+        _check_length(req, self.max_model_len, self.max_blocks, bad)
         self._check_start(req, bad)
         self.next_start[req.request_id] = req.num_end_tokens
         return out
@@ -249,6 +259,27 @@ def _check_chunk(req, known: int | None, block_size: int, bad: Report) -> None:
             position=end - 1,
             expected=f">= {need} blocks",
             found=f"{len(req.block_table)} blocks",
+        )
+
+
+def _check_length(req, max_model_len: int, max_blocks: int, bad: Report) -> None:
+    """max-model-len: positions below max_model_len, a table no wider than the runner's."""
+    end, num_blocks = req.num_end_tokens, len(req.block_table)
+    if end > max_model_len:
+        bad(
+            "accounting.max-model-len",
+            f"runs positions up to {end - 1}, past max_model_len {max_model_len}",
+            position=max_model_len,
+            expected=f"<= {max_model_len}",
+            found=str(end),
+        )
+    if num_blocks > max_blocks:
+        bad(
+            "accounting.max-model-len",
+            f"block table holds {num_blocks} blocks, the runner's holds "
+            f"cdiv(max_model_len {max_model_len}, block_size) = {max_blocks}",
+            expected=f"<= {max_blocks} blocks",
+            found=f"{num_blocks} blocks",
         )
 
 

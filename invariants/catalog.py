@@ -243,6 +243,13 @@ INVARIANTS: tuple[Invariant, ...] = (
         "vllm#7380 / vllm#7371",
     ),
     Invariant(
+        "accounting.max-model-len",
+        "accounting",
+        _ACC,
+        "no position runs at or past max_model_len, and a block table holds at most "
+        "cdiv(max_model_len, block_size) blocks (the model runner's block table width)",
+    ),
+    Invariant(
         "accounting.admission",
         "accounting",
         _ACC,

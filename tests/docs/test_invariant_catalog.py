@@ -72,4 +72,4 @@ def test_the_scan_sees_the_names_it_must():
     assert reported["accounting.budget"].startswith("invariants/accounting.py:")
     assert reported["engine-crash"].startswith("sim/blame.py:")
     assert reported["protocol.lost-request"].startswith("invariants/protocol.py:")
-    assert len(INVARIANTS) == 48
+    assert len(INVARIANTS) == 49

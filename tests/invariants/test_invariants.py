@@ -36,6 +36,22 @@ def test_clean_chunks_pass_and_each_accounting_fault_is_named():
     ]
 
 
+def test_no_position_at_max_model_len_and_no_table_wider_than_the_runners():
+    import dataclasses
+
+    acc = AccountingChecker(dataclasses.replace(CFG, max_model_len=10))  # runner: 3 blocks
+    assert acc.check_step(SchedulerOutput(1, (_req("a", 0, 9, 9, [0, 1, 2]),)), {}) == []
+    assert acc.check_step(SchedulerOutput(2, (_req("a", 9, 1, 10, [0, 1, 2]),)), {}) == []
+    past = acc.check_step(SchedulerOutput(3, (_req("a", 10, 1, 11, [0, 1, 2]),)), {})
+    assert [(v.invariant, v.found, v.position) for v in past] == [
+        ("accounting.max-model-len", "11", 10)
+    ]
+    wide = AccountingChecker(dataclasses.replace(CFG, max_model_len=10))
+    [v] = wide.check_step(SchedulerOutput(1, (_req("b", 0, 4, 9, [0, 1, 2, 3]),)), {})
+    assert (v.invariant, v.found) == ("accounting.max-model-len", "4 blocks")
+    assert "cdiv(max_model_len 10, block_size) = 3" in v.message
+
+
 def test_full_cache_hit_must_leave_one_token():
     acc = AccountingChecker(CFG)
     out = acc.check_step(SchedulerOutput(1, (_req("a", 8, 1, 8, [0, 1, 2], cached=8),)), {})
