@@ -32,7 +32,7 @@ class SwarmSpec(Protocol):
 
 
 # --family: a campaign per option family (vLLM's scheduler options, drafts, sliding windows)
-FAMILIES = (*VLLM_FAMILIES, "spec-decode", "sliding-window", "eos")
+FAMILIES = (*VLLM_FAMILIES, "spec-decode", "sliding-window", "eos", "max-model-len")
 # engines drawing vLLM v1's scheduler options, with the families each draws
 VLLM_OPTION_ENGINES: Mapping[str, tuple[str, ...]] = {
     "vllm-v1": VLLM_FAMILIES,
@@ -67,6 +67,12 @@ def draws_eos(spec: SwarmSpec) -> bool:
     return spec.capabilities.eos and ("eos" in spec.families or spec.engine in EOS_ENGINES)
 
 
+def draws_max_model_len(spec: SwarmSpec) -> bool:
+    """max_model_len near a request's length (fuzz/swarm.py's draw_max_model_len): in
+    every example under --family max-model-len, else in half of EOS_ENGINES' examples."""
+    return "max-model-len" in spec.families or spec.engine in EOS_ENGINES
+
+
 def draws_sliding_window(spec: SwarmSpec) -> bool:
     return spec.engine in HYBRID_ENGINES
 
@@ -90,6 +96,7 @@ def drawable_families(spec: SwarmSpec) -> tuple[str, ...]:
     drawable |= {"spec-decode"} if draws_spec_decode(spec) else set()
     drawable |= {"sliding-window"} if draws_sliding_window(spec) else set()
     drawable |= {"eos"} if spec.capabilities.eos else set()
+    drawable.add("max-model-len")
     return tuple(f for f in FAMILIES if f in drawable)
 
 

@@ -26,6 +26,7 @@ from schedcheck.fuzz.swarm import (
     draw_faults,
     draw_features_for,
     draw_knobs,
+    draw_max_model_len,
     draw_num_gpu_blocks,
     engine_config,
 )
@@ -155,10 +156,11 @@ def _scenarios(draw: st.DrawFn, spec: SwarmSpec) -> Scenario:
     blocks = draw_num_gpu_blocks(draw, spec, requests, knob)
     faults, seed = draw_faults(draw, spec), draw(integers(0, SIM_SEED_MAX))
     vocab_size, eos_token_id = draw_eos(draw, spec)  # last: earlier draws are as they were
+    max_model_len = draw_max_model_len(draw, spec, requests)
     return Scenario(
         engine=spec.engine,
         requests=requests,
-        config=engine_config(spec, knob, blocks, budget_tokens),
+        config=engine_config(spec, knob, blocks, budget_tokens, max_model_len),
         faults=faults,
         seed=seed,
         ignore=spec.ignore,

@@ -47,6 +47,10 @@ different one, and lets Hypothesis shrink the config along with the trace. Drawn
                                  of 8, 2 or 64 sampled ids, one of them the EOS, so a
                                  request stops at about one sampled token in that many
                                  (shrinks to no EOS, then to the first id)
+    max_model_len                near one request's own prompt + output_length (exactly, one
+                                 short or past it, its prompt + 1, its prompt: refused) in
+                                 half of vllm-v1's and sglang's examples, any engine's under
+                                 --family max-model-len; else 131,072 (what it shrinks to)
     trace features               cache salts, priorities (under a "priority" policy, if
                                  the engine has one), aborts and later turns only for
                                  engines that declare them
@@ -81,6 +85,7 @@ from schedcheck.fuzz.families import (
     always_spec_decode,
     draws_eos,
     draws_lookahead,
+    draws_max_model_len,
     draws_sliding_window,
     draws_spec_decode,
     draws_vllm_options,
@@ -333,6 +338,20 @@ def draw_eos(draw: st.DrawFn, spec: SwarmSpec) -> tuple[int, int | None]:
     return FIRST_TOKEN_ID + span, FIRST_TOKEN_ID + draw(integers(0, span - 1))
 
 
+def draw_max_model_len(
+    draw: st.DrawFn, spec: SwarmSpec, requests: tuple[TraceRequest, ...]
+) -> int | None:
+    """max_model_len at one request's boundaries where `draws_max_model_len`; None: the
+    default (a sequence of any drawn length fits)."""
+    if not draws_max_model_len(spec):
+        return None
+    if "max-model-len" not in spec.families and not draw(BOOLEANS):
+        return None
+    request = requests[draw(integers(0, len(requests) - 1))]
+    end = request.num_own_prompt_tokens + request.output_length
+    return max(2, end + pick(draw, (0, -1, 1, 1 - request.output_length, -request.output_length)))
+
+
 def draw_faults(draw: st.DrawFn, spec: SwarmSpec) -> tuple[tuple[str, float], ...]:
     """(kind, probability) for the kinds switched on; () when faults are off."""
     if not spec.faults or not draw(BOOLEANS):
@@ -351,7 +370,11 @@ def budget_for_unchunked(knob: Knobs, requests: tuple[TraceRequest, ...]) -> int
 
 
 def engine_config(
-    spec: SwarmSpec, knob: Knobs, num_blocks: int, budget_tokens: int
+    spec: SwarmSpec,
+    knob: Knobs,
+    num_blocks: int,
+    budget_tokens: int,
+    max_model_len: int | None = None,
 ) -> EngineConfig:
     drawn = EngineConfig(
         block_size=knob.block_size,
@@ -368,4 +391,6 @@ def engine_config(
         mutant=spec.mutant,
         extra=dict(knob.extra),
     )
+    if max_model_len is not None:
+        drawn = dataclasses.replace(drawn, max_model_len=max_model_len)
     return spec.capabilities.fit(drawn)

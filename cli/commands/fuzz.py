@@ -132,9 +132,9 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         "threshold, prefill_schedule_interval), admission (watermark, scheduler_reserve_full_isl, "
         "max_num_active_seqs), queue (max_num_queued_*), streaming (resumable streaming-input "
         "sessions, 0.34.0 on), spec-decode (scheduled drafts with acceptance), sliding-window (a "
-        "hybrid KV cache, a sliding window group), eos (the model's EOS stops requests); "
-        "vllm-engine: priority, budget, admission, queue; reference: async, spec-decode, eos; "
-        "sglang: async (overlap; else half on), eos; repeatable",
+        "hybrid KV cache, a sliding window group), eos (the model's EOS stops requests), max-"
+        "model-len (near a request's length); vllm-engine: priority, budget, admission, queue; "
+        "reference and sglang: async, spec-decode (reference), eos, max-model-len; repeatable",
     )
 
 

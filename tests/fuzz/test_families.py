@@ -10,6 +10,7 @@ from schedcheck.fuzz.families import (
     drawable_families,
     draws_async,
     draws_eos,
+    draws_max_model_len,
     undrawable_families,
 )
 from schedcheck.fuzz.scenario import Scenario, scenarios
@@ -17,13 +18,19 @@ from schedcheck.fuzz.swarm import SwarmSpec, draw_knobs
 
 
 def test_each_engine_names_the_families_it_draws():
-    assert drawable_families(SwarmSpec(engine="reference")) == ("async", "spec-decode", "eos")
-    assert drawable_families(SwarmSpec(engine="sglang")) == ("async", "eos")
+    assert drawable_families(SwarmSpec(engine="reference")) == (
+        "async",
+        "spec-decode",
+        "eos",
+        "max-model-len",
+    )
+    assert drawable_families(SwarmSpec(engine="sglang")) == ("async", "eos", "max-model-len")
     assert drawable_families(SwarmSpec(engine="vllm-engine")) == (
         "priority",
         "budget",
         "admission",
         "queue",
+        "max-model-len",
     )
     assert drawable_families(SwarmSpec(engine="vllm-v1")) == (
         "priority",
@@ -35,13 +42,16 @@ def test_each_engine_names_the_families_it_draws():
         "spec-decode",
         "sliding-window",
         "eos",
+        "max-model-len",
     )
 
 
 def test_sglang_refuses_a_vllm_family_and_accepts_async():
     spec = SwarmSpec(engine="sglang", families=("priority", "async"))
     assert undrawable_families(spec) == ("priority",)
-    with pytest.raises(ValueError, match=r"cannot draw --family priority \(it draws async\)"):
+    with pytest.raises(
+        ValueError, match=r"cannot draw --family priority \(it draws async, eos, max-model-len\)"
+    ):
         check_target(spec)
 
 
@@ -144,3 +154,19 @@ def test_the_eos_is_drawn_under_its_family_and_never_without_it_for_the_referenc
     assert "eos-stop" not in missed
     missed = CampaignResult(CampaignOptions(SwarmSpec(engine="reference", families=("eos",))))
     assert "eos-stop" in missed.never_reached()
+
+
+def test_max_model_len_is_drawn_at_a_requests_boundaries_under_its_family():
+    seen: list[tuple[int, tuple[int, ...]]] = []
+
+    @settings(max_examples=30, derandomize=True, database=None, deadline=None)
+    @given(scenarios(SwarmSpec(engine="reference", families=("max-model-len",))))
+    def draw(scenario: Scenario) -> None:
+        ends = tuple(r.num_own_prompt_tokens + r.output_length for r in scenario.requests)
+        seen.append((scenario.config.max_model_len, ends))
+
+    draw()
+    assert all(any(mml >= 2 and -end <= mml - end <= 1 for end in ends) for mml, ends in seen)
+    assert any(mml < max(ends) for mml, ends in seen)  # a request capped or refused
+    assert not draws_max_model_len(SwarmSpec(engine="reference"))
+    assert draws_max_model_len(SwarmSpec(engine="vllm-v1"))
