@@ -109,14 +109,17 @@ def write_tiny_model_dir(max_model_len: int) -> str:
     return path
 
 
-def frontend_rejection(request: EngineRequest, max_model_len: int) -> str | None:
+def frontend_rejection(
+    request: EngineRequest, max_model_len: int, num_tokens: int | None = None
+) -> str | None:
     """The reason vLLM's frontend refuses a prompt before it reaches the scheduler, or None.
 
     Both engine generations refuse a decoder prompt that leaves no room for one output
     token (v1: `InputProcessor._validate_model_input`; v0: `LLMEngine._validate_model_inputs`
-    and the scheduler's "too long" ignore path, which this check pre-empts).
+    and the scheduler's "too long" ignore path, which this check pre-empts). `num_tokens`:
+    the tokens sent, where not the whole prompt (a streaming-input session's next chunk).
     """
-    n = request.num_prompt_tokens
+    n = request.num_prompt_tokens if num_tokens is None else num_tokens
     if n >= max_model_len:
         return (
             f"prompt (length {n}) plus at least one output token is longer than "

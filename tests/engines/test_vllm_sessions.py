@@ -125,3 +125,13 @@ def test_the_idle_check_leaves_out_what_a_kept_session_holds_once():
     assert [(v.block, v.message.split(", ")[1]) for v in none_kept] == [
         (1, "block 1 still has ref_cnt 1")
     ]
+
+
+def test_the_frontend_sees_a_continuing_turns_chunk_not_its_whole_prompt():
+    sessions = Sessions(enabled=True)
+    sessions.keep("r0", FakeSession("r0", [1, 2, 3, 4, 9]), lambda: True)  # keeps 1 2 3 4
+    turn = later_turn("r1", "r0", [1, 2, 3, 4, 9, 5, 6])
+    assert sessions.num_chunk_tokens(turn) == 3  # 9 5 6: what vLLM's frontend validates
+    assert sessions.num_chunk_tokens(later_turn("r1", "r0", [1, 2, 3, 4, 9, 5], "s")) == 6
+    assert sessions.num_chunk_tokens(later_turn("r2", "rx", [7, 8])) == 2  # nothing kept
+    assert "r0" in sessions.kept  # a peek: the session stays kept for the turn

@@ -8,6 +8,8 @@ off: the tokens are a function of the prompts (the hash model), so the outputs a
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from vllm_driver import NEEDS_VLLM_V1, needs_release
 
@@ -131,3 +133,29 @@ def test_a_weight_updates_cache_reset_with_a_session_kept_crashes_vllm():
     assert [(v.invariant, v.case) for v in result.violations] == [
         ("engine-crash", "RuntimeError at vllm/v1/core/sched/scheduler.py:reset_prefix_cache:3348")
     ]
+
+
+def test_a_session_grown_past_max_model_len_runs_past_the_runners_table():
+    """vllm#42489 (fix: PR #42502, open): vLLM's frontend checks a session's chunk alone
+    (11 tokens here, max_model_len 32 is not the limit: 16 is), so the session grows to 23
+    tokens and vLLM schedules its positions past max_model_len with 4 blocks. The adapter
+    checks the chunk as the frontend does; the turn sent whole would be refused."""
+    trace = (
+        TraceRequest("r0", 0.0, 3, prompt_token_ids=tuple(range(100, 110))),
+        TraceRequest("r1", 0.0, 3, prompt_token_ids=tuple(range(200, 210)), parent_request_id="r0"),
+    )
+    config = EngineConfig(
+        block_size=4,
+        num_gpu_blocks=64,
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        max_model_len=16,
+        extra={"streaming_input": "true"},
+    )
+    result = Simulation(list(trace), "vllm-v1", config, SimOptions(), STEP_COST).run()
+    found = [(v.invariant, v.request_id, v.found) for v in result.violations[:2]]
+    assert found[0][0] == "accounting.block-table-short"  # 4 blocks for 23 tokens
+    assert found[1] == ("accounting.max-model-len", "r1", "23")  # positions up to 22
+    closed = dataclasses.replace(config, extra={"streaming_input": "false"})
+    alone = Simulation(list(trace), "vllm-v1", closed, SimOptions(), STEP_COST).run()
+    assert (alone.violations, alone.rejected) == ([], 1)  # r1 whole: refused by the frontend

@@ -144,7 +144,8 @@ class VllmV1Engine(OutputMapping):
     def add_request(self, request: EngineRequest) -> None:
         rid = request.request_id
         assert rid not in self._live, f"duplicate id {rid}"
-        reason = frontend_rejection(request, self.config.max_model_len)
+        num_sent = self._sessions.num_chunk_tokens(request)
+        reason = frontend_rejection(request, self.config.max_model_len, num_sent)
         if reason is None:
             reason = queue_rejection(self.scheduler.scheduler_config, self._live.values())
             self._num_queue_rejections += reason is not None

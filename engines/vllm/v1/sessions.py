@@ -76,6 +76,15 @@ class Sessions:
         self.kept[turn_id] = session
         return True
 
+    def num_chunk_tokens(self, request: EngineRequest) -> int:
+        """The tokens `request` would send: its chunk where it continues a kept session
+        (vLLM's frontend validates only that: a session may grow past max_model_len), else
+        its whole prompt."""
+        session = self.kept.get(request.parent_request_id or "")
+        if session is None or request.cache_salt != session.cache_salt:
+            return request.num_prompt_tokens
+        return request.num_prompt_tokens - (session.num_tokens - 1)
+
     def take(self, request: EngineRequest) -> Any | None:
         """The session kept for `request` (its parent's), no longer kept; None if none."""
         parent = request.parent_request_id
