@@ -7,31 +7,22 @@ A vocabulary of 5 sampled ids, one the EOS: every request below stops before max
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from sglang_driver import SGLANG_0_5_23
 
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.sim.cost_model import profile
-from schedcheck.sim.loop import SimOptions, run
-from schedcheck.traces.schema import TraceRequest
-from schedcheck.traces.tokens import FIRST_TOKEN_ID
+from schedcheck.sim.loop import run
 
 pytestmark = SGLANG_0_5_23
 
-EOS = FIRST_TOKEN_ID + 1
-OPTIONS = SimOptions(vocab_size=FIRST_TOKEN_ID + 5, eos_token_id=EOS)
-TRACE = [
-    *(
-        TraceRequest(
-            f"r{i}",
-            0.01 * i,
-            12,
-            prompt_token_ids=tuple(range(1000 * (i + 1), 1000 * (i + 1) + 20 + i)),
-        )
-        for i in range(6)
-    ),
-    TraceRequest("r1b", 0.06, 9, prompt_token_ids=(5,), parent_request_id="r1"),
-]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
+from test_eos import OPTIONS, _trace  # noqa: E402  (six requests and a later turn)
+
+TRACE = _trace()
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,8 @@ CONFIG = EngineConfig(num_gpu_blocks=64, block_size=4, max_num_batched_tokens=32
 
 
 def _trace() -> list[TraceRequest]:
+    """Six requests, and a later turn of r1 read while r1 runs (a vLLM session continues
+    it); also the trace of tests/vllm and tests/sglang's EOS tests."""
     requests = [
         TraceRequest(
             f"r{i}",
@@ -32,7 +34,8 @@ def _trace() -> list[TraceRequest]:
         )
         for i in range(6)
     ]
-    return [*requests, TraceRequest("r1b", 0.0, 9, prompt_token_ids=(5,), parent_request_id="r1")]
+    later = TraceRequest("r1b", 0.01, 9, prompt_token_ids=(5,), parent_request_id="r1")
+    return [*requests[:2], later, *requests[2:]]
 
 
 def test_until_eos_cuts_after_the_first_eos_only():

@@ -3,37 +3,30 @@ each request at the first EOS it samples, as its frontend sets the EOS on Sampli
 and returns what the reference engine returns, synchronous, with drafts, async and (0.34.0)
 as streaming-input sessions.
 
-A vocabulary of 5 sampled ids, one the EOS: every request below but one stops before
-max_tokens.
+A vocabulary of 5 sampled ids, one the EOS: every request (tests/sim/test_eos.py's trace)
+stops before max_tokens.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 
 import pytest
 from vllm_driver import NEEDS_VLLM_V1, needs_release, skip_unless_drafts
 
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.sim.cost_model import profile
-from schedcheck.sim.loop import SimOptions, run
-from schedcheck.traces.schema import TraceRequest
-from schedcheck.traces.tokens import FIRST_TOKEN_ID
+from schedcheck.sim.loop import run
 
 pytestmark = NEEDS_VLLM_V1
 
-EOS = FIRST_TOKEN_ID + 1
-OPTIONS = SimOptions(vocab_size=FIRST_TOKEN_ID + 5, eos_token_id=EOS)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
+from test_eos import OPTIONS, _trace  # noqa: E402  (six requests and a later turn)
+
 CONFIG = EngineConfig(num_gpu_blocks=64, block_size=4, max_num_batched_tokens=32, max_num_seqs=8)
-REQUESTS = [
-    TraceRequest(f"r{i}", 0.01 * i, 12, prompt_token_ids=tuple(range(1000 * i, 1000 * i + 20 + i)))
-    for i in range(1, 7)
-]  # and a later turn of r2, read while r2 runs (a session continues it)
-TRACE = [
-    *REQUESTS[:2],
-    TraceRequest("r2b", 0.02, 9, prompt_token_ids=(5,), parent_request_id="r2"),
-    *REQUESTS[2:],
-]
+TRACE = _trace()
 MODES = {
     "sync": {},
     "drafts": {"num_speculative_tokens": 3},
@@ -59,7 +52,7 @@ def test_vllm_stops_each_request_at_its_first_eos_as_the_reference_does(mode):
         TRACE, "reference", dataclasses.replace(config, extra={}), OPTIONS, profile("unit")
     )
     assert result.violations == [] and result.finished == len(TRACE)
-    assert result.coverage["eos-stop"] == reference.coverage["eos-stop"] == 6  # all but r2b
+    assert result.coverage["eos-stop"] == reference.coverage["eos-stop"] == len(TRACE)
     assert dict(result.outputs.items()) == dict(reference.outputs.items())
     if "sessions" in mode:
         assert result.coverage["session-resumed"] == 1
