@@ -148,7 +148,7 @@ def test_every_repository_bundle_builds_and_every_shadow_read_replays():
         if finding.reproduced is not None:
             assert finding.reproduced, path.name
             shadow_reads += 1
-    assert len(BUNDLES) == 46 and shadow_reads == 8
+    assert len(BUNDLES) == 47 and shadow_reads == 8
 
 
 def test_a_shadow_read_of_async_drafts_is_not_compared_offline():
