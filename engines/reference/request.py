@@ -197,9 +197,9 @@ class Request:
             self.append_output_token(int(token))
 
     def stop_reason(self) -> str | None:
-        """ "stop" once the last output is the EOS (checked first, as vLLM does), "length"
-        at max_tokens, else None. Outputs past the EOS (async: a placeholder of a step in
-        flight) are dropped: the request returns what ends at its EOS."""
+        """Why the request stops: at its EOS ("stop", checked first, as vLLM does), at
+        max_tokens ("length"), or not (None). Outputs past the EOS (async: a placeholder of
+        a step in flight) are dropped: the request returns what ends at its EOS."""
         outputs = self.output_token_ids
         eos = self.eos_token_id
         if eos is not None and eos in outputs:
