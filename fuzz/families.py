@@ -38,8 +38,9 @@ VLLM_OPTION_ENGINES: Mapping[str, tuple[str, ...]] = {
     "vllm-v1": VLLM_FAMILIES,
     "vllm-engine": VLLM_ENGINE_FAMILIES,
 }
-# engines that draw the model's EOS in half their examples (others: under --family eos)
-EOS_ENGINES = frozenset({"vllm-v1", "sglang"})
+# engines that draw the model's EOS and max_model_len in half their examples (others: only
+# under --family eos / max-model-len)
+BOUNDARY_ENGINES = frozenset({"vllm-v1", "sglang"})
 SPEC_ENGINES = frozenset({"vllm-v1", "reference"})  # engines that schedule draft tokens
 HYBRID_ENGINES = frozenset({"vllm-v1"})  # engines with sliding-window KV-cache groups
 
@@ -62,15 +63,15 @@ def always_spec_decode(spec: SwarmSpec) -> bool:
 
 def draws_eos(spec: SwarmSpec) -> bool:
     """The model's EOS is drawn (fuzz/swarm.py's draw_eos) for an engine that declares EOS
-    stops: in every example under --family eos, else in half of EOS_ENGINES' examples (the
+    stops: in every example under --family eos, else in half of BOUNDARY_ENGINES' examples (the
     reference engine's stream stays as it was without the family)."""
-    return spec.capabilities.eos and ("eos" in spec.families or spec.engine in EOS_ENGINES)
+    return spec.capabilities.eos and ("eos" in spec.families or spec.engine in BOUNDARY_ENGINES)
 
 
 def draws_max_model_len(spec: SwarmSpec) -> bool:
     """max_model_len near a request's length (fuzz/swarm.py's draw_max_model_len): in
-    every example under --family max-model-len, else in half of EOS_ENGINES' examples."""
-    return "max-model-len" in spec.families or spec.engine in EOS_ENGINES
+    every example under --family max-model-len, else in half of BOUNDARY_ENGINES' examples."""
+    return "max-model-len" in spec.families or spec.engine in BOUNDARY_ENGINES
 
 
 def draws_sliding_window(spec: SwarmSpec) -> bool:

@@ -82,9 +82,9 @@ class AccountingChecker:
                 and (ndraft == 0 or end - ndraft == ntok)
                 and req.token_ids.size == nsched
                 and known.get(rid, ntok) == ntok
-                and end <= len(req.block_table) * bs
+                and end <= (num_blocks := len(req.block_table)) * bs
                 and end <= max_model_len
-                and len(req.block_table) <= max_blocks
+                and num_blocks <= max_blocks
                 and (ncomp == start or (ncomp == req.num_cached_tokens and (start or 0) <= ncomp))
             ):
                 seen.add(rid)

@@ -138,7 +138,7 @@ class SglangEngine:
     def add_request(self, request: EngineRequest) -> None:
         rid = request.request_id
         assert rid not in self._rid_of, f"duplicate id {rid}"
-        reason = frontend_rejection(request, self.config.max_model_len)
+        reason = frontend_rejection(request.num_prompt_tokens, self.config.max_model_len)
         prompt = read_only_prompt(request.prompt_token_ids)
         eos = request.eos_token_id  # the model's EOS: a stop token (FINISH_MATCHED_TOKEN)
         params = SamplingParams(max_new_tokens=request.max_tokens, ignore_eos=eos is None)

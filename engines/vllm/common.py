@@ -21,7 +21,6 @@ import numpy as np
 from schedcheck.engines.protocol import (
     PLACEHOLDER_TOKEN_ID,
     EngineConfig,
-    EngineRequest,
     TokenArray,
 )
 from schedcheck.engines.registry import EngineLoadError
@@ -109,20 +108,17 @@ def write_tiny_model_dir(max_model_len: int) -> str:
     return path
 
 
-def frontend_rejection(
-    request: EngineRequest, max_model_len: int, num_tokens: int | None = None
-) -> str | None:
-    """The reason vLLM's frontend refuses a prompt before it reaches the scheduler, or None.
+def frontend_rejection(num_prompt_tokens: int, max_model_len: int) -> str | None:
+    """The reason vLLM's frontend refuses a prompt of `num_prompt_tokens` before it reaches
+    the scheduler, or None (a streaming-input session's next chunk is checked alone).
 
     Both engine generations refuse a decoder prompt that leaves no room for one output
     token (v1: `InputProcessor._validate_model_input`; v0: `LLMEngine._validate_model_inputs`
-    and the scheduler's "too long" ignore path, which this check pre-empts). `num_tokens`:
-    the tokens sent, where not the whole prompt (a streaming-input session's next chunk).
+    and the scheduler's "too long" ignore path, which this check pre-empts).
     """
-    n = request.num_prompt_tokens if num_tokens is None else num_tokens
-    if n >= max_model_len:
+    if num_prompt_tokens >= max_model_len:
         return (
-            f"prompt (length {n}) plus at least one output token is longer than "
+            f"prompt (length {num_prompt_tokens}) plus at least one output token is longer than "
             f"max_model_len {max_model_len}"
         )
     return None

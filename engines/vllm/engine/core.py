@@ -147,7 +147,7 @@ class VllmWholeEngine:
         rid = request.request_id
         assert rid not in self._live, f"duplicate id {rid}"
         assert request.eos_token_id is None, "EOS stops are not driven here (eos=False)"
-        reason = frontend_rejection(request, self.config.max_model_len)
+        reason = frontend_rejection(request.num_prompt_tokens, self.config.max_model_len)
         if reason is None:  # the API server's queue limits (vllm:max_num_queued_*)
             reason = queue_rejection(self.scheduler.scheduler_config, self._live.values())
             self._num_queue_rejections += reason is not None

@@ -144,8 +144,8 @@ class VllmV1Engine(OutputMapping):
     def add_request(self, request: EngineRequest) -> None:
         rid = request.request_id
         assert rid not in self._live, f"duplicate id {rid}"
-        num_sent = self._sessions.num_chunk_tokens(request)
-        reason = frontend_rejection(request, self.config.max_model_len, num_sent)
+        num_sent = self._sessions.num_chunk_tokens(request)  # a session's chunk: alone
+        reason = frontend_rejection(num_sent, self.config.max_model_len)
         if reason is None:
             reason = queue_rejection(self.scheduler.scheduler_config, self._live.values())
             self._num_queue_rejections += reason is not None

@@ -83,7 +83,7 @@ class Sessions:
         session = self.kept.get(request.parent_request_id or "")
         if session is None or request.cache_salt != session.cache_salt:
             return request.num_prompt_tokens
-        return request.num_prompt_tokens - (session.num_tokens - 1)
+        return request.num_prompt_tokens - _num_kept_tokens(session)
 
     def take(self, request: EngineRequest) -> Any | None:
         """The session kept for `request` (its parent's), no longer kept; None if none."""
@@ -96,7 +96,7 @@ class Sessions:
         its first request's, so the caller closes it and adds the request anew)."""
         if request.cache_salt != session.cache_salt:
             return None
-        keep_end = session.num_tokens - 1  # vLLM drops the last sampled token
+        keep_end = _num_kept_tokens(session)
         prompt = request.prompt_token_ids
         kept = list(session.all_token_ids[:keep_end])
         assert prompt.size > keep_end and prompt[:keep_end].tolist() == kept, (
@@ -120,3 +120,8 @@ class Sessions:
         turn = self._turn_of.pop(session_id, None)
         if turn is not None:
             self._session_of.pop(turn, None)
+
+
+def _num_kept_tokens(session: Any) -> int:
+    """The tokens vLLM keeps of a stopped turn: every one but the last sampled."""
+    return session.num_tokens - 1
