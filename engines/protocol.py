@@ -240,7 +240,13 @@ class KVSnapshot(Protocol):
 
 @runtime_checkable
 class Engine(Protocol):
-    """A scheduler + KV-cache manager under test."""
+    """A scheduler + KV-cache manager under test.
+
+    Optional: where `streams_chunks` is true, `stream_chunk(chunk) -> bool` takes a later
+    turn's own input (`chunk.prompt_token_ids`) while its parent runs and queues it to
+    continue the parent's session when the parent stops (True), or refuses it (the turn is
+    added whole when the parent finishes). The turn is then added with its whole prompt
+    (sim/arrivals.py)."""
 
     name: str
 

@@ -16,7 +16,9 @@ them to what vLLM's validation accepts (engines/vllm/v1/fit.py).
                cache_aware_admission_window / _threshold (0.34: fcfs + prefix caching only)
     queue      max_num_queued_reqs, max_num_queued_tokens (the API server's 503)
     streaming  streaming_input: every request a resumable session, a later turn continuing
-               its parent's (engines/vllm/v1/sessions.py; 0.34.0 on, fit drops it before)
+               its parent's (engines/vllm/v1/sessions.py; 0.34.0 on, fit drops it before);
+               "queued" in half: a later turn arriving while its parent runs sends its input
+               at once, which vLLM queues in the session (its streaming_queue)
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY
-from schedcheck.engines.vllm.v1.sessions import STREAMING_INPUT_KEY
+from schedcheck.engines.vllm.v1.sessions import STREAMING_INPUT_KEY, STREAMING_INPUT_MODES
 from schedcheck.fuzz.strategies import BOOLEANS, draw_boundary_length, pick
 
 VLLM_FAMILIES = ("priority", "async", "budget", "admission", "queue", "streaming")
@@ -103,7 +105,7 @@ def _queue(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, str]:
 
 
 def _streaming(draw: st.DrawFn, block_size: int, blocks_max: int) -> dict[str, str]:
-    return {STREAMING_INPUT_KEY: "true"}
+    return {STREAMING_INPUT_KEY: pick(draw, STREAMING_INPUT_MODES)}
 
 
 _DRAWS = {

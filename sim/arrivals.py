@@ -6,6 +6,15 @@ is released `think_time_s` after the predecessor finished, and not before its
 `arrival_time_s`; a later turn's full prompt is its parent's full prompt + the parent's
 outputs + its own prompt. Aborts fire at `abort_time_s`.
 
+A streaming-input client (`streams_chunks`, set where the engine queues chunks: vLLM's
+streaming_queue) sends a later turn's own input at once when it arrives while its parent
+runs; the engine continues the parent's session with it when the parent stops, keeping
+every token but the parent's last sampled one. Such a turn (`queued`) is released at its
+parent's finish, think time spent already, and its history leaves out that token::
+
+    parent P:                  | P's full prompt ........ | o1 .. ok |
+    C, sent while P runs:      | P's full prompt ........ | o1 .. o(k-1) | C's own |
+
 Nothing here touches the engine: releases and aborts go into the inbox, which the engine
 process drains at the next step boundary (as vLLM's engine core drains its input queue
 between steps), in the order they happened.
@@ -34,6 +43,14 @@ class Release:
 @dataclass(frozen=True, slots=True)
 class Abort:
     request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A later turn's own input, sent while its parent runs (`Arrivals.streams_chunks`)."""
+
+    request: TraceRequest
+    token_ids: np.ndarray  # the turn's own prompt tokens
 
 
 class Arrivals:
@@ -67,6 +84,10 @@ class Arrivals:
         self.num_timers = 0  # pending releases and aborts
         self.streaming = True
         self.released: list[TraceRequest] = []  # in release order (for bundles)
+        self.streams_chunks = False  # a later turn's input is sent while its parent runs
+        self.held_back: set[str] = set()  # live, not yet released (a predecessor, a think)
+        self.chunk_sent: set[str] = set()  # parents whose later turn's chunk was sent
+        self.queued: set[str] = set()  # later turns whose chunk the engine queued
         env.process(self._stream(iter(requests)))
 
     @property
@@ -90,8 +111,11 @@ class Arrivals:
             if predecessor in self.live:
                 self.waiting_on.setdefault(predecessor, []).append(request)
                 self.live.add(request.request_id)
+                self.held_back.add(request.request_id)
+                self._send_chunk(request, predecessor)
             elif predecessor in self.finished_at_s:
                 self.live.add(request.request_id)
+                self.held_back.add(request.request_id)
                 self._release_after(request, self.finished_at_s[predecessor])
             else:
                 self._release(request)
@@ -113,24 +137,49 @@ class Arrivals:
             compact = _compact(np.asarray(output_token_ids, dtype=np.int32))
             self.outputs[request_id] = compact  # type: ignore[index]
         self.finished_at_s[request_id] = self.env.now
+        self.chunk_sent.discard(request_id)
         for successor in self.waiting_on.pop(request_id, []):
-            self._release_after(successor, self.env.now)
+            if successor.request_id in self.queued:  # continued already: released now,
+                self._release(successor)  # before the engine schedules its session again
+            else:
+                self._release_after(successor, self.env.now)
+
+    def accept_chunk(self, request_id: str) -> None:
+        """The engine queued the chunk of later turn `request_id` in its parent's session."""
+        self.queued.add(request_id)
+
+    def _send_chunk(self, request: TraceRequest, predecessor: str) -> None:
+        """A later turn arriving while its parent runs sends its own input at once, one
+        that arrived before sends it as the parent is released (at most one later turn a
+        parent)."""
+        if not (
+            self.streams_chunks
+            and request.parent_request_id == predecessor
+            and predecessor not in self.held_back
+            and predecessor not in self.chunk_sent
+        ):
+            return
+        self.chunk_sent.add(predecessor)
+        self.inbox.append(Chunk(request, request.own_prompt_tokens(self.vocab_size)))
+        self.on_event()
 
     def is_awaited(self, request_id: str) -> bool:
         """Does a later turn (or request of its session) already wait for this one?"""
         return request_id in self.waiting_on
 
     def full_prompt(self, request: TraceRequest) -> np.ndarray:
-        """Parent's full prompt + parent's outputs + own prompt (bounded by the turn depth)."""
+        """Parent's full prompt + parent's outputs + own prompt (bounded by the turn depth);
+        a `queued` turn's history without its parent's last output."""
         parts = [request.own_prompt_tokens(self.vocab_size)]
-        parent_id = request.parent_request_id
+        child_id, parent_id = request.request_id, request.parent_request_id
         for _ in range(len(self.requests)):  # bounded: a chain visits each request once
             if parent_id is None or parent_id not in self.outputs:
                 break
             parent = self.requests[parent_id]
-            parts.append(np.asarray(self.outputs[parent_id], dtype=np.int64))
+            outputs = np.asarray(self.outputs[parent_id], dtype=np.int64)
+            parts.append(outputs[:-1] if child_id in self.queued else outputs)
             parts.append(parent.own_prompt_tokens(self.vocab_size))
-            parent_id = parent.parent_request_id
+            child_id, parent_id = parent_id, parent.parent_request_id
         prompt = parts[0] if len(parts) == 1 else np.concatenate(parts[::-1])
         prompt.flags.writeable = False
         return prompt
@@ -141,10 +190,13 @@ class Arrivals:
 
     def _release(self, request: TraceRequest) -> None:
         self.live.add(request.request_id)
+        self.held_back.discard(request.request_id)
         self.released.append(request)
         self.inbox.append(Release(request, self.full_prompt(request)))
         if request.abort_time_s is not None:
             self._later(request.abort_time_s, lambda: self._abort(request.request_id))
+        for successor in self.waiting_on.get(request.request_id, ()):  # arrived while it
+            self._send_chunk(successor, request.request_id)  # waited: sent as it starts
         self.on_event()
 
     def _abort(self, request_id: str) -> None:

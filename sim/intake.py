@@ -3,9 +3,11 @@
 The arrivals process fills an inbox on the SimPy clock; the loop drains it before each
 step, as a serving engine takes new requests and aborts before it schedules::
 
-    inbox:  Release r7, Abort r3, Release r8       (in the order they happened)
+    inbox:  Release r7, Abort r3, Chunk r9, Release r8    (in the order they happened)
     drain:  r7 -> ledger, drafter, executor, engine.add_request
             r3 -> engine.abort_request, retired as aborted (if still live)
+            r9 -> engine.stream_chunk (a later turn's input while its parent runs;
+                  queued or not, the turn itself is released when the parent finishes)
             r8 -> ...
 
 A released request is told to the ledger first, the engine last: if the engine raises, the
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from schedcheck.engines.protocol import Engine
-from schedcheck.sim.arrivals import Abort, Arrivals, Release
+from schedcheck.sim.arrivals import Abort, Arrivals, Chunk, Release
 from schedcheck.sim.coverage import Coverage
 from schedcheck.sim.executors import ExecutorParts
 from schedcheck.sim.faults import FaultInjector
@@ -42,6 +44,9 @@ class Intake:
         self.arrivals, self.ledger, self.engine = arrivals, ledger, engine
         self.executor, self.spec, self.coverage = executor, spec, coverage
         self.faults, self.now_s = faults, now_s
+        # the engine queues a later turn's input sent while its parent runs (vLLM's
+        # streaming_queue): the arrivals then send it
+        arrivals.streams_chunks = bool(getattr(engine, "streams_chunks", False))
 
     def drain(self) -> None:
         inbox = self.arrivals.inbox
@@ -51,6 +56,8 @@ class Intake:
                 self.add(item)
             elif isinstance(item, Abort) and item.request_id in self.ledger.live:
                 self.abort(item.request_id)
+            elif isinstance(item, Chunk):
+                self.stream(item)
 
     def add(self, release: Release) -> None:
         request = self.ledger.admit(release, self.now_s())
@@ -62,6 +69,14 @@ class Intake:
         else:
             executor.add_request(rid, prompt, cache_salt=request.cache_salt)
         call_engine("add_request", self.engine.add_request, request)
+
+    def stream(self, chunk: Chunk) -> None:
+        """A later turn's input, sent while its parent runs: the arrivals learn whether the
+        engine queued it (the turn's history then ends before the parent's last output)."""
+        request = self.ledger.chunk(chunk, self.now_s())
+        stream_chunk = self.engine.stream_chunk  # type: ignore[attr-defined]
+        if call_engine("stream_chunk", stream_chunk, request):
+            self.arrivals.accept_chunk(request.request_id)
 
     def abort(self, request_id: str) -> None:
         self.coverage.observe_abort(request_id)

@@ -28,7 +28,7 @@ import numpy as np
 
 from schedcheck.engines.protocol import EngineRequest, ScheduledRequest, SchedulerOutput
 from schedcheck.invariants.outputs import until_eos
-from schedcheck.sim.arrivals import Arrivals, Release
+from schedcheck.sim.arrivals import Arrivals, Chunk, Release
 from schedcheck.sim.result import RunResult
 from schedcheck.traces.schema import TraceRequest
 
@@ -130,6 +130,22 @@ class Ledger:
         self.num_tokens[request.request_id] = request.num_prompt_tokens
         self.sampled[request.request_id] = []
         return request
+
+    def chunk(self, chunk: Chunk, now_s: float) -> EngineRequest:
+        """The later turn's input sent while its parent runs (arrivals.Chunk), as the engine
+        gets it: an EngineRequest whose prompt is the chunk alone. Not live (the turn is
+        released, with its whole prompt, when its parent finishes)."""
+        trace_req = chunk.request
+        return EngineRequest(
+            request_id=trace_req.request_id,
+            prompt_token_ids=chunk.token_ids,
+            max_tokens=trace_req.output_length,
+            arrival_time_s=now_s,
+            priority=trace_req.priority,
+            cache_salt=trace_req.cache_salt,
+            eos_token_id=self.eos_token_id,
+            parent_request_id=trace_req.parent_request_id,
+        )
 
     def _continues(self, request_id: str) -> Callable[[], bool] | None:
         """Asks the arrivals, when the request finishes, whether a later turn waits for it."""

@@ -45,7 +45,7 @@ def test_the_option_is_read_from_extra():
 
 
 def test_a_kept_session_is_continued_by_the_later_turn_with_its_last_output_first():
-    sessions = Sessions(enabled=True)
+    sessions = Sessions("true")
     s = FakeSession("r0", [10, 11, 12, 70, 71])  # prompt 10..12, outputs 70, 71
     assert sessions.keep("r0", s, lambda: True)
     assert sessions.kept == {"r0": s}
@@ -56,7 +56,7 @@ def test_a_kept_session_is_continued_by_the_later_turn_with_its_last_output_firs
 
 
 def test_a_session_is_named_by_its_latest_turn_until_vllm_frees_it():
-    sessions = Sessions(enabled=True)
+    sessions = Sessions("true")
     s = FakeSession("r0", [10, 70])
     sessions.keep("r0", s, lambda: True)
     continue_(sessions, later_turn("r1", "r0", [10, 70, 30]))
@@ -73,7 +73,7 @@ def test_a_session_is_named_by_its_latest_turn_until_vllm_frees_it():
 
 
 def test_a_turn_no_later_turn_waits_for_is_not_kept():
-    sessions = Sessions(enabled=True)
+    sessions = Sessions("true")
     s = FakeSession("r0", [10, 70])
     assert not sessions.keep("r0", s, lambda: False)
     assert not sessions.keep("r0", s, None)
@@ -84,7 +84,7 @@ def test_a_turn_no_later_turn_waits_for_is_not_kept():
 def test_a_later_turn_of_another_cache_salt_does_not_continue_the_session():
     """A session keeps its first request's salt (a streaming update carries none): the
     later turn is a request of its own, the session handed back to be closed."""
-    sessions = Sessions(enabled=True)
+    sessions = Sessions("true")
     s = FakeSession("r0", [10, 70], cache_salt="a")
     sessions.keep("r0", s, lambda: True)
     assert continue_(sessions, later_turn("r1", "r0", [10, 70, 30], salt=None)) == (s, None)
@@ -92,7 +92,7 @@ def test_a_later_turn_of_another_cache_salt_does_not_continue_the_session():
 
 
 def test_a_later_turn_whose_prompt_is_not_the_sessions_tokens_is_refused():
-    sessions = Sessions(enabled=True)
+    sessions = Sessions("true")
     sessions.keep("r0", FakeSession("r0", [10, 11, 70]), lambda: True)
     with pytest.raises(AssertionError, match="does not start with session r0's 2 kept tokens"):
         continue_(sessions, later_turn("r1", "r0", [10, 12, 70, 30]))
@@ -128,7 +128,7 @@ def test_the_idle_check_leaves_out_what_a_kept_session_holds_once():
 
 
 def test_the_frontend_sees_a_continuing_turns_chunk_not_its_whole_prompt():
-    sessions = Sessions(enabled=True)
+    sessions = Sessions("true")
     sessions.keep("r0", FakeSession("r0", [1, 2, 3, 4, 9]), lambda: True)  # keeps 1 2 3 4
     turn = later_turn("r1", "r0", [1, 2, 3, 4, 9, 5, 6])
     assert sessions.num_chunk_tokens(turn) == 3  # 9 5 6: what vLLM's frontend validates

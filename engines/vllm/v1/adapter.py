@@ -73,22 +73,17 @@ from schedcheck.engines.vllm.v1.faults import FaultPoints
 from schedcheck.engines.vllm.v1.frontend import queue_rejection
 from schedcheck.engines.vllm.v1.hash_index import BlockHashIndex
 from schedcheck.engines.vllm.v1.mapping import OutputMapping
+from schedcheck.engines.vllm.v1.requests import RequestBuilder
 from schedcheck.engines.vllm.v1.runner import sampled_lists
 from schedcheck.engines.vllm.v1.sessions import Sessions, streaming_input
 from schedcheck.engines.vllm.v1.snapshot import V1KVSnapshot
 
-from vllm.sampling_params import SamplingParams  # isort: skip
 from vllm.v1.core.sched.output import SchedulerOutput as VllmSchedulerOutput  # isort: skip
 from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager  # isort: skip
 from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput  # isort: skip
 from vllm.v1.request import Request, RequestStatus  # isort: skip
 
 ENGINE_NAME = "vllm-v1"
-# vLLM stamps Request.arrival_time with time.time(), so two requests never tie; the
-# simulator adds a tick's arrivals at one time. Each stamp is at least this much later than
-# the last (ties would order the priority policy's victims by request id: a false liveness
-# finding of the first priority campaign, tests/vllm/test_vllm_v1_options.py)
-ARRIVAL_TIME_TICK_S = 1e-6
 
 
 class VllmV1Engine(OutputMapping):
@@ -135,7 +130,8 @@ class VllmV1Engine(OutputMapping):
         self._faults = FaultPoints(self.scheduler, self._sessions.turn_id)  # sim/faults.py's
         self._cache_aware_reorders = paths.count_cache_aware_reorders(self.scheduler)
         self._num_queue_rejections = 0
-        self._last_arrival_time_s = -ARRIVAL_TIME_TICK_S
+        # vLLM's Requests as its frontend builds them (the block hasher vLLM gives each)
+        self._requests = RequestBuilder(self._hash_index.block_hasher, self._sessions.enabled)
         self._pending_finished: list[FinishedRequest] = []  # aborts, rejections
         self._rejected: list[tuple[str, str]] = []  # (id, reason) for the next step
         self._last_batch: list[str] = []  # the ids of the step last applied
@@ -144,6 +140,10 @@ class VllmV1Engine(OutputMapping):
     def add_request(self, request: EngineRequest) -> None:
         rid = request.request_id
         assert rid not in self._live, f"duplicate id {rid}"
+        session = self._sessions.continued(request)  # vLLM runs its queued chunk already
+        if session is not None:
+            self._track(request, session)
+            return
         num_sent = self._sessions.num_chunk_tokens(request)  # a session's chunk: alone
         reason = frontend_rejection(num_sent, self.config.max_model_len)
         if reason is None:
@@ -153,29 +153,41 @@ class VllmV1Engine(OutputMapping):
             self._rejected.append((rid, reason))
             self._close(self._sessions.take(request))  # its parent's session: not continued
             return
-        prompt = read_only_prompt(request.prompt_token_ids)
-        resumed = self._resume(request)
-        session, chunk = resumed if resumed is not None else (None, prompt.tolist())
-        kwargs = dict(
-            request_id=rid if session is None else session.request_id,
-            prompt_token_ids=chunk,
-            sampling_params=sampling_params(request),
-            eos_token_id=request.eos_token_id,
-            pooling_params=None,
-            arrival_time=self._arrival_time(request.arrival_time_s),
-            priority=request.priority,
-            cache_salt=request.cache_salt,
-            block_hasher=self._hash_index.block_hasher,
-        )
-        if self._sessions.enabled:
-            kwargs["resumable"] = True
-        vllm_request = Request(**eras.request_kwargs(Request, kwargs))
+        session, chunk = self._resume(request) or (None, request.prompt_token_ids.tolist())
+        session_id = None if session is None else session.request_id
+        vllm_request = self._requests.build(request, chunk, session_id)
         if session is not None:  # its hashes past the kept tokens are computed again
             self._hash_index.renew(session.request_id)
         self.scheduler.add_request(vllm_request)  # a session's next chunk: it continues
-        self._tokens[rid] = TokenBuffer(prompt, request.max_tokens)
-        self._live[rid] = vllm_request if session is None else session
+        self._track(request, vllm_request if session is None else session)
+
+    def _track(self, request: EngineRequest, vllm_request: Request) -> None:
+        """`request` is live, run by `vllm_request` (a session's, for a later turn)."""
+        rid = request.request_id
+        self._tokens[rid] = TokenBuffer(
+            read_only_prompt(request.prompt_token_ids), request.max_tokens
+        )
+        self._live[rid] = vllm_request
         self._continues[rid] = request.continues
+
+    @property
+    def streams_chunks(self) -> bool:
+        """A later turn's input is sent while its parent runs (sessions.py's "queued")."""
+        return self._sessions.queues_chunks
+
+    def stream_chunk(self, chunk: EngineRequest) -> bool:
+        """A later turn's own input, sent while its parent runs as AsyncLLM sends a
+        streaming input: queued in the parent's session (True), or refused where the parent
+        no longer runs, its cache_salt differs or vLLM's frontend refuses the chunk alone."""
+        parent = self._live.get(chunk.parent_request_id or "")
+        if parent is None or parent.is_finished() or chunk.cache_salt != parent.cache_salt:
+            return False
+        if frontend_rejection(chunk.num_prompt_tokens, self.config.max_model_len) is not None:
+            return False
+        queued = self._requests.build(chunk, chunk.prompt_token_ids.tolist(), parent.request_id)
+        self.scheduler.add_request(queued)  # vLLM keeps it in the session's streaming_queue
+        self._sessions.queue(chunk.parent_request_id or "", chunk.request_id)
+        return True
 
     def _resume(self, request: EngineRequest) -> tuple[Request, list[int]] | None:
         """The kept session `request` continues and the chunk it sends (sessions.py), or
@@ -186,12 +198,6 @@ class VllmV1Engine(OutputMapping):
             self._close(session)
             return None
         return session, chunk
-
-    def _arrival_time(self, arrival_time_s: float) -> float:
-        """A stamp after every earlier one, as time.time() gives vLLM's frontend."""
-        stamp = max(arrival_time_s, self._last_arrival_time_s + ARRIVAL_TIME_TICK_S)
-        self._last_arrival_time_s = stamp
-        return stamp
 
     def abort_request(self, request_id: str) -> None:
         """vLLM's own abort path; the abort is reported by the next update_from_output."""
@@ -265,12 +271,15 @@ class VllmV1Engine(OutputMapping):
 
     def _apply(self, vllm_output: VllmSchedulerOutput, runner_output: ModelRunnerOutput) -> None:
         """vLLM's update_from_output; the requests it finishes are reported next update."""
+        queued = self._sessions.queued  # their outputs, before vLLM continues them
+        before = {t: tuple(self._live[t].output_token_ids) for t in queued if t in self._live}
         engine_outputs = self.scheduler.update_from_output(vllm_output, runner_output)
         for outputs in engine_outputs.values():
             for out in outputs.outputs:
                 if out.finish_reason is not None:
                     turn = self._sessions.turn_id(out.request_id)
-                    self._report_finished(turn, str(out.finish_reason))
+                    last = (*before.get(turn, ()), *out.new_token_ids)
+                    self._report_finished(turn, str(out.finish_reason), last)
 
     def inject_fault(self, kind: str, rng: np.random.Generator) -> str | None:
         """Fault points of sim/faults.py through vLLM's own calls (faults.py)."""
@@ -298,6 +307,8 @@ class VllmV1Engine(OutputMapping):
         counts.update(self._faults.path_counts)  # the fault points' (faults.py)
         if self._sessions.enabled:
             counts["session-resumed"] = self._sessions.num_resumed
+        if self._sessions.queues_chunks:
+            counts["session-chunk-queued"] = self._sessions.num_queued
         return counts
 
     def waiting_reasons(self) -> Mapping[str, str]:
@@ -325,36 +336,28 @@ class VllmV1Engine(OutputMapping):
         for token_id in token_ids[:num_appended]:
             buf.append(token_id)
 
-    def _report_finished(self, rid: str, reason: str) -> None:
+    def _report_finished(self, rid: str, reason: str, queued_outputs: tuple = ()) -> None:
         """Turn `rid` finished; a session whose turn stopped is kept for the later turn that
-        waits for it, or else closed (sessions.py)."""
+        waits for it, or else closed (sessions.py). `queued_outputs`: the turn's outputs
+        where vLLM continued its session with a queued chunk (which clears them)."""
         request = self._live.pop(rid)
         self._tokens.pop(rid)
-        outputs = tuple(int(t) for t in request.output_token_ids)
-        self._pending_finished.append(FinishedRequest(rid, outputs, reason))
         continues = self._continues.pop(rid, None)
-        if not request.is_finished() and not self._sessions.keep(rid, request, continues):
-            self._close(request)
+        if self._sessions.stopped(rid, request):  # vLLM continued it with a queued chunk
+            outputs = tuple(map(int, queued_outputs))
+            self._hash_index.renew(request.request_id)  # its hashes cut back and grown
+        else:
+            outputs = tuple(int(t) for t in request.output_token_ids)
+            if not request.is_finished() and not self._sessions.keep(rid, request, continues):
+                self._close(request)
+        self._pending_finished.append(FinishedRequest(rid, outputs, reason))
 
     def _close(self, session: Request | None) -> None:
         """End a kept session's input stream (a request that is not resumable, as AsyncLLM
         sends it): vLLM aborts the session and frees its blocks."""
         if session is None:
             return
-        params = SamplingParams(max_tokens=1, ignore_eos=True)
-        kwargs = dict(request_id=session.request_id, prompt_token_ids=[0],
-                      sampling_params=params, pooling_params=None, resumable=False)  # fmt: skip
-        self.scheduler.add_request(Request(**eras.request_kwargs(Request, kwargs)))
-
-
-def sampling_params(request: EngineRequest) -> SamplingParams:
-    """max_tokens, and the model's EOS as vLLM's frontend sets it (from the model's
-    generation config); ignore_eos where the simulator's model has none."""
-    eos_token_id = request.eos_token_id
-    params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=eos_token_id is None)
-    if eos_token_id is not None:
-        params.update_from_generation_config({}, eos_token_id)
-    return params
+        self.scheduler.add_request(self._requests.end_of_stream(session.request_id))
 
 
 def _fault(message: str, case: str, request_id: str) -> EngineFault:

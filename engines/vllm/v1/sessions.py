@@ -20,6 +20,17 @@ tokens vLLM keeps, its parent's last output first, so the session's tokens are i
 
 vLLM names the session by its first request's id (s), the simulator each turn by its own
 (C): `turn_id` and `session_id` translate, for sessions only (identity for the rest).
+
+With "queued" (STREAMING_INPUT_KEY), the client also sends a later turn's own input as soon
+as it arrives while its parent runs (`queue`): vLLM keeps it in the session's
+streaming_queue and continues the session with it inside the update where the parent stops
+(every token but the last sampled, then the chunk). The simulator then adds the turn with
+that history (sim/arrivals.py), and the session, already running it, is `continued`:
+
+    parent P (session s):     | P's prompt ............. | o1 .. ok |
+    chunk sent while P runs:                                        | C's own |
+    vLLM continues s with:    | P's prompt ............. | o1 .. o(k-1) | C's own |
+    later turn C's prompt:    | P's prompt ............. | o1 .. o(k-1) | C's own |
 """
 
 from __future__ import annotations
@@ -32,10 +43,15 @@ from typing import Any
 from schedcheck.engines.protocol import EngineConfig, EngineRequest
 
 STREAMING_INPUT_KEY = "streaming_input"  # EngineConfig.extra: "true" drives sessions
+QUEUED = "queued"  # ... and sends a later turn's input while its parent runs
+STREAMING_INPUT_MODES = ("true", QUEUED)
 
 
-def streaming_input(config: EngineConfig) -> bool:
-    return config.extra.get(STREAMING_INPUT_KEY, "false") == "true"
+def streaming_input(config: EngineConfig) -> str | None:
+    """The streaming-input mode the config drives ("true", "queued"), or None."""
+    mode = config.extra.get(STREAMING_INPUT_KEY, "false")
+    assert mode in (*STREAMING_INPUT_MODES, "false"), f"{STREAMING_INPUT_KEY}={mode!r}"
+    return None if mode == "false" else mode
 
 
 @functools.cache
@@ -49,8 +65,12 @@ def has_streaming_input() -> bool:
 class Sessions:
     """Which of vLLM's requests are sessions, which turn runs each, which are kept."""
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled  # every request is resumable
+    def __init__(self, mode: str | None) -> None:
+        self.enabled = mode is not None  # every request is resumable
+        self.queues_chunks = mode == QUEUED  # a later turn's input is sent while its parent runs
+        self.queued: dict[str, str] = {}  # parent turn -> the later turn whose chunk vLLM queued
+        self._continued: dict[str, Any] = {}  # later turn -> the session vLLM continued with it
+        self.num_queued = 0  # chunks queued while their parent ran
         self._turn_of: dict[str, str] = {}  # vLLM session id -> its turn's id, where they differ
         self._session_of: dict[str, str] = {}  # the reverse
         # the id of a turn that ended, kept for the later turn that waits -> vLLM's request
@@ -85,6 +105,38 @@ class Sessions:
             return request.num_prompt_tokens
         return request.num_prompt_tokens - _num_kept_tokens(session)
 
+    def queue(self, parent_turn: str, turn: str) -> None:
+        """vLLM queued later turn `turn`'s chunk in the session running `parent_turn`."""
+        assert parent_turn not in self.queued, f"{parent_turn}: a chunk queued already"
+        self.queued[parent_turn] = turn
+        self.num_queued += 1
+
+    def stopped(self, parent_turn: str, session: Any) -> bool:
+        """Turn `parent_turn` of `session` ended: where vLLM continued the session with a
+        queued chunk (the stop took it: the session is not finished), the session is kept
+        for that later turn (True); a chunk queued in a session that ended went with it."""
+        turn = self.queued.pop(parent_turn, None)
+        if turn is None or session.is_finished():
+            return False
+        self.kept[parent_turn] = session
+        self._continued[turn] = session
+        return True
+
+    def continued(self, request: EngineRequest) -> Any | None:
+        """The session vLLM continued with `request`'s queued chunk, now named by `request`
+        (its tokens are the request's prompt), no longer kept; None if none."""
+        session = self._continued.pop(request.request_id, None)
+        if session is None:
+            return None
+        assert self.kept.pop(request.parent_request_id or "", None) is session
+        tokens, prompt = session.all_token_ids, request.prompt_token_ids
+        assert len(tokens) == prompt.size and list(tokens) == prompt.tolist(), (
+            f"{request.request_id}: session {session.request_id} continued with other tokens"
+        )
+        self._rename(session.request_id, request.request_id)
+        self.num_resumed += 1
+        return session
+
     def take(self, request: EngineRequest) -> Any | None:
         """The session kept for `request` (its parent's), no longer kept; None if none."""
         parent = request.parent_request_id
@@ -103,12 +155,16 @@ class Sessions:
             f"{request.request_id}: its prompt does not start with session "
             f"{session.request_id}'s {keep_end} kept tokens"
         )
-        self._unname(session.request_id)
-        if request.request_id != session.request_id:
-            self._turn_of[session.request_id] = request.request_id
-            self._session_of[request.request_id] = session.request_id
+        self._rename(session.request_id, request.request_id)
         self.num_resumed += 1
         return prompt[keep_end:].tolist()
+
+    def _rename(self, session_id: str, turn_id: str) -> None:
+        """Session `session_id` now runs turn `turn_id`."""
+        self._unname(session_id)
+        if turn_id != session_id:
+            self._turn_of[session_id] = turn_id
+            self._session_of[turn_id] = session_id
 
     def forget(self, vllm_ids: Any) -> None:
         """vLLM freed these requests (its finished_req_ids, named by turn before this)."""
