@@ -54,7 +54,7 @@ SGLang (counted by the adapter; ENGINE_PATHS):
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -99,6 +99,13 @@ RELEASE_PATHS = ("cache-aware-reorder", *FAULT_PATHS, *ENGINE_PATHS, "session-re
 SPEC_PATHS = ("spec-rejected", "spec-rejected-cross-block")
 EOS_PATHS = ("eos-stop",)
 SLIDING_PATHS = ("sliding-window-block-freed",)
+
+
+@runtime_checkable
+class RarePathCounter(Protocol):
+    def rare_path_counts(self) -> Mapping[str, int]:
+        """Rare paths of the engine's own code reached so far (the engine's own counts)."""
+        ...
 
 
 class Prompted(Protocol):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Iterable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import simpy
 
@@ -36,7 +36,7 @@ from schedcheck.invariants.violation import Violation
 from schedcheck.sim.arrivals import Arrivals
 from schedcheck.sim.blame import HARNESS_CRASH, build_engine, harness_crash
 from schedcheck.sim.cost_model import StepCostModel, profile
-from schedcheck.sim.coverage import Coverage
+from schedcheck.sim.coverage import Coverage, RarePathCounter
 from schedcheck.sim.executors import make_executor
 from schedcheck.sim.faults import FaultInjectable, FaultInjector
 from schedcheck.sim.intake import Intake
@@ -76,13 +76,6 @@ def run(
     """Replay `trace` through engine `engine` (a name or `package.module:factory`)."""
     config, options = config or EngineConfig(), options or SimOptions()
     return Simulation(trace, engine, config, options, cost or profile("llama3-8b-h100")).run()
-
-
-@runtime_checkable
-class RarePathCounter(Protocol):
-    def rare_path_counts(self) -> Mapping[str, int]:
-        """Rare paths of the engine's own code reached so far (sim/coverage.py)."""
-        ...
 
 
 class Simulation:
@@ -181,6 +174,8 @@ class Simulation:
             self.wakeup.succeed()
 
     def _sleep(self) -> Process:
+        if self.arrivals.inbox:  # released while the engine ran (a turn it continued already)
+            return
         if self.wakeup.triggered:
             self.wakeup = self.env.event()
         yield self.wakeup
@@ -387,8 +382,7 @@ class Simulation:
 
     def _finish_run(self) -> None:
         self.done = True
-        snapshot = self._snapshot()
-        self.coverage.observe_snapshot(snapshot)
+        self.coverage.observe_snapshot(snapshot := self._snapshot())
         self.violate(self.checks.at_end(self.step_index, snapshot))
 
 

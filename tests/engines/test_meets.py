@@ -7,8 +7,8 @@ import pytest
 from schedcheck.engines.protocol import EngineConfig, SpecDecodeEngine
 from schedcheck.engines.registry import make_engine
 from schedcheck.sim import meets as meets_module
+from schedcheck.sim.coverage import RarePathCounter
 from schedcheck.sim.faults import FaultInjectable
-from schedcheck.sim.loop import RarePathCounter
 from schedcheck.sim.meets import meets
 from schedcheck.sim.pipelined import AsyncSchedulingEngine
 

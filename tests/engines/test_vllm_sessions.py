@@ -20,6 +20,10 @@ class FakeSession:
     request_id: str
     all_token_ids: list[int] = field(default_factory=list)
     cache_salt: str | None = None
+    finished: bool = False
+
+    def is_finished(self) -> bool:
+        return self.finished
 
     @property
     def num_tokens(self) -> int:
@@ -40,8 +44,43 @@ def continue_(sessions: Sessions, request: EngineRequest):
 
 
 def test_the_option_is_read_from_extra():
-    assert streaming_input(EngineConfig(extra={"streaming_input": "true"}))
-    assert not streaming_input(EngineConfig())
+    assert streaming_input(EngineConfig(extra={"streaming_input": "true"})) == "true"
+    assert streaming_input(EngineConfig(extra={"streaming_input": "queued"})) == "queued"
+    assert streaming_input(EngineConfig()) is None
+    with pytest.raises(AssertionError, match="streaming_input='yes'"):
+        streaming_input(EngineConfig(extra={"streaming_input": "yes"}))
+    assert (Sessions("true").queues_chunks, Sessions("queued").queues_chunks) == (False, True)
+
+
+def test_a_session_continued_with_a_queued_chunk_is_kept_then_run_by_the_later_turn():
+    sessions = Sessions("queued")
+    sessions.queue("r0", "r1")
+    # vLLM continued r0's session at its stop: prompt 10..12, outputs 70 (71 dropped), chunk
+    s = FakeSession("r0", [10, 11, 12, 70, 30, 31])
+    assert sessions.stopped("r0", s)
+    assert (sessions.kept, sessions.queued, sessions.num_queued) == ({"r0": s}, {}, 1)
+    assert sessions.continued(later_turn("rx", "r0", [1])) is None  # not the queued turn
+    assert sessions.continued(later_turn("r1", "r0", [10, 11, 12, 70, 30, 31])) is s
+    assert (sessions.kept, sessions.turn_id("r0"), sessions.session_id("r1")) == ({}, "r1", "r0")
+    assert sessions.num_resumed == 1
+
+
+def test_a_queued_chunk_goes_with_a_session_that_ended_and_a_turn_without_one_is_not_kept():
+    sessions = Sessions("queued")
+    sessions.queue("r0", "r1")
+    assert not sessions.stopped("r0", FakeSession("r0", [10, 70], finished=True))  # aborted
+    assert sessions.kept == {} and sessions.queued == {}
+    assert not sessions.stopped("r5", FakeSession("r5", [10, 70]))  # nothing queued
+    with pytest.raises(AssertionError, match="a chunk queued already"):
+        sessions.queue("r2", "r3") or sessions.queue("r2", "r4")
+
+
+def test_a_session_continued_with_other_tokens_than_the_turns_prompt_is_the_harness_bug():
+    sessions = Sessions("queued")
+    sessions.queue("r0", "r1")
+    sessions.stopped("r0", FakeSession("r0", [10, 70, 30]))
+    with pytest.raises(AssertionError, match="continued with other tokens"):
+        sessions.continued(later_turn("r1", "r0", [10, 70, 71, 30]))
 
 
 def test_a_kept_session_is_continued_by_the_later_turn_with_its_last_output_first():

@@ -30,9 +30,16 @@ CONVERSATION = (  # a three-turn conversation, and a request beside it
 
 
 def run(
-    trace, streaming: bool, async_scheduling: bool = False, num_gpu_blocks: int = 40, faults=None
+    trace,
+    streaming: bool | str,
+    async_scheduling: bool = False,
+    num_gpu_blocks: int = 40,
+    faults=None,
+    counts: tuple[str, ...] = ("session-resumed",),
 ):
-    extra = {"streaming_input": "true" if streaming else "false"}
+    """The run's result, and the adapter's counts of `counts` (one: the count alone)."""
+    mode = streaming if isinstance(streaming, str) else "true" if streaming else "false"
+    extra = {"streaming_input": mode}
     if async_scheduling:
         extra["async_scheduling"] = "true"
     config = EngineConfig(
@@ -46,7 +53,9 @@ def run(
     options = SimOptions(faults=faults or {}, seed=0)
     sim = Simulation(list(trace), "vllm-v1", config, options, STEP_COST)
     result = sim.run()
-    return result, dict(sim.engine.rare_path_counts()).get("session-resumed")
+    paths = dict(sim.engine.rare_path_counts())
+    found = tuple(paths.get(name) for name in counts)
+    return result, found[0] if len(found) == 1 else found
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
@@ -159,3 +168,48 @@ def test_a_session_grown_past_max_model_len_runs_past_the_runners_table():
     closed = dataclasses.replace(config, extra={"streaming_input": "false"})
     alone = Simulation(list(trace), "vllm-v1", closed, SimOptions(), STEP_COST).run()
     assert (alone.violations, alone.rejected) == ([], 1)  # r1 whole: refused by the frontend
+
+
+QUEUED = ("session-resumed", "session-chunk-queued")
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_a_later_turn_sent_while_its_parent_runs_is_queued_and_continues_at_its_stop(
+    async_scheduling,
+):
+    """r1 arrives while r0 runs, r2 while r1 waits for r0: each input is sent as it can be
+    (r2's as r1 starts), vLLM queues it in the session's streaming_queue and continues the
+    session inside the update where the turn stops; every check holds."""
+    queued, (resumed, num_queued) = run(CONVERSATION, "queued", async_scheduling, counts=QUEUED)
+    after_stop, _ = run(CONVERSATION, True, async_scheduling)
+    assert (queued.violations, queued.stuck, resumed, num_queued) == ([], {}, 2, 2)
+    assert [len(queued.outputs[r]) for r in ("r0", "r1", "r2", "r3")] == [3, 2, 2, 4]
+    for rid in ("r0", "r3"):  # the same prompts
+        assert queued.outputs[rid] == after_stop.outputs[rid]
+    # r1's history is what vLLM kept: r0's outputs without the last sampled one; the hash
+    # model's tokens are a function of the prompt, so r1 run alone on it samples the same
+    r0 = queued.outputs["r0"]
+    alone_prompt = (*range(100, 110), *r0[:-1], 300, 301, 302)
+    alone, _ = run((TraceRequest("r1", 0.0, 2, prompt_token_ids=alone_prompt),), False)
+    assert alone.outputs["r1"] == queued.outputs["r1"]
+
+
+def test_a_chunk_queued_in_a_session_that_is_aborted_goes_with_it():
+    """r0 is aborted with r1's input queued: vLLM ends the session (the chunk with it), and
+    r1 runs as a request of its own on the history the client had sent."""
+    trace = (
+        TraceRequest("r0", 0.0, 8, prompt_token_ids=tuple(range(100, 110)), abort_time_s=0.0035),
+        TraceRequest("r1", 0.001, 2, prompt_token_ids=(300, 301), parent_request_id="r0"),
+    )
+    result, (resumed, num_queued) = run(trace, "queued", counts=QUEUED)
+    assert (result.violations, result.stuck, resumed, num_queued) == ([], {}, 0, 1)
+    assert result.aborted == 1 and len(result.outputs["r1"]) == 2
+
+
+def test_a_chunk_of_another_cache_salt_is_not_queued():
+    trace = (
+        TraceRequest("r5", 0.0, 3, prompt_token_ids=(6000, 6001), cache_salt="a"),
+        TraceRequest("r6", 0.001, 1, prompt_token_ids=(7000,), parent_request_id="r5"),
+    )
+    result, (resumed, num_queued) = run(trace, "queued", counts=QUEUED)
+    assert (result.violations, result.stuck, resumed, num_queued) == ([], {}, 0, 0)
