@@ -37,6 +37,9 @@ vLLM v1 scheduler options (VLLM_OPTION_PATHS: only an engine with those options 
     session-resumed                a later turn continued its parent's streaming-input
                                    session, KV kept between turns (0.34.0 on, with the
                                    option: engines/vllm/v1/sessions.py; RELEASE_PATHS)
+    session-chunk-queued           a later turn's input, sent while its parent ran, queued
+                                   in the session and run at the parent's stop (the option
+                                   "queued"; RELEASE_PATHS)
 
 The model's EOS (SimOptions.eos_token_id; EOS_PATHS: only a campaign that draws it):
 
@@ -79,6 +82,7 @@ RARE_PATHS = (
     "retract-with-token-in-flight",
     "mixed-chunk-step",
     "session-resumed",
+    "session-chunk-queued",
     "eos-stop",
 )
 # vLLM's fault points (engines/vllm/v1/faults.py): only where faults are drawn
@@ -95,7 +99,8 @@ VLLM_OPTION_PATHS = (
 ENGINE_PATHS = ("retract-with-token-in-flight", "mixed-chunk-step")  # SGLang's
 # paths only async scheduling reaches (vLLM's AsyncScheduler, SGLang's overlap scheduling)
 ASYNC_PATHS = ("async-output-placeholder", "retract-with-token-in-flight")
-RELEASE_PATHS = ("cache-aware-reorder", *FAULT_PATHS, *ENGINE_PATHS, "session-resumed")
+SESSION_PATHS = ("session-resumed", "session-chunk-queued")  # vLLM's streaming input
+RELEASE_PATHS = ("cache-aware-reorder", *FAULT_PATHS, *ENGINE_PATHS, *SESSION_PATHS)
 SPEC_PATHS = ("spec-rejected", "spec-rejected-cross-block")
 EOS_PATHS = ("eos-stop",)
 SLIDING_PATHS = ("sliding-window-block-freed",)

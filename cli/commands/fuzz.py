@@ -130,11 +130,11 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
         help="draw this option family on in every example (a campaign per family); vllm-v1: "
         "priority (policy), async (async scheduling), budget (max_num_scheduled_tokens, adaptive "
         "threshold, prefill_schedule_interval), admission (watermark, scheduler_reserve_full_isl, "
-        "max_num_active_seqs), queue (max_num_queued_*), streaming (resumable streaming-input "
-        "sessions, 0.34.0 on), spec-decode (scheduled drafts with acceptance), sliding-window (a "
-        "hybrid KV cache, a sliding window group), eos (the model's EOS stops requests), max-"
-        "model-len (near a request's length); vllm-engine: priority, budget, admission, queue; "
-        "reference and sglang: async, spec-decode (reference), eos, max-model-len; repeatable",
+        "max_num_active_seqs), queue (max_num_queued_*), streaming (streaming-input sessions; a "
+        "turn's input queued while its parent runs in half; 0.34.0 on), spec-decode (drafts), "
+        "sliding-window (a hybrid KV cache), eos (the model's EOS stops requests), max-model-len "
+        "(near a request's length); vllm-engine: priority, budget, admission, queue; reference "
+        "and sglang: async, spec-decode (reference), eos, max-model-len; repeatable",
     )
 
 

@@ -126,5 +126,6 @@ def test_paths_an_engine_without_prefix_caching_cannot_reach_are_not_listed():
         "abort-mid-chunk",
         "mixed-chunk-step",  # engine paths (SGLang's, vLLM 0.34's sessions): listed by
         "session-resumed",  # default (engine_paths)
+        "session-chunk-queued",
     ]
     assert never_reached({}, spec=True, sliding=True, eos=True) == list(RARE_PATHS)
