@@ -48,7 +48,7 @@ An exception raised inside SGLang propagates unchanged (the simulator's `engine-
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,7 +72,8 @@ from schedcheck.engines.sglang.chunks import Chunk, batch_chunks, check_written 
 from schedcheck.engines.sglang.overlap import LaunchQueue  # noqa: E402
 from schedcheck.engines.sglang.paths import RarePaths  # noqa: E402
 from schedcheck.engines.sglang.rows import RowReader, page_table  # noqa: E402
-from schedcheck.engines.sglang.snapshot import SglangKVSnapshot  # noqa: E402
+from schedcheck.engines.sglang.sessions import SglangSessions, streaming_session  # noqa: E402
+from schedcheck.engines.sglang.snapshot import SglangKVSnapshot, waiting_reasons  # noqa: E402
 from schedcheck.engines.vllm.common import frontend_rejection, read_only_prompt  # noqa: E402
 
 import torch  # noqa: E402  # isort: skip
@@ -95,6 +96,7 @@ class _Tracked:
     req: Req
     reported: bool = False  # finished, aborted or rejected: reported to the simulator
     admitted: bool = False  # scheduled since its last (re)admission
+    continues: Callable[[], bool] | None = None  # EngineRequest.continues (sessions.py)
 
 
 class SglangEngine:
@@ -132,7 +134,8 @@ class SglangEngine:
         self._rejected: list[tuple[str, str]] = []
         self._force_retract = False  # fault point "preempt": until a decode step ran
         self._paused_out: tuple[str, ...] = ()  # retracted by a pause, for the next output
-        self.paths = RarePaths()  # rare paths of SGLang's code reached (coverage)
+        self._sessions = SglangSessions(self.scheduler, streaming_session(config))
+        self.paths = RarePaths(self._sessions)  # rare paths of SGLang's code reached (coverage)
 
     # ------------------------------------------------------------------ requests --
     def add_request(self, request: EngineRequest) -> None:
@@ -146,14 +149,11 @@ class SglangEngine:
         params.normalize(None)
         sgl_rid = f"{self._num_added:012d}"
         self._num_added += 1
-        req = Req(
-            sgl_rid,
-            "",
-            array("q", prompt.tolist()),
-            params,
-            vocab_size=VOCAB_SIZE,
-            cache_salt=request.cache_salt,
-        )
+        if reason is None and self._sessions.enabled:  # made by its session (sessions.py)
+            req = self._sessions.create_req(request, sgl_rid, params, VOCAB_SIZE)
+        else:
+            req = Req(sgl_rid, "", array("q", prompt.tolist()), params, vocab_size=VOCAB_SIZE,
+                      cache_salt=request.cache_salt)  # fmt: skip
         if reason is None:
             self.scheduler.init_req_max_new_tokens(req)
             granted = req.sampling_params.max_new_tokens
@@ -165,9 +165,10 @@ class SglangEngine:
                 )
         if reason is not None:
             self._rejected.append((rid, reason))
+            self._sessions.rejected(request)
             return
         self.scheduler._add_request_to_queue(req)
-        self._by_rid[sgl_rid] = _Tracked(rid, req)
+        self._by_rid[sgl_rid] = _Tracked(rid, req, continues=request.continues)
         self._rid_of[rid] = sgl_rid
 
     def abort_request(self, request_id: str) -> None:
@@ -183,6 +184,7 @@ class SglangEngine:
         assert self._last is None, "schedule() twice without update_from_output()"
         s = self.scheduler
         self._step += 1
+        self._sessions.reap()  # its event loop's: sessions whose close waited for a turn
         if self._launched.pause_pending:  # it waits for the tokens in flight: run nothing
             return SchedulerOutput(step=self._step, scheduled=())
         with faults.forced_retraction(self._force_retract):
@@ -330,6 +332,7 @@ class SglangEngine:
         self.rows.forget(tracked.request_id)
         outputs = tuple(int(t) for t in tracked.req.output_ids_through_stop)
         self._pending_finished.append(FinishedRequest(tracked.request_id, outputs, reason))
+        self._sessions.finished(tracked.request_id, reason, tracked.continues)
 
     def _forget_done(self) -> None:
         """Drop reported requests SGLang holds no more (no row, not queued, not chunked,
@@ -370,7 +373,8 @@ class SglangEngine:
         admitted = [self._admitted[rid] for rid in sorted(self._admitted)]
         live = {t.request_id: t.req for t in admitted if t.req.kv.holds_kv}
         hidden = [self._reported[rid].req for rid in sorted(self._reported)]
-        return SglangKVSnapshot(self.scheduler, self.config, live, hidden, self.allocator_log)
+        return SglangKVSnapshot(self.scheduler, self.config, live, hidden, self.allocator_log,
+                                self._sessions)  # fmt: skip
 
     def rare_path_counts(self) -> Mapping[str, int]:
         """Rare paths of SGLang's own code reached so far (sim/coverage.py)."""
@@ -382,17 +386,8 @@ class SglangEngine:
         return bool(self._by_rid) or bool(self._rejected)
 
     def waiting_reasons(self) -> Mapping[str, str]:
-        s = self.scheduler
-        running = {id(r) for r in s.running_batch.reqs}
-        free = s.token_to_kv_pool_allocator.available_size()
-        evictable = s.tree_cache.evictable_size()
-        return {
-            t.request_id: (
-                f"waiting: {len(running)} running, {free} free slots, {evictable} evictable"
-            )
-            for t in self._by_rid.values()
-            if not t.reported and id(t.req) not in running
-        }
+        waiting = [(t.request_id, t.req) for t in self._by_rid.values() if not t.reported]
+        return waiting_reasons(self.scheduler, waiting)
 
 
 def make_engine(config: EngineConfig) -> SglangEngine:

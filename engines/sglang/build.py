@@ -112,6 +112,7 @@ from sglang.srt.mem_cache.allocator import (  # noqa: E402
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
 from sglang.srt.mem_cache.registry import TreeCacheBuildContext, create_tree_cache  # noqa: E402
+from sglang.srt.session.session_controller import SessionController  # noqa: E402
 
 
 class _Inert:
@@ -220,6 +221,7 @@ def build_scheduler(config: EngineConfig, options: SglangOptions) -> Scheduler:
     s.req_to_token_pool = pool
     s.token_to_kv_pool_allocator = allocator
     s.tree_cache = tree_cache
+    s.session_controller = SessionController(tree_cache)  # open_session, close_session
     s.max_total_num_tokens = allocator.size
     s.max_req_len = config.max_model_len
     s.max_running_requests = config.max_num_seqs
@@ -325,6 +327,7 @@ def _set_features_off(s: Scheduler) -> None:
         scheduler_stage_metrics=None,
         priority_scheduling_preemption_threshold=0,
         enable_fpm=False,
+        enable_session_radix_cache=False,  # streaming sessions keep KV in their own slots
         # not paused (pause_generation / continue_generation: a weight update's pause)
         _engine_paused=False,
         _pause_started_at=None,

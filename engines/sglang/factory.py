@@ -10,7 +10,8 @@ fuzzer can draw configs for it where SGLang is absent.
   overlap scheduling, SGLang's default, on or off ("async_scheduling": `overlap.py`; on in
   every example under `--family async`), and `--enable-mixed-chunk` on or off
   ("enable_mixed_chunk": a prefill batch and the running decodes in one forward, where
-  chunked prefill is on; `chunks.py` reads such a batch);
+  chunked prefill is on; `chunks.py` reads such a batch), and streaming sessions on or off
+  ("streaming_session": a later turn continues its parent's session, KV kept: `sessions.py`);
 - no priorities (priority scheduling off) and no draft tokens (no drafter);
 - a request SGLang's own frontend would cut short (`init_req_max_new_tokens`: the context
   length or the KV memory budget) is rejected, so an oversize one is too;
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from schedcheck.engines.capabilities import Capabilities, declare
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, Engine, EngineConfig
-from schedcheck.engines.sglang.fit import MIXED_CHUNK_KEY, fit_config
+from schedcheck.engines.sglang.fit import MIXED_CHUNK_KEY, STREAMING_SESSION_KEY, fit_config
 
 SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight")
 
@@ -34,6 +35,7 @@ SGLANG_CAPABILITIES = Capabilities(
         ("schedule_policy", SCHEDULE_POLICIES),
         (ASYNC_SCHEDULING_KEY, ("false", "true")),
         (MIXED_CHUNK_KEY, ("false", "true")),  # off first: findings shrink to the normal loop
+        (STREAMING_SESSION_KEY, ("false", "true")),  # later turns continue a session's KV
     ),
     priorities=False,
     lookahead_tokens=False,

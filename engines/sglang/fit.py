@@ -49,6 +49,7 @@ PREFIX_CACHING_ENV = "SCHEDCHECK_SGLANG_PREFIX_CACHING"
 MIXED_CHUNK_ENV = "SCHEDCHECK_SGLANG_MIXED_CHUNK"
 CHUNKED_PREFILL_ENV = "SCHEDCHECK_SGLANG_CHUNKED_PREFILL"
 MIXED_CHUNK_KEY = "enable_mixed_chunk"  # EngineConfig.extra: "true" = --enable-mixed-chunk
+STREAMING_SESSION_KEY = "streaming_session"  # EngineConfig.extra: "true" drives sessions
 
 
 def fit_config(config: EngineConfig) -> EngineConfig:

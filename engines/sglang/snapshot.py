@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.sglang.changes import AllocatorLog
+from schedcheck.engines.sglang.sessions import session_held_tokens
 
 IntArray = npt.NDArray[np.int64]
 
@@ -54,6 +55,7 @@ class SglangKVSnapshot:
         live: Mapping[str, Any],
         hidden: Iterable[Any],
         log: AllocatorLog | None = None,
+        sessions: Any = None,
     ) -> None:
         self._s = scheduler
         self._page = config.block_size
@@ -64,6 +66,9 @@ class SglangKVSnapshot:
         self._tables: dict[str, IntArray] | None = None
         self._free: IntArray | None = None  # read once a snapshot: O(free slots)
         self._log = log
+        # the KV records sessions hold between turns (sessions.SglangSessions)
+        borrowed = {id(req.kv) for req in live.values()}
+        self._session_rows = [] if sessions is None else sessions.held_rows(borrowed)
 
     @property
     def block_size(self) -> int:
@@ -74,7 +79,9 @@ class SglangKVSnapshot:
         return self._num_slots
 
     def _held(self, req: Any) -> IntArray:
-        kv = req.kv
+        return self._held_kv(req.kv)
+
+    def _held_kv(self, kv: Any) -> IntArray:
         if kv.req_pool_idx is None or kv.kv_allocated_len == 0:
             return np.zeros(0, np.int64)
         row = self._rows[kv.req_pool_idx, : kv.kv_allocated_len].astype(np.int64)
@@ -153,6 +160,7 @@ class SglangKVSnapshot:
     def reserved_block_ids(self) -> IntArray:
         parts = [np.arange(self._page, dtype=np.int64), tree_slots(self._s.tree_cache)]
         parts += [self._held(req) for req in self._hidden]
+        parts += [self._held_kv(kv) for kv in self._session_rows]
         return np.concatenate(parts)
 
     def cached_blocks(self) -> Mapping[int, bytes]:
@@ -171,6 +179,8 @@ class SglangKVSnapshot:
         protected = int(self._s.tree_cache.protected_size())
         total = int(self._s.max_total_num_tokens)
         problems = []
+        if self._session_rows:  # sessions lock their prefixes and hold their own KV
+            return self._session_problems(available, evictable, protected, total)
         if protected:
             problems.append(
                 f"idle, SGLang's radix tree still protects {protected} slots: a lock no "
@@ -183,6 +193,21 @@ class SglangKVSnapshot:
             )
         return problems
 
+    def _session_problems(
+        self, available: int, evictable: int, protected: int, total: int
+    ) -> list[str]:
+        """SGLang's idle statement while sessions hold KV between turns (its invariant
+        checker's): available + evictable + protected + session-held == total."""
+        held = session_held_tokens(self._s.tree_cache, self._page)
+        accounted = available + evictable + protected + held
+        if accounted == total:
+            return []
+        return [
+            f"idle, SGLang's available {available} + evictable {evictable} + protected "
+            f"{protected} + session-held {held} != total {total} slots: {total - accounted} "
+            "slots are neither free, cached nor a session's"
+        ]
+
     def num_computed_tokens(self) -> Mapping[str, int]:
         """request id -> SGLang's kv_committed_len (KV content committed), per row holder."""
         return {
@@ -190,6 +215,16 @@ class SglangKVSnapshot:
             for rid, req in self._live.items()
             if req.kv.req_pool_idx is not None
         }
+
+
+def waiting_reasons(scheduler: Any, waiting: Iterable[tuple[str, Any]]) -> dict[str, str]:
+    """Why each (request id, Req) of `waiting` that SGLang does not run now waits (for
+    liveness reports): the running batch's size and the pool's free and evictable slots."""
+    running = {id(r) for r in scheduler.running_batch.reqs}
+    free = scheduler.token_to_kv_pool_allocator.available_size()
+    evictable = scheduler.tree_cache.evictable_size()
+    reason = f"waiting: {len(running)} running, {free} free slots, {evictable} evictable"
+    return {rid: reason for rid, req in waiting if id(req) not in running}
 
 
 def free_slots(allocator: Any, page_size: int) -> IntArray:
