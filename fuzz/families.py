@@ -9,6 +9,7 @@ from typing import Protocol
 
 from schedcheck.engines.capabilities import Capabilities
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY
+from schedcheck.engines.sglang.fit import STREAMING_SESSION_KEY
 from schedcheck.fuzz.swarm_vllm import VLLM_ENGINE_FAMILIES, VLLM_FAMILIES
 
 
@@ -90,10 +91,13 @@ def vllm_families(spec: SwarmSpec) -> tuple[str, ...]:
 
 
 def drawable_families(spec: SwarmSpec) -> tuple[str, ...]:
-    """The --family names the engine can draw, in FAMILIES order (sglang: async only)."""
+    """The --family names the engine can draw, in FAMILIES order (sglang: async, streaming,
+    eos, max-model-len)."""
     drawable = set(vllm_families(spec))
     if spec.is_reference or draws_async_option(spec):
         drawable.add("async")
+    if draws_option(spec, STREAMING_SESSION_KEY):  # SGLang's streaming sessions
+        drawable.add("streaming")
     drawable |= {"spec-decode"} if draws_spec_decode(spec) else set()
     drawable |= {"sliding-window"} if draws_sliding_window(spec) else set()
     drawable |= {"eos"} if spec.capabilities.eos else set()
@@ -103,7 +107,7 @@ def drawable_families(spec: SwarmSpec) -> tuple[str, ...]:
 
 def undrawable_families(spec: SwarmSpec) -> tuple[str, ...]:
     """The --family names the engine cannot draw (vllm-engine: async, drafts, a sliding
-    window; sglang: all but async), in the order given."""
+    window; sglang: vLLM's options, drafts, a sliding window), in the order given."""
     drawable = drawable_families(spec)
     return tuple(f for f in spec.families if f not in drawable)
 
@@ -117,7 +121,19 @@ def draws_async(spec: SwarmSpec) -> bool:
 
 def draws_async_option(spec: SwarmSpec) -> bool:
     """The engine declares async scheduling among its own drawn options (sglang: overlap)."""
-    return any(key == ASYNC_SCHEDULING_KEY for key, _ in spec.capabilities.extra_options)
+    return draws_option(spec, ASYNC_SCHEDULING_KEY)
+
+
+def draws_option(spec: SwarmSpec, key: str) -> bool:
+    """The engine declares EngineConfig.extra `key` among its own drawn options."""
+    return any(k == key for k, _ in spec.capabilities.extra_options)
+
+
+# an engine's own drawn option that a --family turns on in every example
+FAMILY_OPTIONS: Mapping[str, str] = {
+    "async": ASYNC_SCHEDULING_KEY,
+    "streaming": STREAMING_SESSION_KEY,  # SGLang's streaming sessions
+}
 
 
 def draws_lookahead(spec: SwarmSpec) -> bool:

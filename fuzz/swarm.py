@@ -81,6 +81,7 @@ from schedcheck.fuzz.families import (
     FAMILIES as FAMILIES,  # the CLI's choices
 )
 from schedcheck.fuzz.families import (
+    FAMILY_OPTIONS,
     VLLM_OPTION_ENGINES,
     always_spec_decode,
     draws_eos,
@@ -189,8 +190,8 @@ def draw_knobs(draw: st.DrawFn, spec: SwarmSpec) -> Knobs:
         manager = pick(draw, managers) if len(managers) > 1 else managers[0]
     budget_tokens = draw_boundary_length(draw, block_size, blocks_max, 1)
     extra = tuple((key, pick(draw, values)) for key, values in caps.extra_options)
-    if "async" in spec.families:  # an engine that draws async scheduling: on in every example
-        extra = tuple((k, "true" if k == ASYNC_SCHEDULING_KEY else v) for k, v in extra)
+    on = {FAMILY_OPTIONS[f] for f in spec.families if f in FAMILY_OPTIONS}  # every example
+    extra = tuple((k, "true" if k in on else v) for k, v in extra)
     if dict(extra).get("chunk_align") == "block":  # a chunk cut to a block boundary
         budget_tokens = max(budget_tokens, block_size)  # needs room for one block
         threshold = max(threshold, block_size) if threshold else 0

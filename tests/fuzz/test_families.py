@@ -24,7 +24,12 @@ def test_each_engine_names_the_families_it_draws():
         "eos",
         "max-model-len",
     )
-    assert drawable_families(SwarmSpec(engine="sglang")) == ("async", "eos", "max-model-len")
+    assert drawable_families(SwarmSpec(engine="sglang")) == (
+        "async",
+        "streaming",
+        "eos",
+        "max-model-len",
+    )
     assert drawable_families(SwarmSpec(engine="vllm-engine")) == (
         "priority",
         "budget",
@@ -50,7 +55,8 @@ def test_sglang_refuses_a_vllm_family_and_accepts_async():
     spec = SwarmSpec(engine="sglang", families=("priority", "async"))
     assert undrawable_families(spec) == ("priority",)
     with pytest.raises(
-        ValueError, match=r"cannot draw --family priority \(it draws async, eos, max-model-len\)"
+        ValueError,
+        match=r"cannot draw --family priority \(it draws async, streaming, eos, max-model-len\)",
     ):
         check_target(spec)
 
