@@ -1,0 +1,105 @@
+"""SGLang 0.5.23's streaming sessions behind the sglang adapter (engines/sglang/sessions.py;
+tox -e sglang): a later turn continues its parent's session through SGLang's own
+Session.create_req, borrowing the session's KV record, and every check holds; the KV a
+session holds between turns is SGLang's own, not a leak.
+
+Each trace runs with sessions on and off: the tokens are a function of the prompts (the
+hash model), so the outputs agree.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sglang_driver import SGLANG_0_5_23
+
+from schedcheck.engines.protocol import EngineConfig
+from schedcheck.sim.cost_model import StepCostModel
+from schedcheck.sim.loop import SimOptions, Simulation
+from schedcheck.traces.schema import TraceRequest
+
+pytestmark = SGLANG_0_5_23
+
+STEP_COST = StepCostModel("fixed", 1000.0, 0.0, 0.0, 0.0)  # 1 ms a step
+CONVERSATION = (  # a three-turn conversation, and a request beside it
+    TraceRequest("r0", 0.0, 3, prompt_token_ids=tuple(range(100, 110))),
+    TraceRequest("r1", 0.001, 2, prompt_token_ids=(300, 301, 302), parent_request_id="r0"),
+    TraceRequest("r2", 0.002, 2, prompt_token_ids=(400,), parent_request_id="r1"),
+    TraceRequest("r3", 0.0, 4, prompt_token_ids=tuple(range(200, 213))),
+)
+
+
+def run(trace, sessions: bool, page_size: int = 1, overlap: bool = False):
+    """The run's result, its count of continued sessions, and the sessions left open."""
+    extra = {"streaming_session": "true" if sessions else "false"}
+    extra["async_scheduling"] = "true" if overlap else "false"
+    config = EngineConfig(
+        block_size=page_size,
+        num_gpu_blocks=256 // page_size,
+        max_num_batched_tokens=32,
+        max_num_seqs=4,
+        max_model_len=64,
+        block_manager="radix",
+        extra=extra,
+    )
+    sim = Simulation(list(trace), "sglang", config, SimOptions(seed=0), STEP_COST)
+    result = sim.run()
+    scheduler = sim.engine.scheduler
+    return (
+        result,
+        sim.engine.rare_path_counts().get("session-resumed"),
+        sorted(scheduler.session_controller.sessions),
+    )
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+@pytest.mark.parametrize("overlap", [False, True], ids=["normal", "overlap"])
+def test_later_turns_continue_their_parents_session_and_every_check_holds(page_size, overlap):
+    on, resumed, left = run(CONVERSATION, True, page_size, overlap)
+    off, not_resumed, _ = run(CONVERSATION, False, page_size, overlap)
+    assert (on.violations, on.stuck, off.violations, off.stuck) == ([], {}, [], {})
+    assert (resumed, not_resumed, left) == (2, None, [])  # r1 continued r0's, r2 r1's
+    assert dict(on.outputs) == dict(off.outputs)
+    assert [len(on.outputs[r]) for r in ("r0", "r1", "r2", "r3")] == [3, 2, 2, 4]
+
+
+def test_a_session_kept_while_its_later_turn_thinks_is_no_leak_of_the_idle_engine():
+    """r1 arrives 0.5 s after r0 finished: the engine goes idle with r0's session holding
+    its KV, which the pool check and SGLang's idle statement count as the session's."""
+    trace = (
+        TraceRequest("r0", 0.0, 2, prompt_token_ids=tuple(range(100, 110))),
+        TraceRequest(
+            "r1", 0.0, 2, prompt_token_ids=(300,), parent_request_id="r0", think_time_s=0.5
+        ),
+    )
+    result, resumed, left = run(trace, True)
+    assert (result.violations, result.stuck, resumed, left) == ([], {}, 1, [])
+
+
+def test_a_turn_no_later_turn_waits_for_closes_its_session():
+    trace = (
+        TraceRequest("r0", 0.0, 1, prompt_token_ids=tuple(range(100, 110))),
+        TraceRequest("r1", 1.0, 1, prompt_token_ids=(300,), parent_request_id="r0"),
+    )
+    result, resumed, left = run(trace, True)
+    assert (result.violations, result.stuck, resumed, left) == ([], {}, 0, [])
+
+
+def test_a_later_turn_of_another_cache_salt_opens_its_own_session():
+    """A session's KV keeps its first turn's salt: a later turn salted otherwise would
+    read it as its own (the shadow KV's finding), so its parent's session is closed."""
+    trace = (
+        TraceRequest("r5", 0.0, 1, prompt_token_ids=(6000, 6001), cache_salt="a"),
+        TraceRequest("r6", 0.0, 1, prompt_token_ids=(7000,), parent_request_id="r5"),
+    )
+    result, resumed, left = run(trace, True)
+    assert (result.violations, result.stuck, resumed, left) == ([], {}, 0, [])
+
+
+def test_an_aborted_turns_session_is_closed_and_its_later_turn_opens_its_own():
+    trace = (
+        TraceRequest("r0", 0.0, 8, prompt_token_ids=tuple(range(100, 110)), abort_time_s=0.0035),
+        TraceRequest("r1", 0.001, 2, prompt_token_ids=(300, 301), parent_request_id="r0"),
+    )
+    result, resumed, left = run(trace, True)
+    assert (result.violations, result.stuck, resumed, left) == ([], {}, 0, [])
+    assert result.aborted == 1 and len(result.outputs["r1"]) == 2
