@@ -72,7 +72,7 @@ from schedcheck.engines.sglang.chunks import Chunk, batch_chunks, check_written 
 from schedcheck.engines.sglang.overlap import LaunchQueue  # noqa: E402
 from schedcheck.engines.sglang.paths import RarePaths  # noqa: E402
 from schedcheck.engines.sglang.rows import RowReader, page_table  # noqa: E402
-from schedcheck.engines.sglang.sessions import SglangSessions, streaming_session  # noqa: E402
+from schedcheck.engines.sglang.sessions import SglangSessions  # noqa: E402
 from schedcheck.engines.sglang.snapshot import SglangKVSnapshot, waiting_reasons  # noqa: E402
 from schedcheck.engines.vllm.common import frontend_rejection, read_only_prompt  # noqa: E402
 
@@ -134,7 +134,7 @@ class SglangEngine:
         self._rejected: list[tuple[str, str]] = []
         self._force_retract = False  # fault point "preempt": until a decode step ran
         self._paused_out: tuple[str, ...] = ()  # retracted by a pause, for the next output
-        self._sessions = SglangSessions(self.scheduler, streaming_session(config))
+        self._sessions = SglangSessions(self.scheduler, self.options.streaming_session)
         self.paths = RarePaths(self._sessions)  # rare paths of SGLang's code reached (coverage)
 
     # ------------------------------------------------------------------ requests --

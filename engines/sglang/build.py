@@ -30,7 +30,7 @@ from typing import Any
 
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY, EngineConfig
 from schedcheck.engines.sglang import stubs
-from schedcheck.engines.sglang.fit import MIXED_CHUNK_KEY
+from schedcheck.engines.sglang.fit import MIXED_CHUNK_KEY, STREAMING_SESSION_KEY
 
 stubs.install()
 
@@ -53,6 +53,9 @@ class SglangOptions:
     # --enable-mixed-chunk (EngineConfig.extra "enable_mixed_chunk"): with chunked prefill
     # on, a prefill batch and the running decodes run as one forward (ForwardMode.MIXED)
     mixed_chunk: bool = False
+    # --enable-streaming-session (EngineConfig.extra "streaming_session"): every request a
+    # streaming session, a later turn continuing its parent's (sessions.py)
+    streaming_session: bool = False
 
     @staticmethod
     def from_extra(extra: Any) -> SglangOptions:
@@ -61,7 +64,10 @@ class SglangOptions:
         chunk = extra.get("chunked_prefill_size")
         overlap = _flag(extra, ASYNC_SCHEDULING_KEY)
         mixed = _flag(extra, MIXED_CHUNK_KEY)
-        return SglangOptions(policy, None if chunk is None else int(chunk), overlap, mixed)
+        sessions = _flag(extra, STREAMING_SESSION_KEY)
+        return SglangOptions(
+            policy, None if chunk is None else int(chunk), overlap, mixed, sessions
+        )
 
 
 def _flag(extra: Any, key: str) -> bool:
@@ -88,6 +94,7 @@ def server_args(config: EngineConfig, options: SglangOptions) -> ServerArgs:
         disable_radix_cache=not config.enable_prefix_caching,
         disable_overlap_schedule=not options.overlap,
         enable_mixed_chunk=options.mixed_chunk,  # Scheduler: only with chunked prefill on
+        enable_streaming_session=options.streaming_session,
         random_seed=0,
     )
 

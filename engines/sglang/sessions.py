@@ -30,20 +30,13 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from schedcheck.engines.protocol import EngineConfig, EngineRequest
-from schedcheck.engines.sglang.fit import STREAMING_SESSION_KEY
+from schedcheck.engines.protocol import EngineRequest
 
 from sglang.srt.managers.io_struct import CloseSessionReqInput, OpenSessionReqInput  # isort: skip
 from sglang.srt.managers.io_struct import SessionParams, TokenizedGenerateReqInput  # isort: skip
 from sglang.srt.managers.schedule_batch import Req  # isort: skip
 
 CAPACITY_OF_STR_LEN = 1 << 30  # the session's text capacity (no text here)
-
-
-def streaming_session(config: EngineConfig) -> bool:
-    value = config.extra.get(STREAMING_SESSION_KEY, "false")
-    assert value in ("true", "false"), f"{STREAMING_SESSION_KEY}={value!r}"
-    return value == "true"
 
 
 class SglangSessions:
