@@ -9,6 +9,8 @@ hash model), so the outputs agree.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from sglang_driver import SGLANG_0_5_23
 
@@ -26,6 +28,19 @@ CONVERSATION = (  # a three-turn conversation, and a request beside it
     TraceRequest("r2", 0.002, 2, prompt_token_ids=(400,), parent_request_id="r1"),
     TraceRequest("r3", 0.0, 4, prompt_token_ids=tuple(range(200, 213))),
 )
+
+
+SCENARIOS = Path(__file__).parent / "scenarios"
+
+
+def run_with(trace, **changes):
+    """The run's result with sessions on, page 1, `changes` to the config."""
+    extra = {"streaming_session": "true", **changes.pop("extra", {})}
+    config = EngineConfig(
+        block_size=1, num_gpu_blocks=256, max_num_batched_tokens=32, max_num_seqs=4,
+        max_model_len=64, block_manager="radix", extra=extra, **changes,
+    )  # fmt: skip
+    return Simulation(list(trace), "sglang", config, SimOptions(seed=0), STEP_COST).run()
 
 
 def run(trace, sessions: bool, page_size: int = 1, overlap: bool = False):
@@ -103,3 +118,52 @@ def test_an_aborted_turns_session_is_closed_and_its_later_turn_opens_its_own():
     result, resumed, left = run(trace, True)
     assert (result.violations, result.stuck, resumed, left) == ([], {}, 0, [])
     assert result.aborted == 1 and len(result.outputs["r1"]) == 2
+
+
+def test_dfs_weight_crashes_on_a_streaming_sessions_later_turn_s1():
+    """SGLang's bug S1 (tests/sglang/repro/s1_dfs_weight_crashes_on_a_streaming_sessions_
+    later_turn.py): r1, waiting to continue r0's session, matched the session's stand-in
+    node (`_VirtualNode`), which dfs-weight hands to the tree's dfs_weight_order. lpm
+    schedules the same trace clean."""
+    config = dict(extra={"schedule_policy": "dfs-weight"})
+    crashed = run_with(CONVERSATION, **config)
+    assert [(v.invariant, v.case) for v in crashed.violations] == [
+        (
+            "engine-crash",
+            "TypeError at sglang/srt/mem_cache/rust_tree_core/adapter.py:dfs_weight_order:1115",
+        )
+    ]
+    assert run_with(CONVERSATION, extra={"schedule_policy": "lpm"}).violations == []
+
+
+# shrunk by the first `fuzz --engine sglang --family streaming` campaign (seed 51): each an
+# engine crash with streaming sessions on, clean with them off (tests/sglang/scenarios/)
+SESSION_CRASHES = {
+    # a turn retracted (the preempt fault's SGLANG_TEST_RETRACT) waits with the session's
+    # stand-in node as its last_node: S1 again, without a later turn
+    "session-retracted-under-dfs-weight": (
+        "TypeError at sglang/srt/mem_cache/rust_tree_core/adapter.py:dfs_weight_order:1115"
+    ),
+    # overlap on, a session's turn retracted: re-admitted, it borrows a record whose row
+    # is registered with no KV allocated, which ReqToTokenPool.alloc refuses
+    "session-retracted-with-overlap-reused-row-without-kv": (
+        "AssertionError at sglang/srt/mem_cache/memory_pool.py:alloc:423"
+    ),
+    # radix cache off, ignore_eos, chunked prefill: the later turn's input is chunked on
+    # the ignore_eos admission path, which asserts a prefix of 0 (the session's is 2)
+    "session-later-turn-chunked-with-radix-off": (
+        "AssertionError at sglang/srt/managers/schedule_policy.py:add_one_req_ignore_eos:1368"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SESSION_CRASHES))
+def test_each_crash_the_streaming_campaign_shrunk_is_reported_and_gone_without_sessions(name):
+    from schedcheck.fuzz.scenario import Scenario
+
+    found = Scenario.from_json_text((SCENARIOS / f"{name}.json").read_text())
+    assert [(v.invariant, v.case) for v in found.run().violations] == [
+        ("engine-crash", SESSION_CRASHES[name])
+    ]
+    off = found.with_config(extra={**found.config.extra, "streaming_session": "false"})
+    assert (off.run().violations, off.run().stuck) == ([], {})
