@@ -36,10 +36,9 @@ SCENARIOS = Path(__file__).parent / "scenarios"
 def run_with(trace, **changes):
     """The run's result with sessions on, page 1, `changes` to the config."""
     extra = {"streaming_session": "true", **changes.pop("extra", {})}
-    config = EngineConfig(
-        block_size=1, num_gpu_blocks=256, max_num_batched_tokens=32, max_num_seqs=4,
-        max_model_len=64, block_manager="radix", extra=extra, **changes,
-    )  # fmt: skip
+    fields = dict(block_size=1, num_gpu_blocks=256, max_num_batched_tokens=32, max_num_seqs=4,
+                  max_model_len=64, block_manager="radix")  # fmt: skip
+    config = EngineConfig(**{**fields, **changes}, extra=extra)
     return Simulation(list(trace), "sglang", config, SimOptions(seed=0), STEP_COST).run()
 
 
@@ -167,3 +166,26 @@ def test_each_crash_the_streaming_campaign_shrunk_is_reported_and_gone_without_s
     ]
     off = found.with_config(extra={**found.config.extra, "streaming_session": "false"})
     assert (off.run().violations, off.run().stuck) == ([], {})
+
+
+def test_a_session_holding_kv_behind_a_request_that_needs_it_stalls_fcfs():
+    """Found by hand beside the campaign: r0's session keeps its 13 slots for r1, which
+    waits behind r3 (FCFS); r3 needs more than the 17 free slots, and nothing running
+    will free any: the engine schedules nothing again. Clean with sessions off (r0's KV
+    is the tree's, evictable) and under lpm (r1 first, on its cached prefix)."""
+    trace = (
+        TraceRequest("r0", 0.0, 3, prompt_token_ids=tuple(range(100, 110))),
+        TraceRequest("r1", 0.001, 2, prompt_token_ids=(300, 301, 302), parent_request_id="r0"),
+        TraceRequest("r3", 0.0, 4, prompt_token_ids=tuple(range(200, 213))),
+    )
+    stuck = run_with(trace, num_gpu_blocks=30)
+    waiting = "waiting: 0 running, 17 free slots, 0 evictable"
+    assert stuck.violations == []
+    assert stuck.stuck == {
+        "r3": waiting,
+        "r1": waiting,
+        "*": "the engine schedules nothing while requests wait",
+    }
+    off = run_with(trace, num_gpu_blocks=30, extra={"streaming_session": "false"})
+    lpm = run_with(trace, num_gpu_blocks=30, extra={"schedule_policy": "lpm"})
+    assert (off.violations, off.stuck, lpm.violations, lpm.stuck) == ([], {}, [], {})
