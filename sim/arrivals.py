@@ -69,7 +69,7 @@ class Arrivals:
         vocab_size: int = DEFAULT_VOCAB_SIZE,
     ) -> None:
         self.env = env
-        self.inbox: deque[Release | Abort] = deque()
+        self.inbox: deque[Release | Abort | Chunk] = deque()
         self.on_event = on_event
         self.vocab_size = vocab_size
         self.tracker = PredecessorTracker()

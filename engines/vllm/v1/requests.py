@@ -34,7 +34,7 @@ ARRIVAL_TIME_TICK_S = 1e-6
 class RequestBuilder:
     """Builds the adapter's vLLM Requests, stamping each arrival after the last."""
 
-    def __init__(self, block_hasher: Callable[[Any], list[Any]], resumable: bool) -> None:
+    def __init__(self, block_hasher: Callable[[Any], list[Any]] | None, resumable: bool) -> None:
         self.block_hasher = block_hasher
         self.resumable = resumable  # every request is a streaming-input session
         self._last_arrival_time_s = -ARRIVAL_TIME_TICK_S
