@@ -9,25 +9,20 @@ hash model), so the outputs agree.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 from sglang_driver import SGLANG_0_5_23
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.sim.cost_model import StepCostModel
 from schedcheck.sim.loop import SimOptions, Simulation
 from schedcheck.traces.schema import TraceRequest
 
-pytestmark = SGLANG_0_5_23
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
+from conversation import CONVERSATION, STEP_COST
 
-STEP_COST = StepCostModel("fixed", 1000.0, 0.0, 0.0, 0.0)  # 1 ms a step
-CONVERSATION = (  # a three-turn conversation, and a request beside it
-    TraceRequest("r0", 0.0, 3, prompt_token_ids=tuple(range(100, 110))),
-    TraceRequest("r1", 0.001, 2, prompt_token_ids=(300, 301, 302), parent_request_id="r0"),
-    TraceRequest("r2", 0.002, 2, prompt_token_ids=(400,), parent_request_id="r1"),
-    TraceRequest("r3", 0.0, 4, prompt_token_ids=tuple(range(200, 213))),
-)
+pytestmark = SGLANG_0_5_23
 
 
 SCENARIOS = Path(__file__).parent / "scenarios"

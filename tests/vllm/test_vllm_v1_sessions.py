@@ -9,24 +9,20 @@ off: the tokens are a function of the prompts (the hash model), so the outputs a
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 
 import pytest
 from vllm_driver import NEEDS_VLLM_V1, needs_release
 
 from schedcheck.engines.protocol import EngineConfig
-from schedcheck.sim.cost_model import StepCostModel
 from schedcheck.sim.loop import SimOptions, Simulation
 from schedcheck.traces.schema import TraceRequest
 
-pytestmark = [*NEEDS_VLLM_V1, needs_release("0.34.0", "resumable streaming-input sessions")]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
+from conversation import CONVERSATION, STEP_COST
 
-STEP_COST = StepCostModel("fixed", 1000.0, 0.0, 0.0, 0.0)  # 1 ms a step
-CONVERSATION = (  # a three-turn conversation, and a request beside it
-    TraceRequest("r0", 0.0, 3, prompt_token_ids=tuple(range(100, 110))),
-    TraceRequest("r1", 0.001, 2, prompt_token_ids=(300, 301, 302), parent_request_id="r0"),
-    TraceRequest("r2", 0.002, 2, prompt_token_ids=(400,), parent_request_id="r1"),
-    TraceRequest("r3", 0.0, 4, prompt_token_ids=tuple(range(200, 213))),
-)
+pytestmark = [*NEEDS_VLLM_V1, needs_release("0.34.0", "resumable streaming-input sessions")]
 
 
 def run(
