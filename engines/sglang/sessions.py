@@ -142,11 +142,3 @@ class SglangSessions:
 
 def _req_factory(**kwargs: Any) -> Req:
     return Req(**kwargs)
-
-
-def session_held_tokens(tree_cache: Any, page_size: int) -> int:
-    """SGLang's own count of the slots its sessions hold (its idle statement's term)."""
-    from sglang.srt.managers.scheduler_components.pool_stats_observer import kv_private_tokens
-
-    records = tree_cache.session_records().values()
-    return sum(kv_private_tokens(kv, page_size) for kv in records if kv.holds_kv)

@@ -42,7 +42,6 @@ import numpy.typing as npt
 
 from schedcheck.engines.protocol import EngineConfig
 from schedcheck.engines.sglang.changes import AllocatorLog
-from schedcheck.engines.sglang.sessions import session_held_tokens
 
 IntArray = npt.NDArray[np.int64]
 
@@ -225,6 +224,14 @@ def waiting_reasons(scheduler: Any, waiting: Iterable[tuple[str, Any]]) -> dict[
     evictable = scheduler.tree_cache.evictable_size()
     reason = f"waiting: {len(running)} running, {free} free slots, {evictable} evictable"
     return {rid: reason for rid, req in waiting if id(req) not in running}
+
+
+def session_held_tokens(tree_cache: Any, page_size: int) -> int:
+    """SGLang's own count of the slots its sessions hold (its idle statement's term)."""
+    from sglang.srt.managers.scheduler_components.pool_stats_observer import kv_private_tokens
+
+    records = tree_cache.session_records().values()
+    return sum(kv_private_tokens(kv, page_size) for kv in records if kv.holds_kv)
 
 
 def free_slots(allocator: Any, page_size: int) -> IntArray:
