@@ -138,8 +138,9 @@ SESSION_CRASHES = {
     "session-retracted-under-dfs-weight": (
         "TypeError at sglang/srt/mem_cache/rust_tree_core/adapter.py:dfs_weight_order:1115"
     ),
-    # overlap on, a session's turn retracted: re-admitted, it borrows a record whose row
-    # is registered with no KV allocated, which ReqToTokenPool.alloc refuses
+    # overlap on, a one-token turn retracted before its first output: re-admitted, its
+    # match key is empty, so the record it borrows is cut to no KV with its row still
+    # registered, which ReqToTokenPool.alloc refuses
     "session-retracted-with-overlap-reused-row-without-kv": (
         "AssertionError at sglang/srt/mem_cache/memory_pool.py:alloc:423"
     ),
