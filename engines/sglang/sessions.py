@@ -70,7 +70,7 @@ class SglangSessions:
             session_params=SessionParams(id=session_id), cache_salt=request.cache_salt,
         )  # fmt: skip
         session = self.scheduler.session_controller.get(session_id)
-        req = session.create_req(recv, None, vocab_size, req_factory=_req_factory)
+        req = session.create_req(recv, None, vocab_size)  # SGLang's Req, built by the session
         assert req.to_finish is None and req.finished_reason is None, (
             f"{request.request_id}: session {session_id} refused it ({req.finished_reason})"
         )
@@ -138,7 +138,3 @@ class SglangSessions:
             return []
         records = self.scheduler.tree_cache.session_records().values()
         return [kv for kv in records if kv.holds_kv and id(kv) not in borrowed]
-
-
-def _req_factory(**kwargs: Any) -> Req:
-    return Req(**kwargs)
