@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -112,18 +113,13 @@ class Ledger:
         """The request a release hands the engine at time `now_s`, now live."""
         trace_req, prompt = release.request, release.prompt_token_ids
         live = LiveRequest(trace_req, prompt, now_s, self.prompt_of)
-        request = EngineRequest(
-            request_id=live.request_id,
-            prompt_token_ids=prompt,
-            max_tokens=live.max_tokens,
-            arrival_time_s=now_s,
-            priority=live.priority,
-            cache_salt=live.cache_salt,
-            eos_token_id=self.eos_token_id,
+        request = self._engine_request(
+            trace_req,
+            prompt,
+            now_s,
             # the engine may keep no prompt while it waits: it asks the ledger, which
             # builds the prompt once for the engine and the executor
             prompt_source=live.prompt if self.prompt_of is not None else None,
-            parent_request_id=trace_req.parent_request_id,
             continues=self._continues(live.request_id),
         )
         self.live[request.request_id] = live
@@ -135,16 +131,23 @@ class Ledger:
         """The later turn's input sent while its parent runs (arrivals.Chunk), as the engine
         gets it: an EngineRequest whose prompt is the chunk alone. Not live (the turn is
         released, with its whole prompt, when its parent finishes)."""
-        trace_req = chunk.request
+        return self._engine_request(chunk.request, chunk.token_ids, now_s)
+
+    def _engine_request(
+        self, trace_req: TraceRequest, prompt: np.ndarray, now_s: float, **optional: Any
+    ) -> EngineRequest:
+        """`trace_req` as the engine gets it at time `now_s`, with `prompt` (its whole
+        prompt, or a chunk) and the EngineRequest's `optional` fields."""
         return EngineRequest(
             request_id=trace_req.request_id,
-            prompt_token_ids=chunk.token_ids,
+            prompt_token_ids=prompt,
             max_tokens=trace_req.output_length,
             arrival_time_s=now_s,
             priority=trace_req.priority,
             cache_salt=trace_req.cache_salt,
             eos_token_id=self.eos_token_id,
             parent_request_id=trace_req.parent_request_id,
+            **optional,
         )
 
     def _continues(self, request_id: str) -> Callable[[], bool] | None:
