@@ -27,7 +27,7 @@ KV keeps its first turn's salt), is closed, and the later turn opens its own.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from schedcheck.engines.protocol import EngineRequest
@@ -131,10 +131,11 @@ class SglangSessions:
         self._num_reaps += 1
         self.scheduler.session_controller.maybe_reap(float(self._num_reaps), interval=0.0)
 
-    def held_rows(self, borrowed: set[int]) -> list[Any]:
-        """The KV records sessions hold between turns (not `borrowed`, by id, by a live
-        turn): their slots are SGLang's own, as the tree's are."""
+    def held_rows(self, live: Mapping[str, Any]) -> list[Any]:
+        """The KV records sessions hold between turns (not borrowed by a turn of `live`,
+        our id -> SGLang Req): their slots are SGLang's own, as the tree's are."""
         if not self.enabled:
             return []
+        borrowed = {id(req.kv) for req in live.values()}
         records = self.scheduler.tree_cache.session_records().values()
         return [kv for kv in records if kv.holds_kv and id(kv) not in borrowed]

@@ -66,8 +66,7 @@ class SglangKVSnapshot:
         self._free: IntArray | None = None  # read once a snapshot: O(free slots)
         self._log = log
         # the KV records sessions hold between turns (sessions.SglangSessions)
-        borrowed = {id(req.kv) for req in live.values()}
-        self._session_rows = [] if sessions is None else sessions.held_rows(borrowed)
+        self._session_rows = [] if sessions is None else sessions.held_rows(live)
 
     @property
     def block_size(self) -> int:
