@@ -103,6 +103,12 @@ def pick(draw: st.DrawFn, options: Sequence[T]) -> T:
     return options[draw(integers(0, len(options) - 1))]
 
 
+def family_on(draw: st.DrawFn, families: Sequence[str], family: str) -> bool:
+    """A family the engine draws is on: in every example under --family (`families`),
+    else in half."""
+    return family in families or draw(BOOLEANS)
+
+
 def maybe_int(draw: st.DrawFn, low: int, high: int) -> int | None:
     """None (what it shrinks to) or an integer in [low, high]."""
     return draw(integers(low, high)) if draw(BOOLEANS) else None

@@ -97,6 +97,7 @@ from schedcheck.fuzz.strategies import (
     cdiv,
     draw_boundary_length,
     draw_features,
+    family_on,
     integers,
     pick,
 )
@@ -233,15 +234,10 @@ def draw_spec_decode(draw: st.DrawFn, spec: SwarmSpec) -> tuple[int, float]:
     return pick(draw, SPEC_TOKENS), pick(draw, DRAFT_ACCEPTANCES)
 
 
-def family_on(draw: st.DrawFn, spec: SwarmSpec, family: str) -> bool:
-    """A family the engine draws is on: in every example under --family, else in half."""
-    return family in spec.families or draw(BOOLEANS)
-
-
 def draw_kv_groups(draw: st.DrawFn, spec: SwarmSpec, block_size: int, blocks_max: int) -> str:
     if not draws_sliding_window(spec):
         return "full"
-    if not family_on(draw, spec, "sliding-window"):
+    if not family_on(draw, spec.families, "sliding-window"):
         return "full"
     return f"full,sliding:{draw_boundary_length(draw, block_size, blocks_max, 1)}"
 
@@ -338,7 +334,7 @@ def draw_num_gpu_blocks(
 
 def draw_eos(draw: st.DrawFn, spec: SwarmSpec) -> tuple[int, int | None]:
     """(vocab_size, eos_token_id): the model's EOS where `draws_eos`, else none."""
-    if not draws_eos(spec) or not family_on(draw, spec, "eos"):
+    if not draws_eos(spec) or not family_on(draw, spec.families, "eos"):
         return DEFAULT_VOCAB_SIZE, None
     span = pick(draw, EOS_SPANS)  # sampled ids: a stop at about one token in `span`
     return FIRST_TOKEN_ID + span, FIRST_TOKEN_ID + draw(integers(0, span - 1))
@@ -349,7 +345,7 @@ def draw_max_model_len(
 ) -> int | None:
     """max_model_len at one request's boundaries where `draws_max_model_len`; None: the
     default (a sequence of any drawn length fits)."""
-    if not draws_max_model_len(spec) or not family_on(draw, spec, "max-model-len"):
+    if not draws_max_model_len(spec) or not family_on(draw, spec.families, "max-model-len"):
         return None
     request = requests[draw(integers(0, len(requests) - 1))]
     end = request.num_own_prompt_tokens + request.output_length

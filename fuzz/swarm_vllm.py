@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from schedcheck.engines.protocol import ASYNC_SCHEDULING_KEY
 from schedcheck.engines.vllm.v1.sessions import STREAMING_INPUT_KEY, STREAMING_INPUT_MODES
-from schedcheck.fuzz.strategies import BOOLEANS, draw_boundary_length, pick
+from schedcheck.fuzz.strategies import BOOLEANS, draw_boundary_length, family_on, pick
 
 VLLM_FAMILIES = ("priority", "async", "budget", "admission", "queue", "streaming")
 # vLLM's whole engine on a CPU: its CPU platform turns async scheduling off
@@ -55,7 +55,7 @@ def draw_vllm_v1_extra(
     for family in VLLM_FAMILIES:  # a fixed order: the same draws for the same choices
         if family not in drawable:
             continue
-        if family in families or draw(BOOLEANS):
+        if family_on(draw, families, family):
             extra.update(_DRAWS[family](draw, block_size, blocks_max))
     return tuple(sorted(extra.items()))
 
